@@ -1,0 +1,327 @@
+//! Sandboxed WebAssembly backends: loading a model's lifecycle (backend → model → instances) and
+//! executing batches in an instance's sandbox, rebuilding it after a fault.
+mod bindings;
+mod host_api;
+mod policy;
+mod runtime;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub use policy::SandboxPolicy;
+pub use runtime::{CompiledComponent, WasmRuntime};
+use sandbox::{ActiveBatch, CallError, Sandbox};
+
+use super::{BackendInstance, InstanceDesc};
+use crate::error::InferError;
+use crate::model::Health;
+use crate::request::{CorrelationId, Job};
+use crate::validate::IoSpec;
+
+/// The host's own sandbox of each backend component in use, counted by the models using it:
+/// created (initialize-backend) when the first model needs it, finalised when the last one goes.
+#[derive(Default)]
+pub struct BackendRegistry {
+    live: Mutex<HashMap<String, (usize, Option<Sandbox>)>>,
+}
+
+impl BackendRegistry {
+    fn acquire(
+        &self,
+        runtime: &WasmRuntime,
+        component: &CompiledComponent,
+        backend_name: &str,
+    ) -> Result<(), String> {
+        let mut live = self.live.lock();
+        if let Some((count, _)) = live.get_mut(&component.digest) {
+            *count += 1;
+            return Ok(());
+        }
+        let label: Arc<str> = format!("backend '{backend_name}'").into();
+        let mut sandbox =
+            Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(|f| f.0)?;
+        if let Err(e) = sandbox.initialize_backend(backend_name) {
+            sandbox.finalize();
+            return Err(format!("backend '{backend_name}' failed to initialize: {e}"));
+        }
+        live.insert(component.digest.clone(), (1, Some(sandbox)));
+        Ok(())
+    }
+
+    fn release(&self, digest: &str) {
+        let mut live = self.live.lock();
+        let last = match live.get_mut(digest) {
+            Some((count, _)) => {
+                *count -= 1;
+                *count == 0
+            }
+            None => false,
+        };
+        if last && let Some((_, Some(sandbox))) = live.remove(digest) {
+            sandbox.finalize();
+        }
+    }
+}
+
+/// Everything needed to (re)build an instance's sandbox.
+struct InstanceFactory {
+    runtime: Arc<WasmRuntime>,
+    component: Arc<CompiledComponent>,
+    policy: SandboxPolicy,
+    backend_name: String,
+    model_info: bindings::ModelInfo,
+    io: Arc<IoSpec>,
+}
+
+impl InstanceFactory {
+    fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, String> {
+        let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
+        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, label).map_err(|f| f.0)?;
+        let result = sandbox
+            .initialize_backend(&self.backend_name)
+            .and_then(|_| sandbox.initialize_model(&self.model_info))
+            .and_then(|_| sandbox.initialize_instance(instance));
+        match result {
+            Ok(()) => Ok(sandbox),
+            Err(e) => {
+                sandbox.finalize();
+                Err(match e {
+                    CallError::Plugin(m) => m,
+                    CallError::Fault(f) => f.0,
+                })
+            }
+        }
+    }
+}
+
+/// A loaded Wasm model: its instances, plus what must be finalised after them.
+pub struct LoadedWasmModel {
+    pub instances: Vec<Box<dyn BackendInstance>>,
+    pub teardown: WasmModelTeardown,
+}
+
+/// Finalises the model's own sandbox and releases the backend, after every instance is gone.
+pub struct WasmModelTeardown {
+    model_sandbox: Option<Sandbox>,
+    registry: Arc<BackendRegistry>,
+    digest: String,
+}
+
+impl WasmModelTeardown {
+    pub fn finalize(mut self) {
+        if let Some(s) = self.model_sandbox.take() {
+            s.finalize();
+        }
+        self.registry.release(&self.digest);
+    }
+}
+
+/// Parameters of one model version's load.
+pub struct WasmLoad<'a> {
+    pub runtime: &'a Arc<WasmRuntime>,
+    pub registry: &'a Arc<BackendRegistry>,
+    pub component: Arc<CompiledComponent>,
+    pub backend_name: &'a str,
+    pub model_name: &'a str,
+    pub version: i64,
+    pub config_json: String,
+    pub policy: SandboxPolicy,
+    pub io: Arc<IoSpec>,
+    pub instances: &'a [InstanceDesc],
+    pub health: Arc<Health>,
+}
+
+/// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), model, then
+/// each instance. Any initialiser's error fails the load with the plugin's message, after undoing
+/// what was done.
+pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
+    params.registry.acquire(params.runtime, &params.component, params.backend_name)?;
+    let model_info = bindings::ModelInfo {
+        name: params.model_name.to_string(),
+        version: params.version,
+        config_json: params.config_json,
+    };
+    let label: Arc<str> = format!("model '{}'", params.model_name).into();
+    let model_sandbox = Sandbox::new(params.runtime, &params.component, &params.policy, label)
+        .map_err(|f| f.0)
+        .and_then(|mut s| {
+            match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
+                Ok(()) => Ok(s),
+                Err(e) => {
+                    s.finalize();
+                    Err(e.to_string())
+                }
+            }
+        });
+    let teardown = WasmModelTeardown {
+        model_sandbox: None,
+        registry: params.registry.clone(),
+        digest: params.component.digest.clone(),
+    };
+    let model_sandbox = match model_sandbox {
+        Ok(s) => s,
+        Err(e) => {
+            teardown.finalize();
+            return Err(e);
+        }
+    };
+    let teardown = WasmModelTeardown { model_sandbox: Some(model_sandbox), ..teardown };
+
+    let factory = Arc::new(InstanceFactory {
+        runtime: params.runtime.clone(),
+        component: params.component,
+        policy: params.policy,
+        backend_name: params.backend_name.to_string(),
+        model_info,
+        io: params.io,
+    });
+    let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
+    for desc in params.instances {
+        let info = bindings::InstanceInfo {
+            name: desc.name.clone(),
+            kind: match desc.kind {
+                super::InstanceKind::Cpu => bindings::InstanceKind::Cpu,
+                super::InstanceKind::Gpu => bindings::InstanceKind::Gpu,
+                super::InstanceKind::Model => bindings::InstanceKind::Model,
+            },
+            device_id: desc.device_id,
+        };
+        match factory.build(&info) {
+            Ok(sandbox) => instances.push(Box::new(WasmInstance {
+                sandbox: Some(sandbox),
+                factory: factory.clone(),
+                info,
+                version: params.version,
+                health: params.health.clone(),
+            })),
+            Err(e) => {
+                for i in instances {
+                    i.finalize();
+                }
+                teardown.finalize();
+                return Err(e);
+            }
+        }
+    }
+    Ok(LoadedWasmModel { instances, teardown })
+}
+
+/// One model instance: its sandbox, rebuilt after any fault.
+struct WasmInstance {
+    sandbox: Option<Sandbox>,
+    factory: Arc<InstanceFactory>,
+    info: bindings::InstanceInfo,
+    version: i64,
+    health: Arc<Health>,
+}
+
+impl WasmInstance {
+    /// Lowers the batch into the WIT records the guest receives (the one host → guest copy of
+    /// each tensor happens when wasmtime lowers these into the guest's memory).
+    fn requests(jobs: &[Job]) -> Vec<bindings::Request> {
+        jobs.iter()
+            .map(|job| {
+                let r = &job.request;
+                let mut flags = bindings::SequenceFlags::empty();
+                if r.sequence_start {
+                    flags |= bindings::SequenceFlags::START;
+                }
+                if r.sequence_end {
+                    flags |= bindings::SequenceFlags::END;
+                }
+                bindings::Request {
+                    id: r.id.clone(),
+                    correlation_id: match &r.correlation_id {
+                        CorrelationId::None => bindings::CorrelationId::None,
+                        CorrelationId::Numeric(n) => bindings::CorrelationId::Numeric(*n),
+                        CorrelationId::Text(s) => bindings::CorrelationId::Text(s.clone()),
+                    },
+                    flags,
+                    parameters: r
+                        .parameters
+                        .iter()
+                        .map(|(k, v)| bindings::Parameter { key: k.clone(), value: v.into() })
+                        .collect(),
+                    inputs: r
+                        .inputs
+                        .iter()
+                        .map(|t| bindings::Tensor {
+                            name: t.name.clone(),
+                            datatype: t.datatype.into(),
+                            shape: t.shape.clone(),
+                            data: t.data.to_vec(),
+                        })
+                        .collect(),
+                    requested_outputs: r.requested_outputs.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn rebuild(&mut self) {
+        match self.factory.build(&self.info) {
+            Ok(sandbox) => self.sandbox = Some(sandbox),
+            Err(e) => {
+                let reason = format!("instance '{}' could not be rebuilt after a fault: {e}", self.info.name);
+                tracing::error!("model '{}': {reason}", self.factory.model_info.name);
+                self.health.set_unavailable(reason);
+            }
+        }
+    }
+}
+
+impl BackendInstance for WasmInstance {
+    fn execute(&mut self, mut jobs: Vec<Job>) {
+        let Some(sandbox) = self.sandbox.as_mut() else {
+            let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
+            for job in &mut jobs {
+                job.fail(InferError::unavailable(format!("model '{}' is unavailable: {reason}", self.factory.model_info.name)));
+            }
+            return;
+        };
+        let requests = Self::requests(&jobs);
+        let batch_sizes = jobs
+            .iter()
+            .map(|j| {
+                if self.factory.io.max_batch_size > 0 {
+                    j.request.inputs.first().and_then(|t| t.shape.first().copied()).unwrap_or(1)
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let batch = ActiveBatch {
+            jobs,
+            batch_sizes,
+            io: self.factory.io.clone(),
+            model_version: self.version,
+            max_output_bytes: self.factory.policy.max_output_bytes,
+        };
+        let (mut batch, outcome) = sandbox.execute(&requests, batch);
+        drop(requests);
+        let model = &self.factory.model_info.name;
+        let (error, fault) = match outcome {
+            Ok(Ok(())) => (InferError::internal(format!("model '{model}' returned no response for the request")), false),
+            Ok(Err(message)) => (InferError::internal(format!("model '{model}' failed to execute: {message}")), false),
+            Err(fault) => (InferError::internal(fault.0), true),
+        };
+        for job in &mut batch.jobs {
+            job.fail(error.clone());
+        }
+        if fault {
+            tracing::warn!("{error}; rebuilding the instance");
+            // A faulted store is never reused: drop it (no finalisation can run in it) and build anew.
+            self.sandbox = None;
+            self.rebuild();
+        }
+    }
+
+    fn finalize(mut self: Box<Self>) {
+        if let Some(sandbox) = self.sandbox.take() {
+            sandbox.finalize();
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The process-wide Wasm runtime: one `Engine` (pooling allocator, epoch interruption), one
+//! `Linker` with the host functions and deny-by-default WASI, an epoch ticker, and the component
+//! cache (in memory by content hash, and on disk as precompiled artifacts).
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::{Backend, BackendPre};
+use super::sandbox::SandboxState;
+
+/// How often the epoch advances; execution deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The largest linear memory any sandbox may be granted (the pooling allocator reserves address
+/// space for it up front); per-model caps are enforced below it by a resource limiter.
+pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
+
+/// A compiled backend component, ready to instantiate.
+pub struct CompiledComponent {
+    /// SHA-256 of the component bytes: the identity of a backend ("one component, many models").
+    pub digest: String,
+    pub pre: BackendPre<SandboxState>,
+}
+
+pub struct WasmRuntime {
+    pub engine: Engine,
+    linker: Linker<SandboxState>,
+    cache_dir: Option<PathBuf>,
+    compiled: Mutex<HashMap<String, Arc<CompiledComponent>>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl WasmRuntime {
+    /// Builds the engine. `cache_dir` holds precompiled components (`None` disables the disk cache).
+    pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Arc<Self>> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(1000)
+            .total_core_instances(4000)
+            .total_memories(1000)
+            .total_tables(2000)
+            .max_memory_size(MAX_MEMORY_BYTES as usize)
+            .max_component_instance_size(1 << 20)
+            .max_core_instances_per_component(32)
+            .max_memories_per_component(4)
+            .max_tables_per_component(8)
+            .table_elements(100_000)
+            .linear_memory_keep_resident(1 << 20)
+            .max_unused_warm_slots(100);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = match Engine::new(&config) {
+            Ok(engine) => engine,
+            Err(e) => {
+                // Pooling needs a large virtual address space; fall back where it is not available.
+                tracing::warn!("pooling allocator unavailable ({e}); using on-demand allocation");
+                config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+                Engine::new(&config)?
+            }
+        };
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Backend::add_to_linker::<SandboxState, HasSelf<SandboxState>>(&mut linker, |s| s)?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop_ticker.clone();
+            std::thread::Builder::new().name("nereus-epoch".into()).spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        }
+        if let Some(dir) = &cache_dir
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            tracing::warn!("component cache {} unusable: {e}", dir.display());
+        }
+        Ok(Arc::new(WasmRuntime { engine, linker, cache_dir, compiled: Mutex::new(HashMap::new()), stop_ticker }))
+    }
+
+    /// Compiles (or fetches from the caches) the component in `bytes` and type-checks it against the
+    /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
+    pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<Arc<CompiledComponent>> {
+        let digest = hex(&Sha256::digest(bytes));
+        if let Some(hit) = self.compiled.lock().get(&digest) {
+            return Ok(hit.clone());
+        }
+        let component = self.compile_cached(&digest, bytes)?;
+        let instance_pre = self.linker.instantiate_pre(&component)?;
+        let pre = BackendPre::new(instance_pre)?;
+        let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre });
+        self.compiled.lock().insert(digest, compiled.clone());
+        Ok(compiled)
+    }
+
+    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> wasmtime::Result<Component> {
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes);
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        let path = dir.join(format!("{digest}-{:016x}.cwasm", h.finish()));
+        if path.exists() {
+            // SAFETY: the file is one this process family wrote from `Engine::precompile_component`
+            // into Nereus' own cache directory, keyed by the content hash and the engine's
+            // compatibility hash; wasmtime additionally checks the artifact's header.
+            #[allow(unsafe_code)]
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => tracing::warn!("ignoring unusable cached component {}: {e}", path.display()),
+            }
+        }
+        let serialized = self.engine.precompile_component(bytes)?;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &serialized).and_then(|_| std::fs::rename(&tmp, &path)).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("could not write the component cache at {}", path.display());
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `serialized` was produced just above by this engine.
+        unsafe {
+            Component::deserialize(&self.engine, &serialized)
+        }
+    }
+}
+
+impl Drop for WasmRuntime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

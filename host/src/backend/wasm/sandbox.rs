@@ -1,0 +1,210 @@
+//! One sandbox: a `Store` with its own component instance, memory cap and deadline. Each model
+//! instance owns one; so do the host's copies of each backend and each model (see the lifecycle
+//! interface in `wit/backend.wit`).
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
+use super::policy::SandboxPolicy;
+use super::runtime::{CompiledComponent, EPOCH_TICK, WasmRuntime};
+use crate::request::Job;
+use crate::validate::IoSpec;
+
+/// Caps a sandbox's linear memory and tables, remembering whether it refused a growth so that a
+/// resulting trap can be reported as the memory limit it is.
+pub struct Limiter {
+    memory_limit: usize,
+    pub(super) denied_memory: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.denied_memory = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The batch being executed, visible to the host functions while `execute` runs.
+pub struct ActiveBatch {
+    pub jobs: Vec<Job>,
+    /// Batch size of each request (first dimension, or 1), for output checks.
+    pub batch_sizes: Vec<i64>,
+    pub io: Arc<IoSpec>,
+    pub model_version: i64,
+    pub max_output_bytes: u64,
+}
+
+/// What the store carries: WASI (with no capabilities granted), the limiter, and the batch.
+pub struct SandboxState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) limiter: Limiter,
+    /// "model 'm' instance 'm_0'" — for logs and errors.
+    pub(super) label: Arc<str>,
+    pub(super) batch: Option<ActiveBatch>,
+}
+
+impl WasiView for SandboxState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A failure of the sandbox itself (trap, deadline, memory cap), as opposed to an error the
+/// plugin returned. The sandbox must not be used again after one.
+#[derive(Debug, Clone)]
+pub struct Fault(pub String);
+
+/// A lifecycle call's outcome: the plugin's own error, or a fault.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    Plugin(String),
+    Fault(Fault),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Plugin(m) => f.write_str(m),
+            CallError::Fault(Fault(m)) => f.write_str(m),
+        }
+    }
+}
+
+/// How far a sandbox's lifecycle has been initialised; finalisation unwinds exactly that far.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Fresh,
+    Backend,
+    Model,
+    Instance,
+}
+
+pub struct Sandbox {
+    store: Store<SandboxState>,
+    bindings: Backend,
+    policy: SandboxPolicy,
+    level: Level,
+}
+
+impl Sandbox {
+    /// Instantiates `component` in a new store with `policy`'s limits.
+    pub fn new(
+        runtime: &WasmRuntime,
+        component: &CompiledComponent,
+        policy: &SandboxPolicy,
+        label: Arc<str>,
+    ) -> Result<Self, Fault> {
+        let state = SandboxState {
+            // Deny by default: no preopened directories, environment, arguments, network or stdio.
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            limiter: Limiter { memory_limit: policy.memory_limit_bytes as usize, denied_memory: false },
+            label,
+            batch: None,
+        };
+        let mut store = Store::new(&runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(Self::deadline_ticks(policy));
+        let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
+        Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh })
+    }
+
+    fn deadline_ticks(policy: &SandboxPolicy) -> u64 {
+        (policy.execution_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+    }
+
+    /// Describes why a call failed, naming the limit when one was hit.
+    fn fault_of(store: &Store<SandboxState>, policy: &SandboxPolicy, e: wasmtime::Error) -> Fault {
+        let data = store.data();
+        let what = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis())
+        } else if data.limiter.denied_memory {
+            format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20)
+        } else if let Some(trap) = e.downcast_ref::<Trap>() {
+            format!("trapped: {trap}")
+        } else {
+            format!("failed: {}", e.root_cause())
+        };
+        Fault(format!("{} {what}", data.label))
+    }
+
+    fn arm(&mut self) {
+        let ticks = Self::deadline_ticks(&self.policy);
+        self.store.set_epoch_deadline(ticks);
+    }
+
+    fn lifecycle<T>(
+        &mut self,
+        call: impl FnOnce(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<T>,
+    ) -> Result<T, Fault> {
+        self.arm();
+        let result = call(&self.bindings, &mut self.store);
+        result.map_err(|e| Self::fault_of(&self.store, &self.policy, e))
+    }
+
+    fn init(
+        &mut self,
+        level: Level,
+        call: impl FnOnce(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<Result<(), String>>,
+    ) -> Result<(), CallError> {
+        match self.lifecycle(call) {
+            Ok(Ok(())) => {
+                self.level = level;
+                Ok(())
+            }
+            Ok(Err(message)) => Err(CallError::Plugin(message)),
+            Err(fault) => Err(CallError::Fault(fault)),
+        }
+    }
+
+    pub fn initialize_backend(&mut self, backend_name: &str) -> Result<(), CallError> {
+        self.init(Level::Backend, |b, s| b.nereus_backend_lifecycle().call_initialize_backend(s, backend_name))
+    }
+
+    pub fn initialize_model(&mut self, info: &ModelInfo) -> Result<(), CallError> {
+        self.init(Level::Model, |b, s| b.nereus_backend_lifecycle().call_initialize_model(s, info))
+    }
+
+    pub fn initialize_instance(&mut self, info: &InstanceInfo) -> Result<(), CallError> {
+        self.init(Level::Instance, |b, s| b.nereus_backend_lifecycle().call_initialize_instance(s, info))
+    }
+
+    /// Runs `execute` over `batch`; the batch comes back with each request answered or not.
+    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch) -> (ActiveBatch, Result<Result<(), String>, Fault>) {
+        self.store.data_mut().batch = Some(batch);
+        let outcome = self.lifecycle(|b, s| b.nereus_backend_lifecycle().call_execute(s, requests));
+        let batch = self.store.data_mut().batch.take().expect("the batch stays in the store during execute");
+        (batch, outcome)
+    }
+
+    /// Unwinds the lifecycle (instance, model, backend — as far as it got), each call under the
+    /// deadline. Errors are logged: finalisation cannot fail a load that is going away.
+    pub fn finalize(mut self) {
+        let label = self.store.data().label.clone();
+        let steps: [(Level, fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>); 3] = [
+            (Level::Instance, |b, s| b.nereus_backend_lifecycle().call_finalize_instance(s)),
+            (Level::Model, |b, s| b.nereus_backend_lifecycle().call_finalize_model(s)),
+            (Level::Backend, |b, s| b.nereus_backend_lifecycle().call_finalize_backend(s)),
+        ];
+        for (level, step) in steps {
+            if self.level >= level
+                && let Err(Fault(e)) = self.lifecycle(step)
+            {
+                tracing::warn!("{label}: finalisation failed: {e}");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The `nereus` command line. Flag names follow tritonserver's where they overlap, so existing
+//! launch scripts carry over (`--model-repository=PATH`, `--http-port`, `--strict-readiness=false`).
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "nereus", version, about = "Inference server speaking Triton's protocols, with sandboxed WebAssembly backends")]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// `nereus --model-repository …` without a subcommand serves, as tritonserver does.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve a model repository over HTTP.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// A model repository folder; repeat for several.
+    #[arg(long = "model-repository", alias = "model-store", value_name = "PATH")]
+    pub model_repository: Vec<PathBuf>,
+    /// Where backend components live as `<dir>/<backend>/<backend>.wasm`.
+    #[arg(long = "backend-directory", value_name = "DIR")]
+    pub backend_directory: Option<PathBuf>,
+    /// Folder for precompiled components (default: $XDG_CACHE_HOME/nereus or ~/.cache/nereus).
+    #[arg(long = "cache-directory", value_name = "DIR")]
+    pub cache_directory: Option<PathBuf>,
+    /// Compile components afresh on every start.
+    #[arg(long = "disable-component-cache")]
+    pub disable_component_cache: bool,
+    #[arg(long = "http-address", default_value = "0.0.0.0")]
+    pub http_address: String,
+    /// HTTP port; 0 picks a free one (the log says which).
+    #[arg(long = "http-port", default_value_t = 8000)]
+    pub http_port: u16,
+    #[arg(long = "allow-http", default_value_t = true, action = ArgAction::Set)]
+    pub allow_http: bool,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long = "http-max-input-size", default_value_t = 64 << 20)]
+    pub http_max_input_size: usize,
+    /// Accepted for tritonserver compatibility; the gRPC frontend is not in this build yet.
+    #[arg(long = "grpc-port", default_value_t = 8001)]
+    pub grpc_port: u16,
+    #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set)]
+    pub allow_grpc: bool,
+    /// Accepted for tritonserver compatibility; the metrics endpoint is not in this build yet.
+    #[arg(long = "metrics-port", default_value_t = 8002)]
+    pub metrics_port: u16,
+    #[arg(long = "allow-metrics", default_value_t = true, action = ArgAction::Set)]
+    pub allow_metrics: bool,
+    /// Ready only when every model is ready (tritonserver's default).
+    #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
+    pub strict_readiness: bool,
+    /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs).
+    #[arg(long = "log-verbose", default_value_t = 0)]
+    pub log_verbose: u32,
+    /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
+    #[arg(long = "test-hooks", hide = true)]
+    pub test_hooks: bool,
+}
+
+impl ServeArgs {
+    pub fn cache_directory(&self) -> Option<PathBuf> {
+        if self.disable_component_cache {
+            return None;
+        }
+        self.cache_directory.clone().or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|c| c.join("nereus"))
+        })
+    }
+}

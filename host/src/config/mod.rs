@@ -1,0 +1,17 @@
+//! Model configuration: the `inference.ModelConfig` schema, `config.pbtxt` parsing, normalisation
+//! to Triton's defaults, validation, and the JSON rendering `GET …/config` returns.
+mod json;
+mod pbtxt;
+pub mod schema;
+mod validate;
+
+pub use json::{from_json, to_json};
+pub use pbtxt::ParseError;
+pub use schema::ModelConfig;
+pub use validate::{ConfigError, normalize_and_validate};
+
+/// Parses `config.pbtxt` text (without normalising it).
+pub fn parse_pbtxt(src: &str) -> Result<ModelConfig, ParseError> {
+    let msg = pbtxt::parse(src, schema::descriptor())?;
+    msg.transcode_to::<ModelConfig>().map_err(|e| ParseError { line: 1, column: 1, message: e.to_string() })
+}

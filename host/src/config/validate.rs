@@ -1,0 +1,172 @@
+//! Normalisation to Triton's defaults and validation of a parsed model configuration.
+use std::collections::HashSet;
+use std::fmt;
+
+use super::ModelConfig;
+use super::schema::{ModelInstanceGroup, ModelVersionPolicy, model_instance_group::Kind, model_version_policy};
+use crate::tensor::DataType;
+
+/// Why a configuration is unusable; the message names the offending field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! bail {
+    ($($arg:tt)*) => { return Err(ConfigError(format!($($arg)*))) };
+}
+
+/// Fills in what Triton fills in (name, version policy, instance groups) and rejects what Triton
+/// rejects. `gpu_count` is the number of usable GPUs (KIND_GPU needs at least one).
+pub fn normalize_and_validate(
+    mut config: ModelConfig,
+    dir_name: &str,
+    gpu_count: usize,
+) -> Result<ModelConfig, ConfigError> {
+    if config.name.is_empty() {
+        config.name = dir_name.to_string();
+    } else if config.name != dir_name {
+        bail!("unexpected 'name' \"{}\" in the configuration of model directory '{dir_name}'", config.name);
+    }
+    if config.max_batch_size < 0 {
+        bail!("'max_batch_size' must be non-negative, got {}", config.max_batch_size);
+    }
+    match &config.version_policy {
+        None | Some(ModelVersionPolicy { policy_choice: None }) => {
+            config.version_policy = Some(ModelVersionPolicy {
+                policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
+                    num_versions: 1,
+                })),
+            });
+        }
+        Some(ModelVersionPolicy { policy_choice: Some(model_version_policy::PolicyChoice::Latest(l)) })
+            if l.num_versions == 0 =>
+        {
+            bail!("'version_policy.latest.num_versions' must be at least 1");
+        }
+        _ => {}
+    }
+
+    let mut names = HashSet::new();
+    for (i, input) in config.input.iter().enumerate() {
+        let what = format!("input[{i}] '{}'", input.name);
+        if input.name.is_empty() {
+            bail!("input[{i}] has no 'name'");
+        }
+        if !names.insert(input.name.as_str()) {
+            bail!("{what}: duplicate input name");
+        }
+        check_tensor(&what, input.data_type, &input.dims, input.reshape.is_some())?;
+    }
+    let mut names = HashSet::new();
+    for (i, output) in config.output.iter().enumerate() {
+        let what = format!("output[{i}] '{}'", output.name);
+        if output.name.is_empty() {
+            bail!("output[{i}] has no 'name'");
+        }
+        if !names.insert(output.name.as_str()) {
+            bail!("{what}: duplicate output name");
+        }
+        check_tensor(&what, output.data_type, &output.dims, output.reshape.is_some())?;
+    }
+
+    if config.instance_group.is_empty() {
+        config.instance_group.push(ModelInstanceGroup { count: 1, ..Default::default() });
+    }
+    let model_name = config.name.clone();
+    let single = config.instance_group.len() == 1;
+    let mut group_names = HashSet::new();
+    for (i, group) in config.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = if single { model_name.clone() } else { format!("{model_name}_{i}") };
+        }
+        if !group_names.insert(group.name.clone()) {
+            bail!("instance_group[{i}]: duplicate group name '{}'", group.name);
+        }
+        if group.count < 0 {
+            bail!("instance_group[{i}] '{}': 'count' must be at least 1, got {}", group.name, group.count);
+        }
+        if group.count == 0 {
+            group.count = 1;
+        }
+        let kind = Kind::try_from(group.kind).unwrap_or(Kind::Auto);
+        match kind {
+            Kind::Auto => {
+                group.kind = if gpu_count > 0 && !group.gpus.is_empty() { Kind::Gpu } else { Kind::Cpu } as i32;
+            }
+            Kind::Gpu => {
+                if gpu_count == 0 {
+                    bail!(
+                        "instance_group[{i}] '{}' has kind KIND_GPU but no GPUs are available",
+                        group.name
+                    );
+                }
+                if let Some(g) = group.gpus.iter().find(|g| **g < 0 || **g as usize >= gpu_count) {
+                    bail!("instance_group[{i}] '{}' names GPU {g}, which does not exist", group.name);
+                }
+            }
+            Kind::Cpu | Kind::Model => {
+                if !group.gpus.is_empty() {
+                    bail!("instance_group[{i}] '{}' lists 'gpus' but its kind is not KIND_GPU", group.name);
+                }
+            }
+        }
+    }
+    Ok(config)
+}
+
+fn check_tensor(what: &str, data_type: i32, dims: &[i64], has_reshape: bool) -> Result<(), ConfigError> {
+    if DataType::from_config(data_type).is_none() {
+        bail!("{what}: 'data_type' must be set to a valid TYPE_*");
+    }
+    if dims.is_empty() && !has_reshape {
+        bail!("{what}: 'dims' must be specified");
+    }
+    if let Some(d) = dims.iter().find(|d| **d == 0 || **d < -1) {
+        bail!("{what}: dimension {d} in 'dims' is invalid (each must be positive or -1)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    fn check(src: &str) -> Result<ModelConfig, ConfigError> {
+        normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 0)
+    }
+
+    #[test]
+    fn defaults_are_filled() {
+        let cfg = check(r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]"#).unwrap();
+        assert_eq!(cfg.name, "m");
+        assert_eq!(cfg.instance_group.len(), 1);
+        assert_eq!(cfg.instance_group[0].count, 1);
+        assert_eq!(cfg.instance_group[0].name, "m");
+        assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
+        assert!(cfg.version_policy.is_some());
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        for (src, needle) in [
+            (r#"name: "other""#, "unexpected 'name'"),
+            ("max_batch_size: -1", "max_batch_size"),
+            (r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]"#, "duplicate"),
+            (r#"input [ { name: "I" dims: [ 4 ] } ]"#, "data_type"),
+            (r#"output [ { name: "O" data_type: TYPE_FP32 dims: [ 0 ] } ]"#, "dimension 0"),
+            (r#"output [ { name: "O" data_type: TYPE_FP32 } ]"#, "'dims'"),
+            ("instance_group [ { kind: KIND_GPU } ]", "no GPUs"),
+            ("instance_group [ { count: -2 } ]", "count"),
+            ("version_policy { latest { num_versions: 0 } }", "num_versions"),
+        ] {
+            let err = check(src).unwrap_err();
+            assert!(err.0.contains(needle), "{src}: {err}");
+        }
+    }
+}

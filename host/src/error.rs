@@ -1,0 +1,67 @@
+//! Errors that reach clients, as one typed enum mapped once to HTTP (here) and gRPC (in its
+//! frontend). Internal details stay in the logs; the message is what the client sees.
+use std::fmt;
+
+/// The class of a failure, Triton's TRITONSERVER_Error_Code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The client sent something wrong (400).
+    InvalidArg,
+    /// Unknown model or version (404).
+    NotFound,
+    /// The model exists but cannot serve now (503).
+    Unavailable,
+    /// The server does not implement this (501).
+    Unsupported,
+    /// A backend failed while executing a request (500, as Triton's backends report INTERNAL).
+    Internal,
+    /// The request was rejected before execution, e.g. by a queue limit or timeout (400, as Triton).
+    Unknown,
+}
+
+/// A client-facing error. `Clone` so one failed batch fails every request in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InferError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl InferError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        InferError { kind, message: message.into() }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArg, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
+    pub fn http_status(&self) -> u16 {
+        match self.kind {
+            ErrorKind::InvalidArg | ErrorKind::Unknown => 400,
+            ErrorKind::NotFound => 404,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::Unsupported => 501,
+            ErrorKind::Internal => 500,
+        }
+    }
+}
+
+impl fmt::Display for InferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for InferError {}

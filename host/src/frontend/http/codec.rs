@@ -1,0 +1,455 @@
+//! KServe v2 inference bodies over HTTP: the JSON form and Triton's binary tensor extension, both
+//! ways. Decoding checks every size against the declared shape before allocating; binary tensors
+//! stay slices of the request body.
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Deserialize;
+use serde::ser::{SerializeSeq, Serializer};
+use serde_json::{Map, Value};
+
+use crate::error::InferError;
+use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor};
+use crate::tensor::{DataType, bytes_elements, element_count, shape_string};
+
+#[derive(Deserialize)]
+struct RequestBody {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<InputBody>,
+    #[serde(default)]
+    outputs: Option<Vec<OutputBody>>,
+}
+
+#[derive(Deserialize)]
+struct InputBody {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OutputBody {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// How the client wants each output encoded.
+#[derive(Debug, Default)]
+pub struct OutputOptions {
+    /// Request-level default (`binary_data_output`), and per-output overrides.
+    pub binary_default: bool,
+    pub binary: Vec<(String, bool)>,
+}
+
+impl OutputOptions {
+    fn is_binary(&self, name: &str, datatype: DataType) -> bool {
+        // FP16 and BF16 have no JSON form: they always travel as binary.
+        if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
+            return true;
+        }
+        self.binary.iter().find(|(n, _)| n == name).map(|(_, b)| *b).unwrap_or(self.binary_default)
+    }
+}
+
+/// Request parameters Triton reserves; they steer the server and are not passed to backends.
+const RESERVED: &[&str] =
+    &["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"];
+
+fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
+    Ok(match v {
+        Value::Bool(b) => ParamValue::Bool(*b),
+        Value::String(s) => ParamValue::String(s.clone()),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                ParamValue::Int64(i)
+            } else if let Some(u) = n.as_u64() {
+                ParamValue::Uint64(u)
+            } else {
+                ParamValue::Double(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        _ => return Err(InferError::invalid(format!("parameter '{key}' must be a string, number or boolean"))),
+    })
+}
+
+fn bool_param(map: Option<&Map<String, Value>>, key: &str) -> Result<Option<bool>, InferError> {
+    match map.and_then(|m| m.get(key)) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(InferError::invalid(format!("parameter '{key}' must be a boolean"))),
+    }
+}
+
+/// Decodes an infer request body. `header_len` is `Inference-Header-Content-Length` when present:
+/// the JSON is `body[..header_len]` and binary tensors follow. `header_len == Some(0)` is the raw
+/// binary request, valid only for a model with exactly one input (`raw_input`: its name, datatype
+/// and dims, and whether the model batches).
+pub fn decode_request(
+    body: Bytes,
+    header_len: Option<usize>,
+    raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
+) -> Result<(InferenceRequest, OutputOptions), InferError> {
+    let header_len = header_len.unwrap_or(body.len());
+    if header_len > body.len() {
+        return Err(InferError::invalid(format!(
+            "Inference-Header-Content-Length {header_len} exceeds the body size {}",
+            body.len()
+        )));
+    }
+    if header_len == 0 {
+        return decode_raw_binary(body, raw_input);
+    }
+    let parsed: RequestBody = serde_json::from_slice(&body[..header_len])
+        .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+    let mut binary = body.slice(header_len..);
+
+    let mut request = InferenceRequest { id: parsed.id.unwrap_or_default(), ..Default::default() };
+    let params = parsed.parameters.as_ref();
+    if let Some(map) = params {
+        for (key, value) in map {
+            match key.as_str() {
+                "sequence_id" => {
+                    request.correlation_id = match value {
+                        Value::Number(n) => n.as_u64().map(CorrelationId::Numeric).ok_or_else(|| {
+                            InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")
+                        })?,
+                        Value::String(s) => CorrelationId::Text(s.clone()),
+                        _ => return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")),
+                    };
+                    if matches!(&request.correlation_id, CorrelationId::Numeric(0))
+                        || matches!(&request.correlation_id, CorrelationId::Text(s) if s.is_empty())
+                    {
+                        request.correlation_id = CorrelationId::None;
+                    }
+                }
+                "sequence_start" => request.sequence_start = bool_param(params, key)?.unwrap_or(false),
+                "sequence_end" => request.sequence_end = bool_param(params, key)?.unwrap_or(false),
+                k if RESERVED.contains(&k) || k.starts_with("triton_") => {}
+                k => request.parameters.push((k.to_string(), param_value(k, value)?)),
+            }
+        }
+    }
+    let mut options =
+        OutputOptions { binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false), binary: Vec::new() };
+
+    for input in parsed.inputs {
+        let datatype: DataType = input
+            .datatype
+            .parse()
+            .map_err(|_| InferError::invalid(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name)))?;
+        let elements = element_count(&input.shape).ok_or_else(|| {
+            InferError::invalid(format!("invalid shape {} for input '{}'", shape_string(&input.shape), input.name))
+        })?;
+        let ip = input.parameters.as_ref();
+        if ip.is_some_and(|m| m.contains_key("shared_memory_region")) {
+            return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
+        }
+        let data = match ip.and_then(|m| m.get("binary_data_size")) {
+            Some(size) => {
+                let size = size
+                    .as_u64()
+                    .ok_or_else(|| InferError::invalid(format!("'binary_data_size' of input '{}' must be an unsigned integer", input.name)))?;
+                if input.data.is_some() {
+                    return Err(InferError::invalid(format!("input '{}' has both 'data' and 'binary_data_size'", input.name)));
+                }
+                if size > binary.len() as u64 {
+                    return Err(InferError::invalid(format!(
+                        "unexpected size for input '{}': 'binary_data_size' is {size} but only {} bytes of binary data remain",
+                        input.name,
+                        binary.len()
+                    )));
+                }
+                binary.split_to(size as usize)
+            }
+            None => {
+                let data = input
+                    .data
+                    .ok_or_else(|| InferError::invalid(format!("input '{}' has neither 'data' nor 'binary_data_size'", input.name)))?;
+                json_to_bytes(&input.name, datatype, elements, &data)?
+            }
+        };
+        request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
+    }
+    if !binary.is_empty() {
+        return Err(InferError::invalid(format!(
+            "{} bytes of binary data follow the inputs but no input claims them",
+            binary.len()
+        )));
+    }
+    for output in parsed.outputs.unwrap_or_default() {
+        let op = output.parameters.as_ref();
+        if op.is_some_and(|m| m.contains_key("classification")) {
+            return Err(InferError::unsupported("the classification extension is not supported by this server"));
+        }
+        if op.is_some_and(|m| m.contains_key("shared_memory_region")) {
+            return Err(InferError::unsupported("shared memory outputs are not supported by this server yet"));
+        }
+        if let Some(b) = bool_param(op, "binary_data")? {
+            options.binary.push((output.name.clone(), b));
+        }
+        request.requested_outputs.push(output.name);
+    }
+    Ok((request, options))
+}
+
+fn decode_raw_binary(
+    body: Bytes,
+    raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
+) -> Result<(InferenceRequest, OutputOptions), InferError> {
+    let (name, datatype, dims, batching) = raw_input()?;
+    let mut shape = if batching { vec![1] } else { Vec::new() };
+    let wildcards = dims.iter().filter(|d| **d < 0).count();
+    match (datatype.element_size(), wildcards) {
+        (_, 0) => shape.extend_from_slice(&dims),
+        (Some(size), 1) => {
+            let known: i64 = dims.iter().filter(|d| **d > 0).product();
+            let unit = known as usize * size;
+            if unit == 0 || body.len() % unit != 0 {
+                return Err(InferError::invalid(format!(
+                    "raw binary request of {} bytes does not fit input '{name}' with dims {}",
+                    body.len(),
+                    shape_string(&dims)
+                )));
+            }
+            let fill = (body.len() / unit) as i64;
+            shape.extend(dims.iter().map(|d| if *d < 0 { fill } else { *d }));
+        }
+        (None, 1) if dims.len() == 1 => {
+            let count = crate::tensor::count_bytes_elements(&body).map_err(|e| InferError::invalid(format!("input '{name}': {e}")))?;
+            shape.push(count as i64);
+        }
+        _ => {
+            return Err(InferError::invalid(format!(
+                "raw binary request cannot determine the shape of input '{name}' with dims {}",
+                shape_string(&dims)
+            )));
+        }
+    }
+    let request = InferenceRequest { inputs: vec![Tensor { name, datatype, shape, data: body }], ..Default::default() };
+    Ok((request, OutputOptions { binary_default: true, binary: Vec::new() }))
+}
+
+/// Converts JSON `data` (nested or flat, row-major) to little-endian bytes. The element count is
+/// checked against `expected` as leaves are visited, so a lying shape cannot cause a huge allocation.
+fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) -> Result<Bytes, InferError> {
+    let bad = |why: String| InferError::invalid(format!("unable to parse 'data' of input '{name}': {why}"));
+    if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
+        return Err(bad(format!("datatype {datatype} has no JSON form; send it as binary data")));
+    }
+    let mut leaves: Vec<&Value> = Vec::new();
+    let mut stack = vec![data];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            leaf => {
+                if leaves.len() as u64 >= expected {
+                    return Err(bad(format!("more elements than the shape's {expected}")));
+                }
+                leaves.push(leaf);
+            }
+        }
+    }
+    if leaves.len() as u64 != expected {
+        return Err(bad(format!("{} elements given, the shape needs {expected}", leaves.len())));
+    }
+    let size = datatype.element_size().unwrap_or(4);
+    let mut out = BytesMut::with_capacity(leaves.len() * size);
+    for leaf in leaves {
+        let int = || leaf.as_i64().ok_or_else(|| bad(format!("expected an integer, got {leaf}")));
+        let uint = || leaf.as_u64().ok_or_else(|| bad(format!("expected an unsigned integer, got {leaf}")));
+        macro_rules! narrow {
+            ($get:expr, $t:ty) => {{
+                let v = $get()?;
+                <$t>::try_from(v).map_err(|_| bad(format!("{v} is out of range for {datatype}")))?
+            }};
+        }
+        match datatype {
+            DataType::Bool => out.put_u8(leaf.as_bool().ok_or_else(|| bad(format!("expected a boolean, got {leaf}")))? as u8),
+            DataType::Int8 => out.put_i8(narrow!(int, i8)),
+            DataType::Int16 => out.put_i16_le(narrow!(int, i16)),
+            DataType::Int32 => out.put_i32_le(narrow!(int, i32)),
+            DataType::Int64 => out.put_i64_le(int()?),
+            DataType::Uint8 => out.put_u8(narrow!(uint, u8)),
+            DataType::Uint16 => out.put_u16_le(narrow!(uint, u16)),
+            DataType::Uint32 => out.put_u32_le(narrow!(uint, u32)),
+            DataType::Uint64 => out.put_u64_le(uint()?),
+            DataType::Fp32 => out.put_f32_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))? as f32),
+            DataType::Fp64 => out.put_f64_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))?),
+            DataType::Bytes => {
+                let s = leaf.as_str().ok_or_else(|| bad(format!("expected a string, got {leaf}")))?;
+                out.put_u32_le(s.len() as u32);
+                out.put_slice(s.as_bytes());
+            }
+            DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// Serialises a tensor's elements as a flat JSON array without an intermediate `Value` tree.
+struct JsonData<'a>(&'a Tensor);
+
+impl serde::Serialize for JsonData<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let d = &t.data[..];
+        let mut seq = s.serialize_seq(None)?;
+        macro_rules! each {
+            ($n:expr, $f:expr) => {
+                for c in d.chunks_exact($n) {
+                    seq.serialize_element(&$f(c))?;
+                }
+            };
+        }
+        match t.datatype {
+            DataType::Bool => each!(1, |c: &[u8]| c[0] != 0),
+            DataType::Uint8 => each!(1, |c: &[u8]| c[0]),
+            DataType::Int8 => each!(1, |c: &[u8]| c[0] as i8),
+            DataType::Uint16 => each!(2, |c: &[u8]| u16::from_le_bytes([c[0], c[1]])),
+            DataType::Int16 => each!(2, |c: &[u8]| i16::from_le_bytes([c[0], c[1]])),
+            DataType::Uint32 => each!(4, |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::Int32 => each!(4, |c: &[u8]| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::Fp32 => each!(4, |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::Uint64 => each!(8, |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            DataType::Int64 => each!(8, |c: &[u8]| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            DataType::Fp64 => each!(8, |c: &[u8]| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            DataType::Bytes => {
+                for element in bytes_elements(d).flatten() {
+                    seq.serialize_element(&String::from_utf8_lossy(element))?;
+                }
+            }
+            DataType::Fp16 | DataType::Bf16 => {}
+        }
+        seq.end()
+    }
+}
+
+/// An encoded response: the body and, when binary tensors follow the JSON, the JSON's length.
+pub struct EncodedResponse {
+    pub body: Bytes,
+    pub header_len: Option<usize>,
+}
+
+fn param_json(v: &ParamValue) -> Value {
+    match v {
+        ParamValue::Bool(b) => Value::Bool(*b),
+        ParamValue::Int64(i) => Value::from(*i),
+        ParamValue::Uint64(u) => Value::from(*u),
+        ParamValue::Double(d) => Value::from(*d),
+        ParamValue::String(s) => Value::String(s.clone()),
+    }
+}
+
+/// Encodes a response as JSON, with binary outputs appended per `options`.
+pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) -> EncodedResponse {
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        name: &'a str,
+        datatype: &'static str,
+        shape: &'a [i64],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parameters: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<JsonData<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        model_name: &'a str,
+        model_version: String,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        id: &'a str,
+        #[serde(skip_serializing_if = "Map::is_empty")]
+        parameters: Map<String, Value>,
+        outputs: Vec<Out<'a>>,
+    }
+    let mut binary: Vec<&Bytes> = Vec::new();
+    let outputs = response
+        .outputs
+        .iter()
+        .map(|t| {
+            if options.is_binary(&t.name, t.datatype) {
+                binary.push(&t.data);
+                Out {
+                    name: &t.name,
+                    datatype: t.datatype.wire_name(),
+                    shape: &t.shape,
+                    parameters: Some(serde_json::json!({"binary_data_size": t.data.len()})),
+                    data: None,
+                }
+            } else {
+                Out { name: &t.name, datatype: t.datatype.wire_name(), shape: &t.shape, parameters: None, data: Some(JsonData(t)) }
+            }
+        })
+        .collect();
+    let body = Body {
+        model_name: &response.model_name,
+        model_version: response.model_version.to_string(),
+        id: &response.id,
+        parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_json(v))).collect(),
+        outputs,
+    };
+    let binary_len: usize = binary.iter().map(|b| b.len()).sum();
+    let mut out = Vec::with_capacity(256 + binary_len);
+    serde_json::to_writer(&mut out, &body).expect("serialising to a Vec cannot fail");
+    if binary.is_empty() {
+        return EncodedResponse { body: out.into(), header_len: None };
+    }
+    let header_len = out.len();
+    for b in binary {
+        out.extend_from_slice(b);
+    }
+    EncodedResponse { body: out.into(), header_len: Some(header_len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_raw() -> Result<(String, DataType, Vec<i64>, bool), InferError> {
+        Err(InferError::invalid("no raw"))
+    }
+
+    #[test]
+    fn json_and_binary_inputs() {
+        let json = br#"{"id":"7","inputs":[{"name":"A","shape":[1,2],"datatype":"INT32","data":[[1,2]]},
+            {"name":"B","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}],
+            "outputs":[{"name":"X","parameters":{"binary_data":true}}],"parameters":{"p":3,"sequence_id":5}}"#;
+        let mut body = json.to_vec();
+        body.extend_from_slice(&1f32.to_le_bytes());
+        body.extend_from_slice(&2f32.to_le_bytes());
+        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw).unwrap();
+        assert_eq!(r.id, "7");
+        assert_eq!(&r.inputs[0].data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(r.inputs[1].data.len(), 8);
+        assert_eq!(r.parameters, vec![("p".to_string(), ParamValue::Int64(3))]);
+        assert_eq!(r.correlation_id, CorrelationId::Numeric(5));
+        assert!(o.is_binary("X", DataType::Int32));
+    }
+
+    #[test]
+    fn lying_shapes_are_rejected_without_allocating() {
+        let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
+        let err = decode_request(Bytes::from_static(json), None, no_raw).unwrap_err();
+        assert!(err.message.contains("1 elements given"), "{}", err.message);
+        let json = br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
+        assert!(decode_request(Bytes::from_static(json), None, no_raw).is_err());
+        let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT8","data":[1,300]}]}"#;
+        assert!(decode_request(Bytes::from_static(json), None, no_raw).unwrap_err().message.contains("out of range"));
+    }
+
+    #[test]
+    fn binary_framing_faults() {
+        let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
+        let mut body = json.to_vec();
+        body.extend_from_slice(&[0; 4]);
+        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw).is_err());
+        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw).is_err());
+        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw).is_err());
+    }
+}

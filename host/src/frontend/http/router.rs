@@ -1,0 +1,268 @@
+//! Routes of the KServe v2 HTTP/REST protocol (plus Triton's extensions that exist so far) onto the
+//! server core. Handlers only translate: every decision is the server's.
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
+
+use super::codec::{self, OutputOptions};
+use super::compression::{self, Encoding};
+use crate::error::InferError;
+use crate::server::{EXTENSIONS, Server};
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// Settings of the HTTP frontend.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// Largest request body accepted, compressed or not (`--http-max-input-size`).
+    pub max_input_size: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        // tritonserver's default --http-max-input-size: 64 MiB.
+        HttpOptions { max_input_size: 64 << 20 }
+    }
+}
+
+const HEADER_LEN: &str = "inference-header-content-length";
+
+fn reply(status: StatusCode, content_type: Option<&'static str>, body: Bytes) -> HttpResponse {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    if let Some(ct) = content_type {
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    }
+    r
+}
+
+fn json_reply(value: &serde_json::Value) -> HttpResponse {
+    reply(StatusCode::OK, Some("application/json"), Bytes::from(value.to_string()))
+}
+
+fn empty(status: StatusCode) -> HttpResponse {
+    reply(status, None, Bytes::new())
+}
+
+/// The one place an error becomes an HTTP response: Triton's status mapping, `{"error": …}` body.
+pub fn error_reply(e: &InferError) -> HttpResponse {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    reply(status, Some("application/json"), Bytes::from(json!({ "error": e.message }).to_string()))
+}
+
+/// A parsed `/v2/models/{name}[/versions/{v}][/{action}]` path.
+struct ModelPath {
+    name: String,
+    version: Option<i64>,
+    action: Option<String>,
+}
+
+fn percent_decode(s: &str) -> Result<String, InferError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or_else(|| InferError::invalid("malformed percent-encoding in the path"))?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| InferError::invalid("malformed percent-encoding in the path"))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| InferError::invalid("the path is not UTF-8"))
+}
+
+fn parse_model_path(rest: &str) -> Result<ModelPath, InferError> {
+    let segments: Vec<&str> = rest.split('/').collect();
+    let name = percent_decode(segments.first().copied().unwrap_or_default())?;
+    let (version, tail) = match segments.get(1) {
+        Some(&"versions") => {
+            let v = segments.get(2).copied().unwrap_or_default();
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(InferError::invalid(format!("version '{v}' in the path is not a number")));
+            }
+            let v: i64 = v.parse().map_err(|_| InferError::invalid(format!("version '{v}' in the path is out of range")))?;
+            (Some(v), &segments[3.min(segments.len())..])
+        }
+        _ => (None, &segments[1.min(segments.len())..]),
+    };
+    let action = match tail {
+        [] => None,
+        [a] => Some(a.to_string()),
+        _ => return Err(InferError::not_found("Not Found")),
+    };
+    if name.is_empty() {
+        return Err(InferError::not_found("Not Found"));
+    }
+    Ok(ModelPath { name, version, action })
+}
+
+/// Reads the whole body within the size limit, undoing any `Content-Encoding`.
+async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, InferError> {
+    let too_big = || InferError::invalid(format!("request body exceeds the limit of {limit} bytes (--http-max-input-size)"));
+    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(too_big());
+    }
+    let raw = Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| if e.is::<http_body_util::LengthLimitError>() { too_big() } else { InferError::invalid(format!("failed to read the request body: {e}")) })?
+        .to_bytes();
+    let encoding = match headers.get(header::CONTENT_ENCODING) {
+        Some(v) => Encoding::from_content_encoding(v.to_str().map_err(|_| InferError::invalid("bad Content-Encoding"))?)?,
+        None => None,
+    };
+    match encoding {
+        Some(enc) => compression::decompress(enc, &raw, limit),
+        None => Ok(raw),
+    }
+}
+
+/// Handles one request; never fails (errors become responses).
+pub async fn handle(server: Arc<Server>, options: Arc<HttpOptions>, req: Request<Incoming>) -> HttpResponse {
+    let accept = req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).and_then(Encoding::from_accept_encoding);
+    let response = match route(&server, &options, req).await {
+        Ok(r) => r,
+        Err(e) => error_reply(&e),
+    };
+    match accept {
+        Some(enc) if !response.body().size_hint().exact().is_some_and(|n| n == 0) => compress_response(response, enc).await,
+        _ => response,
+    }
+}
+
+async fn compress_response(response: HttpResponse, enc: Encoding) -> HttpResponse {
+    let (mut parts, body) = response.into_parts();
+    let Ok(collected) = body.collect().await;
+    let packed = compression::compress(enc, &collected.to_bytes());
+    parts.headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc.name()));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Full::new(packed))
+}
+
+async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let method = req.method().clone();
+    let (get, post) = (method == Method::GET, method == Method::POST);
+    match path.as_str() {
+        "/v2" if get => {
+            return Ok(json_reply(&json!({
+                "name": "nereus",
+                "version": env!("CARGO_PKG_VERSION"),
+                "extensions": EXTENSIONS,
+            })));
+        }
+        "/v2/health/live" if get => return Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        "/v2/health/ready" if get => return Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        "/v2/repository/index" if post => {
+            let (parts, body) = req.into_parts();
+            let body = read_body(&parts.headers, body, options.max_input_size).await?;
+            let ready = if body.is_empty() {
+                false
+            } else {
+                let v: serde_json::Value = serde_json::from_slice(&body)
+                    .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+                v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
+            };
+            return Ok(json_reply(&serde_json::Value::Array(server.index(ready))));
+        }
+        _ => {}
+    }
+    if let Some(rest) = path.strip_prefix("/v2/repository/models/") {
+        if post && (rest.ends_with("/load") || rest.ends_with("/unload")) {
+            // tritonserver answers this way whenever the model control mode is not EXPLICIT.
+            return Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"));
+        }
+    }
+    if let Some(rest) = path.strip_prefix("/v2/models/") {
+        let mp = parse_model_path(rest)?;
+        return match (mp.action.as_deref(), get, post) {
+            (None, true, _) => Ok(json_reply(&server.metadata(&mp.name, mp.version)?)),
+            (Some("ready"), true, _) => {
+                Ok(empty(if server.is_model_ready(&mp.name, mp.version) { StatusCode::OK } else { StatusCode::BAD_REQUEST }))
+            }
+            (Some("config"), true, _) => Ok(json_reply(&server.config(&mp.name, mp.version)?)),
+            (Some("infer"), _, true) => infer(server, options, mp, req).await,
+            (Some("stats"), true, _) => Err(InferError::unsupported("the statistics extension is not implemented yet")),
+            (Some("trace"), _, _) => Err(InferError::unsupported("the trace extension is not implemented")),
+            (Some("generate" | "generate_stream"), _, _) => Err(InferError::unsupported("the generate extension is not implemented")),
+            (Some(_), _, _) | (None, false, _) => Err(InferError::not_found("Not Found")),
+        };
+    }
+    if server.options().test_hooks
+        && let Some(rest) = path.strip_prefix("/nereus/test/models/")
+    {
+        return test_hook(server, rest, post, req).await;
+    }
+    Err(InferError::not_found("Not Found"))
+}
+
+async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+    let (parts, body) = req.into_parts();
+    let header_len = match parts.headers.get(HEADER_LEN) {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| InferError::invalid("Inference-Header-Content-Length must be a non-negative integer"))?,
+        ),
+        None => None,
+    };
+    let body = read_body(&parts.headers, body, options.max_input_size).await?;
+    let (mut request, output_options): (_, OutputOptions) = codec::decode_request(body, header_len, || {
+        let model = server.version(&mp.name, mp.version)?;
+        match model.io.inputs.as_slice() {
+            [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
+            _ => Err(InferError::invalid(format!(
+                "raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{}' has {}",
+                mp.name,
+                model.io.inputs.len()
+            ))),
+        }
+    })?;
+    request.model_name = mp.name;
+    request.model_version = mp.version;
+    let receiver = server.infer(request)?;
+    let response = receiver
+        .await
+        .map_err(|_| InferError::internal("the request was dropped without a response"))??;
+    let encoded = codec::encode_response(&response, &output_options);
+    Ok(match encoded.header_len {
+        Some(n) => {
+            let mut r = reply(StatusCode::OK, Some("application/octet-stream"), encoded.body);
+            r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
+            r
+        }
+        None => reply(StatusCode::OK, Some("application/json"), encoded.body),
+    })
+}
+
+/// Test-only hooks (enabled by `--test-hooks`): hold a model's instances at a gate before they
+/// execute, and read how many executions were in flight at once.
+async fn test_hook(server: &Arc<Server>, rest: &str, post: bool, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+    let (name, action) = rest.split_once('/').ok_or_else(|| InferError::not_found("Not Found"))?;
+    let model = server.version(name, None)?;
+    match (action, post) {
+        ("gate", true) => {
+            let body = req.into_body().collect().await.map_err(|e| InferError::invalid(e.to_string()))?.to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| InferError::invalid(e.to_string()))?;
+            let open = v.get("open").and_then(|o| o.as_bool()).ok_or_else(|| InferError::invalid("need {\"open\": bool}"))?;
+            model.probe.set_gate(open);
+            Ok(empty(StatusCode::OK))
+        }
+        ("executions", false) => {
+            let (in_flight, max_in_flight, executions) = model.probe.snapshot();
+            Ok(json_reply(&json!({"in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions})))
+        }
+        _ => Err(InferError::not_found("Not Found")),
+    }
+}

@@ -1,0 +1,2 @@
+//! Frontends.
+pub mod http;

@@ -1,0 +1,22 @@
+//! Nereus: an inference server that speaks Triton's protocols and model-repository format, runs
+//! custom backends as sandboxed WebAssembly components, and does scheduling natively.
+//!
+//! The request path, top to bottom: [`frontend`] decodes a request into an
+//! [`request::InferenceRequest`]; [`server::Server`] resolves the model version; [`model`] validates
+//! it ([`validate`]) and hands it to the model's [`scheduler`]; an instance worker executes the
+//! batch in its [`backend`]; the backend answers through the request's [`request::ResponseSender`];
+//! the frontend encodes the response.
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod frontend;
+pub mod model;
+pub mod repository;
+pub mod request;
+pub mod scheduler;
+pub mod server;
+pub mod tensor;
+pub mod validate;

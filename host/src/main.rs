@@ -1,0 +1,83 @@
+//! `nereus`: serve a model repository. See `nereus --help`.
+use std::sync::Arc;
+
+use clap::Parser;
+use nereus::cli::{Cli, Command, ServeArgs};
+use nereus::frontend::http::{self, HttpOptions};
+use nereus::server::{Server, ServerOptions};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    let level = if args.log_verbose > 0 { "debug" } else { "info" };
+    let filter = EnvFilter::try_from_env("NEREUS_LOG").unwrap_or_else(|_| {
+        EnvFilter::new(format!("{level},wasmtime=warn,cranelift=warn,hyper=warn,h2=warn"))
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    if args.model_repository.is_empty() {
+        anyhow::bail!("--model-repository is required");
+    }
+    serve(args)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let server = Server::start(ServerOptions {
+        model_repositories: args.model_repository.clone(),
+        backend_directory: args.backend_directory.clone(),
+        cache_directory: args.cache_directory(),
+        strict_readiness: args.strict_readiness,
+        test_hooks: args.test_hooks,
+    })?;
+    if args.allow_grpc {
+        tracing::warn!("the gRPC frontend is not part of this build yet; --grpc-port {} is not served", args.grpc_port);
+    }
+    if args.allow_metrics {
+        tracing::warn!("the metrics endpoint is not part of this build yet; --metrics-port {} is not served", args.metrics_port);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
+    runtime.block_on(async {
+        let mut tasks = Vec::new();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if args.allow_http {
+            let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
+            tracing::info!("Started HTTPService at {}", listener.local_addr()?);
+            let options = HttpOptions { max_input_size: args.http_max_input_size };
+            let mut stop = stop_rx.clone();
+            tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })));
+        }
+        shutdown_signal().await;
+        tracing::info!("shutting down: draining in-flight requests");
+        server.begin_shutdown();
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        let s: Arc<Server> = server.clone();
+        tokio::task::spawn_blocking(move || s.unload_all()).await?;
+        tracing::info!("stopped");
+        anyhow::Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

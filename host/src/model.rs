@@ -1,0 +1,140 @@
+//! A loaded model version: its configuration, I/O spec, health, scheduler and instances.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::wasm::WasmModelTeardown;
+use crate::config::ModelConfig;
+use crate::error::InferError;
+use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender};
+use crate::scheduler::DefaultScheduler;
+use crate::validate::{IoSpec, validate_request};
+
+/// Whether a loaded version can serve; an instance that cannot be rebuilt after a fault makes it
+/// UNAVAILABLE with the reason.
+#[derive(Default)]
+pub struct Health {
+    unavailable: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Health {
+    pub fn is_ready(&self) -> bool {
+        !self.unavailable.load(Ordering::Acquire)
+    }
+    pub fn set_unavailable(&self, reason: String) {
+        *self.reason.lock() = Some(reason);
+        self.unavailable.store(true, Ordering::Release);
+    }
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().clone()
+    }
+}
+
+/// Counts executions in flight (the host's proof that instances run concurrently) and, when test
+/// hooks are on, holds instances at a gate before they execute, so tests can queue work
+/// deterministically instead of racing the clock.
+#[derive(Default)]
+pub struct ExecutionProbe {
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    executions: AtomicU64,
+    gate_closed: Mutex<bool>,
+    gate: Condvar,
+}
+
+impl ExecutionProbe {
+    pub fn enter(&self) {
+        let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::AcqRel);
+        let mut closed = self.gate_closed.lock();
+        while *closed {
+            self.gate.wait(&mut closed);
+        }
+    }
+
+    pub fn exit(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.executions.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn set_gate(&self, open: bool) {
+        *self.gate_closed.lock() = !open;
+        if open {
+            self.gate.notify_all();
+        }
+    }
+
+    /// (executions in flight now, the most ever in flight at once, executions completed)
+    pub fn snapshot(&self) -> (usize, usize, u64) {
+        (
+            self.in_flight.load(Ordering::Acquire),
+            self.max_in_flight.load(Ordering::Acquire),
+            self.executions.load(Ordering::Acquire),
+        )
+    }
+}
+
+pub struct ModelVersion {
+    pub name: Arc<str>,
+    pub version: i64,
+    pub config: Arc<ModelConfig>,
+    /// The configuration as `GET …/config` renders it (computed once).
+    pub config_json: serde_json::Value,
+    pub io: Arc<IoSpec>,
+    pub health: Arc<Health>,
+    pub probe: Arc<ExecutionProbe>,
+    scheduler: DefaultScheduler,
+    teardown: Mutex<Option<WasmModelTeardown>>,
+}
+
+impl ModelVersion {
+    pub fn new(
+        config: Arc<ModelConfig>,
+        version: i64,
+        io: Arc<IoSpec>,
+        health: Arc<Health>,
+        instances: Vec<Box<dyn crate::backend::BackendInstance>>,
+        teardown: WasmModelTeardown,
+    ) -> Self {
+        let probe = Arc::new(ExecutionProbe::default());
+        let scheduler = DefaultScheduler::start(&config.name, instances, probe.clone());
+        ModelVersion {
+            name: config.name.as_str().into(),
+            version,
+            config_json: crate::config::to_json(&config),
+            config,
+            io,
+            health,
+            probe,
+            scheduler,
+            teardown: Mutex::new(Some(teardown)),
+        }
+    }
+
+    /// Validates `request` and queues it; the receiver yields its one final outcome.
+    pub fn infer(&self, mut request: InferenceRequest) -> Result<ResponseReceiver, InferError> {
+        if !self.health.is_ready() {
+            return Err(InferError::unavailable(format!(
+                "model '{}' version {} is not ready: {}",
+                self.name,
+                self.version,
+                self.health.reason().unwrap_or_default()
+            )));
+        }
+        validate_request(&self.io, &mut request)?;
+        let (sender, receiver) = ResponseSender::unary();
+        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
+        Ok(receiver)
+    }
+
+    /// Unloads: drains queued requests, finalises instances, then the model and its backend.
+    /// Blocks; call it off the async reactor.
+    pub fn unload(&self) {
+        self.scheduler.shutdown();
+        if let Some(t) = self.teardown.lock().take() {
+            t.finalize();
+        }
+    }
+}

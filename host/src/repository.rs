@@ -1,0 +1,191 @@
+//! The model repository: finding models and their versions on disk and loading them. A model whose
+//! configuration or backend is unusable becomes UNAVAILABLE with the reason; the others load.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::backend::wasm::{self, BackendRegistry, SandboxPolicy, WasmRuntime};
+use crate::backend::{ComponentSource, backend_name, find_component, instances_of};
+use crate::config::schema::model_version_policy::PolicyChoice;
+use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt};
+use crate::model::{Health, ModelVersion};
+use crate::validate::IoSpec;
+
+/// The state of one version, as the repository index reports it.
+pub enum VersionState {
+    Ready(Arc<ModelVersion>),
+    Unavailable(String),
+}
+
+/// One model of the repository.
+pub struct ModelEntry {
+    pub name: String,
+    pub dir: PathBuf,
+    /// `None` when the configuration itself could not be loaded.
+    pub config: Option<Arc<ModelConfig>>,
+    pub versions: BTreeMap<i64, VersionState>,
+    /// Why the model as a whole is unavailable (bad config, no versions, …).
+    pub reason: Option<String>,
+}
+
+impl ModelEntry {
+    fn unavailable(name: &str, dir: &Path, reason: String) -> Self {
+        ModelEntry { name: name.into(), dir: dir.into(), config: None, versions: BTreeMap::new(), reason: Some(reason) }
+    }
+
+    /// Whether every version the policy selected is ready (and at least one exists).
+    pub fn is_ready(&self) -> bool {
+        self.reason.is_none()
+            && !self.versions.is_empty()
+            && self.versions.values().all(|v| matches!(v, VersionState::Ready(m) if m.health.is_ready()))
+    }
+}
+
+/// What loading needs besides the model's own folder.
+pub struct LoadContext {
+    pub runtime: Arc<WasmRuntime>,
+    pub registry: Arc<BackendRegistry>,
+    pub backend_dir: Option<PathBuf>,
+    pub gpu_count: usize,
+}
+
+/// Lists `(model name, folder)` for every model folder in the repositories. A name that appears in
+/// more than one repository is reported as an error for that name.
+pub fn scan(roots: &[PathBuf]) -> (Vec<(String, PathBuf)>, Vec<(String, String)>) {
+    let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            tracing::error!("model repository {} cannot be read", root.display());
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+            if path.is_dir() && !name.starts_with('.') {
+                found.entry(name).or_default().push(path);
+            }
+        }
+    }
+    let mut models = Vec::new();
+    let mut errors = Vec::new();
+    for (name, dirs) in found {
+        if dirs.len() > 1 {
+            let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            errors.push((name, format!("model appears in more than one repository: {}", list.join(", "))));
+        } else {
+            models.push((name, dirs.into_iter().next().expect("one dir")));
+        }
+    }
+    (models, errors)
+}
+
+/// Numeric version folders; names that are not numbers, or that start with "0", are ignored.
+fn version_dirs(dir: &Path) -> Vec<i64> {
+    let mut versions: Vec<i64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    versions
+}
+
+/// Applies the version policy to the versions on disk.
+fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, String> {
+    let policy = config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref());
+    let selected: Vec<i64> = match policy {
+        Some(PolicyChoice::All(_)) => available.to_vec(),
+        Some(PolicyChoice::Specific(s)) => {
+            if let Some(v) = s.versions.iter().find(|v| !available.contains(v)) {
+                return Err(format!("version {v} named by the 'specific' version policy does not exist"));
+            }
+            s.versions.clone()
+        }
+        Some(PolicyChoice::Latest(l)) => available.iter().rev().take(l.num_versions.max(1) as usize).copied().collect(),
+        None => available.iter().rev().take(1).copied().collect(),
+    };
+    if selected.is_empty() {
+        return Err("at least one version must be available under the version policy of the model".into());
+    }
+    Ok(selected)
+}
+
+/// Reads and validates `<dir>/config.pbtxt`.
+pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
+    let path = dir.join("config.pbtxt");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let config = parse_pbtxt(&text).map_err(|e| format!("config.pbtxt {e}"))?;
+    normalize_and_validate(config, name, gpu_count).map_err(|e| format!("invalid config.pbtxt: {e}"))
+}
+
+/// Loads one model: its configuration, then each version the policy selects.
+pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
+    let config = match read_config(name, dir, ctx.gpu_count) {
+        Ok(c) => Arc::new(c),
+        Err(reason) => return ModelEntry::unavailable(name, dir, reason),
+    };
+    let prepared = SandboxPolicy::from_config(&config)
+        .map_err(|e| e.0)
+        .and_then(|policy| Ok((policy, backend_name(&config)?)))
+        .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)));
+    let (policy, backend, selected) = match prepared {
+        Ok(p) => p,
+        Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
+    };
+    let io = Arc::new(IoSpec::new(&config));
+    let instances = instances_of(&config);
+    let mut versions = BTreeMap::new();
+    for version in selected {
+        let state = match load_version(ctx, dir, &config, &backend, version, &policy, &io, &instances) {
+            Ok(m) => VersionState::Ready(Arc::new(m)),
+            Err(reason) => {
+                tracing::error!("failed to load '{name}' version {version}: {reason}");
+                VersionState::Unavailable(reason)
+            }
+        };
+        versions.insert(version, state);
+    }
+    ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn load_version(
+    ctx: &LoadContext,
+    dir: &Path,
+    config: &Arc<ModelConfig>,
+    backend: &str,
+    version: i64,
+    policy: &SandboxPolicy,
+    io: &Arc<IoSpec>,
+    instances: &[crate::backend::InstanceDesc],
+) -> Result<ModelVersion, String> {
+    let bytes: std::borrow::Cow<'static, [u8]> = match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
+        ComponentSource::File(path) => {
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
+        }
+        ComponentSource::Bundled(bytes) => bytes.into(),
+    };
+    let component = ctx
+        .runtime
+        .load(&bytes)
+        .map_err(|e| format!("backend '{backend}' is not a usable nereus:backend component: {e:#}"))?;
+    let health = Arc::new(Health::default());
+    let loaded = wasm::load(wasm::WasmLoad {
+        runtime: &ctx.runtime,
+        registry: &ctx.registry,
+        component,
+        backend_name: backend,
+        model_name: &config.name,
+        version,
+        config_json: crate::config::to_json(config).to_string(),
+        policy: policy.clone(),
+        io: io.clone(),
+        instances,
+        health: health.clone(),
+    })?;
+    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, loaded.teardown))
+}

@@ -1,0 +1,119 @@
+//! The one request type and one response type that flow frontend → server → scheduler → instance →
+//! backend → response sender. Frontends translate at the edge; nothing below them knows which
+//! protocol a request came from.
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::error::InferError;
+use crate::tensor::DataType;
+
+/// A request or response parameter value (Triton's InferParameter oneof).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamValue {
+    Bool(bool),
+    Int64(i64),
+    Uint64(u64),
+    Double(f64),
+    String(String),
+}
+
+/// A named tensor whose bytes are a slice of the request body (no copy), or backend output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    /// Row-major, little-endian; BYTES elements length-prefixed.
+    pub data: Bytes,
+}
+
+/// A sequence correlation id (`sequence_id`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CorrelationId {
+    #[default]
+    None,
+    Numeric(u64),
+    Text(String),
+}
+
+/// An inference request after decoding, before validation against the model.
+#[derive(Clone, Debug, Default)]
+pub struct InferenceRequest {
+    pub model_name: String,
+    /// `None` selects the version the version policy makes current (the highest ready one).
+    pub model_version: Option<i64>,
+    pub id: String,
+    pub correlation_id: CorrelationId,
+    pub sequence_start: bool,
+    pub sequence_end: bool,
+    /// Custom parameters for the backend (reserved keys removed by the frontend).
+    pub parameters: Vec<(String, ParamValue)>,
+    pub inputs: Vec<Tensor>,
+    /// Names of the outputs to return; empty means every output of the model.
+    pub requested_outputs: Vec<String>,
+}
+
+/// A response: the outputs a backend produced, already checked against the model configuration.
+#[derive(Clone, Debug)]
+pub struct InferenceResponse {
+    pub model_name: Arc<str>,
+    pub model_version: i64,
+    pub id: String,
+    pub parameters: Vec<(String, ParamValue)>,
+    pub outputs: Vec<Tensor>,
+}
+
+/// What a frontend awaits: one final outcome per request.
+pub type ResponseReceiver = oneshot::Receiver<Result<InferenceResponse, InferError>>;
+
+/// Where a request's responses go. It enforces "exactly one final response": sending after the
+/// final one is refused, and dropping it unanswered makes the frontend see an error instead of a
+/// hang.
+#[derive(Debug)]
+pub struct ResponseSender {
+    unary: Option<oneshot::Sender<Result<InferenceResponse, InferError>>>,
+}
+
+impl ResponseSender {
+    /// A sender for a request that expects exactly one response, and the frontend's receiver.
+    pub fn unary() -> (Self, ResponseReceiver) {
+        let (tx, rx) = oneshot::channel();
+        (ResponseSender { unary: Some(tx) }, rx)
+    }
+
+    /// Whether the final response has been sent.
+    pub fn is_complete(&self) -> bool {
+        self.unary.is_none()
+    }
+
+    /// Sends the final outcome. Returns `false` when the request was already complete.
+    pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
+        match self.unary.take() {
+            Some(tx) => {
+                // The client may have gone away; that is not the backend's fault.
+                let _ = tx.send(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A validated request on its way through a scheduler, with its response sender.
+#[derive(Debug)]
+pub struct Job {
+    pub request: InferenceRequest,
+    pub sender: ResponseSender,
+    /// When the request entered the scheduler's queue.
+    pub enqueued: Instant,
+}
+
+impl Job {
+    /// Fails the request unless it is already complete.
+    pub fn fail(&mut self, error: InferError) {
+        self.sender.send_final(Err(error));
+    }
+}

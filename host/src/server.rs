@@ -1,0 +1,220 @@
+//! The server core both frontends call: model lookup by name and version, readiness, metadata,
+//! inference, and orderly shutdown.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+use serde_json::json;
+
+use crate::backend::wasm::{BackendRegistry, WasmRuntime};
+use crate::error::InferError;
+use crate::model::ModelVersion;
+use crate::repository::{self, LoadContext, ModelEntry, VersionState};
+use crate::request::{InferenceRequest, ResponseReceiver};
+
+/// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
+pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "parameters"];
+
+/// How the server is set up (the CLI fills this).
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub model_repositories: Vec<PathBuf>,
+    pub backend_directory: Option<PathBuf>,
+    /// Where compiled components are cached; `None` disables the disk cache.
+    pub cache_directory: Option<PathBuf>,
+    /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
+    pub strict_readiness: bool,
+    /// Enables the test-only hooks (execution gates and counters) under `/nereus/test/`.
+    pub test_hooks: bool,
+}
+
+pub struct Server {
+    models: RwLock<BTreeMap<String, Arc<ModelEntry>>>,
+    options: ServerOptions,
+    shutting_down: AtomicBool,
+    _runtime: Arc<WasmRuntime>,
+}
+
+impl Server {
+    /// Loads every model of the repositories (control mode NONE). Models that fail to load are
+    /// kept as UNAVAILABLE with their reason.
+    pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
+        let runtime = WasmRuntime::new(options.cache_directory.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let ctx = LoadContext {
+            runtime: runtime.clone(),
+            registry: Arc::new(BackendRegistry::default()),
+            backend_dir: options.backend_directory.clone(),
+            gpu_count: 0,
+        };
+        let (found, conflicts) = repository::scan(&options.model_repositories);
+        let mut models = BTreeMap::new();
+        for (name, reason) in conflicts {
+            tracing::error!("model '{name}' is unavailable: {reason}");
+            models.insert(
+                name.clone(),
+                Arc::new(ModelEntry {
+                    name,
+                    dir: PathBuf::new(),
+                    config: None,
+                    versions: BTreeMap::new(),
+                    reason: Some(reason),
+                }),
+            );
+        }
+        for (name, dir) in found {
+            let entry = repository::load_model(&name, &dir, &ctx);
+            match (&entry.reason, entry.is_ready()) {
+                (Some(reason), _) => tracing::error!("model '{name}' is unavailable: {reason}"),
+                (None, true) => tracing::info!("model '{name}' loaded: versions {:?}", entry.versions.keys().collect::<Vec<_>>()),
+                (None, false) => tracing::warn!("model '{name}' loaded with unavailable versions"),
+            }
+            models.insert(name, Arc::new(entry));
+        }
+        Ok(Arc::new(Server { models: RwLock::new(models), options, shutting_down: AtomicBool::new(false), _runtime: runtime }))
+    }
+
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
+    }
+
+    pub fn is_live(&self) -> bool {
+        true
+    }
+
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire)
+            && (!self.options.strict_readiness || self.models.read().values().all(|m| m.is_ready()))
+    }
+
+    fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
+        self.models
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{name}' is not found")))
+    }
+
+    /// The model version a request addresses: the given one, or the highest ready one.
+    pub fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError> {
+        let entry = self.entry(name)?;
+        match version {
+            Some(v) => match entry.versions.get(&v) {
+                Some(VersionState::Ready(m)) if m.health.is_ready() => Ok(m.clone()),
+                Some(_) => Err(InferError::unavailable(format!(
+                    "Request for unknown model: '{name}' version {v} is not at ready state"
+                ))),
+                None => Err(InferError::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))),
+            },
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|v| match v {
+                    VersionState::Ready(m) if m.health.is_ready() => Some(m.clone()),
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    let why = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                    InferError::unavailable(format!("Request for unknown model: '{name}' has no available versions{why}"))
+                }),
+        }
+    }
+
+    pub fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        !self.shutting_down.load(Ordering::Acquire) && self.version(name, version).is_ok()
+    }
+
+    /// Model metadata in the KServe v2 shape.
+    pub fn metadata(&self, name: &str, version: Option<i64>) -> Result<serde_json::Value, InferError> {
+        let model = self.version(name, version)?;
+        let entry = self.entry(name)?;
+        let versions: Vec<String> = match version {
+            Some(v) => vec![v.to_string()],
+            None => entry
+                .versions
+                .iter()
+                .filter(|(_, s)| matches!(s, VersionState::Ready(m) if m.health.is_ready()))
+                .map(|(v, _)| v.to_string())
+                .collect(),
+        };
+        let config = &model.config;
+        let batch = config.max_batch_size > 0;
+        let tensors = |list: Vec<(&str, i32, &[i64])>| -> Vec<serde_json::Value> {
+            list.into_iter()
+                .map(|(n, dt, dims)| {
+                    let mut shape = if batch { vec![-1] } else { vec![] };
+                    shape.extend_from_slice(dims);
+                    let datatype = crate::tensor::DataType::from_config(dt).map(|d| d.wire_name()).unwrap_or("INVALID");
+                    json!({"name": n, "datatype": datatype, "shape": shape})
+                })
+                .collect()
+        };
+        let platform = if config.platform.is_empty() { &config.backend } else { &config.platform };
+        Ok(json!({
+            "name": name,
+            "versions": versions,
+            "platform": platform,
+            "inputs": tensors(config.input.iter().map(|i| (i.name.as_str(), i.data_type, i.dims.as_slice())).collect()),
+            "outputs": tensors(config.output.iter().map(|o| (o.name.as_str(), o.data_type, o.dims.as_slice())).collect()),
+        }))
+    }
+
+    /// The configuration JSON of a model version.
+    pub fn config(&self, name: &str, version: Option<i64>) -> Result<serde_json::Value, InferError> {
+        Ok(self.version(name, version)?.config_json.clone())
+    }
+
+    /// The repository index: every model and version with its state and reason.
+    pub fn index(&self, ready_only: bool) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for entry in self.models.read().values() {
+            if entry.versions.is_empty() {
+                if !ready_only {
+                    out.push(json!({"name": entry.name, "state": "UNAVAILABLE", "reason": entry.reason.clone().unwrap_or_default()}));
+                }
+                continue;
+            }
+            for (v, state) in &entry.versions {
+                let (state, reason) = match state {
+                    VersionState::Ready(m) if m.health.is_ready() => ("READY", String::new()),
+                    VersionState::Ready(m) => ("UNAVAILABLE", m.health.reason().unwrap_or_default()),
+                    VersionState::Unavailable(r) => ("UNAVAILABLE", r.clone()),
+                };
+                if !ready_only || state == "READY" {
+                    out.push(json!({"name": entry.name, "version": v.to_string(), "state": state, "reason": reason}));
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs inference: resolve the model version, validate, queue. Await the receiver for the
+    /// outcome.
+    pub fn infer(&self, request: InferenceRequest) -> Result<ResponseReceiver, InferError> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(InferError::unavailable("Server is shutting down"));
+        }
+        let model = self.version(&request.model_name, request.model_version)?;
+        model.infer(request)
+    }
+
+    /// Marks the server as stopping: readiness turns false and new requests are refused.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Unloads every model: queued requests finish, then instances, models and backends are
+    /// finalised in that order. Blocks.
+    pub fn unload_all(&self) {
+        let models = std::mem::take(&mut *self.models.write());
+        for entry in models.values() {
+            for state in entry.versions.values() {
+                if let VersionState::Ready(m) = state {
+                    m.unload();
+                }
+            }
+        }
+    }
+}

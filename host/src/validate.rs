@@ -1,0 +1,297 @@
+//! Validation of requests against the model configuration before any backend runs, and of backend
+//! outputs before any client sees them. Messages follow Triton's wording where Triton has one.
+use std::sync::Arc;
+
+use crate::config::ModelConfig;
+use crate::error::InferError;
+use crate::request::{InferenceRequest, Tensor};
+use crate::tensor::{DataType, count_bytes_elements, element_count, shape_string};
+
+/// One input or output of a model, as the configuration declares it.
+#[derive(Clone, Debug)]
+pub struct IoTensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub dims: Vec<i64>,
+    /// The shape the backend sees instead of `dims` (`reshape { shape: […] }`).
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+}
+
+/// A model's inputs and outputs, precomputed from its configuration for the request path.
+#[derive(Debug)]
+pub struct IoSpec {
+    pub model_name: Arc<str>,
+    pub max_batch_size: i64,
+    pub inputs: Vec<IoTensor>,
+    pub outputs: Vec<IoTensor>,
+}
+
+impl IoSpec {
+    /// Builds the spec from a validated configuration (datatypes are known to be valid).
+    pub fn new(config: &ModelConfig) -> Self {
+        let tensor = |name: &str, dt: i32, dims: &[i64], reshape: Option<&Vec<i64>>, optional: bool| IoTensor {
+            name: name.to_string(),
+            datatype: DataType::from_config(dt).unwrap_or(DataType::Bytes),
+            dims: dims.to_vec(),
+            reshape: reshape.cloned(),
+            optional,
+        };
+        IoSpec {
+            model_name: config.name.as_str().into(),
+            max_batch_size: config.max_batch_size as i64,
+            inputs: config
+                .input
+                .iter()
+                .map(|i| tensor(&i.name, i.data_type, &i.dims, i.reshape.as_ref().map(|r| &r.shape), i.optional))
+                .collect(),
+            outputs: config
+                .output
+                .iter()
+                .map(|o| tensor(&o.name, o.data_type, &o.dims, o.reshape.as_ref().map(|r| &r.shape), false))
+                .collect(),
+        }
+    }
+
+    pub fn output(&self, name: &str) -> Option<&IoTensor> {
+        self.outputs.iter().find(|o| o.name == name)
+    }
+
+    fn batching(&self) -> bool {
+        self.max_batch_size > 0
+    }
+}
+
+fn dims_match(dims: &[i64], shape: &[i64]) -> bool {
+    dims.len() == shape.len() && dims.iter().zip(shape).all(|(d, s)| *d == -1 || d == s)
+}
+
+/// Checks `request` against the model and normalises it: fills in the requested outputs when the
+/// client named none, and applies input `reshape`. Returns the request's batch size (1 for models
+/// that do not batch).
+pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result<i64, InferError> {
+    let model = &spec.model_name;
+    // Inputs: known, not duplicated, all required ones present.
+    for (i, input) in request.inputs.iter().enumerate() {
+        if !spec.inputs.iter().any(|s| s.name == input.name) {
+            return Err(InferError::invalid(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                input.name
+            )));
+        }
+        if request.inputs[..i].iter().any(|other| other.name == input.name) {
+            return Err(InferError::invalid(format!("input '{}' given more than once", input.name)));
+        }
+    }
+    let missing: Vec<&str> = spec
+        .inputs
+        .iter()
+        .filter(|s| !s.optional && !request.inputs.iter().any(|i| i.name == s.name))
+        .map(|s| s.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        let required = spec.inputs.iter().filter(|s| !s.optional).count();
+        return Err(InferError::invalid(format!(
+            "expected {required} inputs but got {} inputs for model '{model}'. Missing required input(s) ['{}']",
+            request.inputs.len(),
+            missing.join("', '")
+        )));
+    }
+
+    let mut batch: Option<i64> = None;
+    for input in request.inputs.iter_mut() {
+        let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else { continue };
+        if input.datatype != s.datatype {
+            return Err(InferError::invalid(format!(
+                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                input.name, input.datatype, s.datatype
+            )));
+        }
+        let inner = if spec.batching() {
+            let Some((&b, rest)) = input.shape.split_first() else {
+                return Err(InferError::invalid(format!(
+                    "input '{}' for model '{model}' needs a batch dimension: expected shape {}, got {}",
+                    input.name,
+                    shape_string(&[&[-1], s.dims.as_slice()].concat()),
+                    shape_string(&input.shape)
+                )));
+            };
+            if b < 1 || b > spec.max_batch_size {
+                return Err(InferError::invalid(format!(
+                    "inference request batch-size must be <= {} for '{model}', got {b}",
+                    spec.max_batch_size
+                )));
+            }
+            if *batch.get_or_insert(b) != b {
+                return Err(InferError::invalid(format!(
+                    "input '{}' has batch size {b}, but other inputs of the request have {}",
+                    input.name,
+                    batch.unwrap_or(b)
+                )));
+            }
+            rest
+        } else {
+            &input.shape[..]
+        };
+        if !dims_match(&s.dims, inner) {
+            let expected = if spec.batching() { [&[-1], s.dims.as_slice()].concat() } else { s.dims.clone() };
+            return Err(InferError::invalid(format!(
+                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                input.name,
+                shape_string(&expected),
+                shape_string(&input.shape)
+            )));
+        }
+        check_byte_size(input).map_err(InferError::invalid)?;
+        if let Some(reshape) = &s.reshape {
+            let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
+            shape.extend_from_slice(reshape);
+            input.shape = shape;
+        }
+    }
+
+    if request.requested_outputs.is_empty() {
+        request.requested_outputs = spec.outputs.iter().map(|o| o.name.clone()).collect();
+    } else {
+        for (i, name) in request.requested_outputs.iter().enumerate() {
+            if spec.output(name).is_none() {
+                return Err(InferError::invalid(format!("unexpected inference output '{name}' for model '{model}'")));
+            }
+            if request.requested_outputs[..i].contains(name) {
+                return Err(InferError::invalid(format!("output '{name}' requested more than once")));
+            }
+        }
+    }
+    Ok(batch.unwrap_or(1))
+}
+
+/// Checks that a tensor's bytes agree with its shape and datatype.
+pub fn check_byte_size(t: &Tensor) -> Result<(), String> {
+    let elements = element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
+    match t.datatype.element_size() {
+        Some(size) => {
+            let expected = elements.checked_mul(size as u64);
+            if expected != Some(t.data.len() as u64) {
+                return Err(format!(
+                    "input byte size mismatch for input '{}'. Expected {}, got {}",
+                    t.name,
+                    expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string()),
+                    t.data.len()
+                ));
+            }
+        }
+        None => {
+            let count = count_bytes_elements(&t.data).map_err(|e| format!("tensor '{}': {e}", t.name))?;
+            if count != elements {
+                return Err(format!(
+                    "tensor '{}' has {count} BYTES elements but its shape {} needs {elements}",
+                    t.name,
+                    shape_string(&t.shape)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks one output a backend produced for a request of batch size `batch`. On success returns
+/// the shape the client sees (the configured `dims` when the output has a `reshape`).
+pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, String> {
+    let s = spec.output(&t.name).ok_or_else(|| format!("unknown output '{}'", t.name))?;
+    if t.datatype != s.datatype {
+        return Err(format!("output '{}' has datatype {}, but the model declares {}", t.name, t.datatype, s.datatype));
+    }
+    let declared = s.reshape.as_ref().unwrap_or(&s.dims);
+    let inner = if spec.batching() {
+        match t.shape.split_first() {
+            Some((&b, rest)) if b == batch => rest,
+            _ => {
+                return Err(format!(
+                    "output '{}' has shape {}, but the request's batch size is {batch}",
+                    t.name,
+                    shape_string(&t.shape)
+                ));
+            }
+        }
+    } else {
+        &t.shape[..]
+    };
+    if !dims_match(declared, inner) {
+        return Err(format!(
+            "output '{}' has shape {}, which does not match the declared dims {}",
+            t.name,
+            shape_string(&t.shape),
+            shape_string(declared)
+        ));
+    }
+    check_byte_size(t).map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
+    if s.reshape.is_some() && !s.dims.contains(&-1) {
+        let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };
+        shape.extend_from_slice(&s.dims);
+        return Ok(shape);
+    }
+    Ok(t.shape.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn spec() -> IoSpec {
+        let cfg = crate::config::parse_pbtxt(
+            r#"name: "simple" max_batch_size: 8
+               input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+               output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]"#,
+        )
+        .unwrap();
+        IoSpec::new(&cfg)
+    }
+
+    fn int32(name: &str, shape: Vec<i64>, n: usize) -> Tensor {
+        Tensor { name: name.into(), datatype: DataType::Int32, shape, data: Bytes::from(vec![0u8; n * 4]) }
+    }
+
+    fn request(inputs: Vec<Tensor>) -> InferenceRequest {
+        InferenceRequest { model_name: "simple".into(), inputs, ..Default::default() }
+    }
+
+    #[test]
+    fn accepts_a_good_request_and_fills_outputs() {
+        let mut r = request(vec![int32("INPUT0", vec![2, 16], 32), int32("INPUT1", vec![2, 16], 32)]);
+        assert_eq!(validate_request(&spec(), &mut r), Ok(2));
+        assert_eq!(r.requested_outputs, vec!["OUTPUT0".to_string()]);
+    }
+
+    #[test]
+    fn rejects_each_fault() {
+        let cases: Vec<(Vec<Tensor>, &str)> = vec![
+            (vec![int32("INPUT0", vec![1, 16], 16)], "Missing required input(s) ['INPUT1']"),
+            (vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16), int32("X", vec![1], 1)], "unexpected inference input 'X'"),
+            (vec![int32("INPUT0", vec![1, 15], 15), int32("INPUT1", vec![1, 16], 16)], "Expected [-1,16], got [1,15]"),
+            (vec![int32("INPUT0", vec![9, 16], 144), int32("INPUT1", vec![9, 16], 144)], "batch-size must be <= 8"),
+            (vec![int32("INPUT0", vec![1, 16], 15), int32("INPUT1", vec![1, 16], 16)], "Expected 64, got 60"),
+            (vec![int32("INPUT0", vec![2], 2), int32("INPUT1", vec![2], 2)], "unexpected shape"),
+        ];
+        for (inputs, needle) in cases {
+            let err = validate_request(&spec(), &mut request(inputs)).unwrap_err();
+            assert!(err.message.contains(needle), "{needle}: {}", err.message);
+            assert_eq!(err.http_status(), 400);
+        }
+        let mut fp = request(vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16)]);
+        fp.inputs[0].datatype = DataType::Fp32;
+        assert!(validate_request(&spec(), &mut fp).unwrap_err().message.contains("data-type is 'FP32'"));
+        let mut unknown = request(vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16)]);
+        unknown.requested_outputs = vec!["NOPE".into()];
+        assert!(validate_request(&spec(), &mut unknown).unwrap_err().message.contains("unexpected inference output 'NOPE'"));
+    }
+
+    #[test]
+    fn output_checks() {
+        let s = spec();
+        assert!(check_output(&s, &int32("OUTPUT0", vec![1, 16], 16), 1).is_ok());
+        assert!(check_output(&s, &int32("OUTPUT0", vec![2, 16], 32), 1).is_err());
+        assert!(check_output(&s, &int32("OUTPUT9", vec![1, 16], 16), 1).is_err());
+        assert!(check_output(&s, &int32("OUTPUT0", vec![1, 16], 3), 1).is_err());
+    }
+}

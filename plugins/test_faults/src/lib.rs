@@ -1,0 +1,60 @@
+//! `test_faults`: a test backend that misbehaves on request, to prove the sandbox contains it.
+//! INPUT0 INT32 [-1] comes back as OUTPUT0, unless the request parameter `fault` says otherwise:
+//! "trap" (a panic, which aborts into a Wasm trap), "loop" (never returns), "oom" (allocates past any
+//! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
+//! datatype), "error" (returns an execution error). The model parameter `init_fault` = "model"
+//! makes model initialisation fail, to test load errors.
+use nereus_sdk::{Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter};
+
+struct Faults;
+
+impl Backend for Faults {
+    fn initialize_model(model: &ModelInfo) -> Result<(), String> {
+        match config_parameter(model, "init_fault")?.as_deref() {
+            Some("model") => Err("test_faults: model initialisation refused as configured".into()),
+            _ => Ok(()),
+        }
+    }
+
+    fn new(_model: &ModelInfo, _instance: &InstanceInfo) -> Result<Self, String> {
+        Ok(Faults)
+    }
+
+    fn execute(&mut self, requests: Vec<Request>) -> Result<(), String> {
+        for mut request in requests {
+            let fault = match request.parameter("fault") {
+                Some(ParameterValue::Text(s)) => s.clone(),
+                _ => String::new(),
+            };
+            match fault.as_str() {
+                "trap" => panic!("test_faults: trap requested"),
+                "loop" => {
+                    let mut x: u64 = 0;
+                    loop {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                }
+                "oom" => {
+                    let mut hog: Vec<Vec<u8>> = Vec::new();
+                    loop {
+                        hog.push(vec![1u8; 16 << 20]);
+                        std::hint::black_box(&hog);
+                    }
+                }
+                "no_response" => continue,
+                "error" => return Err("test_faults: execution error requested".into()),
+                "bad_output" => {
+                    let t = Tensor::from_raw("OUTPUT0", DataType::Fp64, vec![1], vec![0; 8]);
+                    request.respond(Response::new().output(t))?;
+                }
+                _ => {
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    request.respond(Response::new().output(t))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+nereus_sdk::export!(Faults);
