@@ -1,6 +1,6 @@
 //! `test_faults`: a test backend that misbehaves on request, to prove the sandbox contains it.
 //! INPUT0 INT32 [-1] comes back as OUTPUT0, unless the request parameter `fault` says otherwise:
-//! "trap" (a panic, which aborts into a Wasm trap), "loop" (never returns), "oom" (allocates past any
+//! "spin" (busy for `spin_ms` ms, then echoes), "trap" (a panic, which aborts into a Wasm trap), "loop" (never returns), "oom" (allocates past any
 //! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
 //! datatype), "error" (returns an execution error). The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
@@ -47,9 +47,29 @@ impl Backend for Faults {
                     let t = Tensor::from_raw("OUTPUT0", DataType::Fp64, vec![1], vec![0; 8]);
                     request.respond(Response::new().output(t))?;
                 }
-                _ => {
+                "spin" => {
+                    // Busy for about `spin_ms` milliseconds, then answers (a long execution).
+                    let ms = match request.parameter("spin_ms") {
+                        Some(ParameterValue::Int64(n)) => *n as u64,
+                        _ => 100,
+                    };
+                    let start = std::time::Instant::now();
+                    while start.elapsed().as_millis() < ms as u128 {
+                        std::hint::spin_loop();
+                    }
                     let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
                     request.respond(Response::new().output(t))?;
+                }
+                _ => {
+                    // Echo: the input as OUTPUT0, every request parameter back as a response
+                    // parameter, and the request id as `echo_id`.
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    let mut response = Response::new().output(t);
+                    for p in request.parameters().to_vec() {
+                        response = response.parameter(p.key, p.value);
+                    }
+                    response = response.parameter("echo_id", ParameterValue::Text(request.id().to_string()));
+                    request.respond(response)?;
                 }
             }
         }

@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
     world: "backend",
 });
 
-pub use nereus::backend::types::{
+pub use self::nereus::backend::types::{
     CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue,
     Request, Response, SequenceFlags, Tensor,
 };

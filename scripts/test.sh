@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests, the integration tests that drive the real `nereus` binary, and Triton's
+# own Python HTTP client against `nereus` serving model_repository/. Works on a fresh machine with
+# rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target, pip brings the client.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+target=${CARGO_TARGET_DIR:-$root/target}
+
+echo "== cargo test (unit + integration)"
+cargo test --release --locked
+
+echo "== Triton's Python client (tritonclient[http]) against nereus"
+venv=${NEREUS_TEST_VENV:-$target/pyvenv}
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, numpy' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http]' numpy
+fi
+log=$(mktemp)
+"$target/release/nereus" serve --model-repository model_repository --http-address 127.0.0.1 --http-port 0 \
+  --allow-grpc=false --allow-metrics=false >"$log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
+port=
+for _ in $(seq 1 600); do
+  port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+  [[ -n $port ]] && break
+  kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
+  sleep 0.1
+done
+[[ -n $port ]] || { echo "nereus did not start"; cat "$log"; exit 1; }
+"$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
+kill -TERM $pid
+wait $pid
+echo "all tests passed"

@@ -1,0 +1,291 @@
+//! Test harness: lays out model repositories in temporary folders, starts the real `nereus` binary
+//! on a free port, and talks HTTP/1.1 to it with a small blocking client. Every wait is bounded, so
+//! a hang fails the test instead of stalling CI.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any single wait in a test may take.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A temporary folder removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = base.join(format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A model repository under construction.
+pub struct Repo {
+    pub dir: TempDir,
+}
+
+impl Repo {
+    pub fn new() -> Self {
+        Repo { dir: TempDir::new("repo") }
+    }
+
+    /// Adds `<name>/config.pbtxt` and the given (empty) version folders.
+    pub fn model(&self, name: &str, config: &str, versions: &[&str]) -> PathBuf {
+        let dir = self.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.pbtxt"), config).unwrap();
+        for v in versions {
+            std::fs::create_dir_all(dir.join(v)).unwrap();
+        }
+        dir
+    }
+
+    /// Copies a model folder of the repository's `model_repository/`.
+    pub fn example(&self, name: &str) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model_repository").join(name);
+        let text = std::fs::read_to_string(src.join("config.pbtxt")).unwrap();
+        self.model(name, &text, &["1"]);
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A running `nereus` process.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub log: Arc<Mutex<String>>,
+}
+
+fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+}
+
+impl Server {
+    /// Starts `nereus serve` on `repo` with test hooks on and waits until it listens.
+    pub fn start(repo: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
+            .arg("serve")
+            .arg("--model-repository")
+            .arg(repo)
+            .args(["--http-port", "0", "--http-address", "127.0.0.1", "--test-hooks"])
+            .arg("--cache-directory")
+            .arg(cache_dir())
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env("NEREUS_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting nereus");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel::<u16>();
+        for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())] {
+            let (log, tx) = (log.clone(), tx.clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(addr) = line.split("Started HTTPService at ").nth(1)
+                        && let Some(port) = addr.trim().rsplit(':').next().and_then(|p| p.parse().ok())
+                    {
+                        let _ = tx.send(port);
+                    }
+                    log.lock().unwrap().push_str(&(line + "\n"));
+                }
+            });
+        }
+        match rx.recv_timeout(WAIT) {
+            Ok(port) => Server { child, port, log },
+            Err(_) => {
+                let _ = child.kill();
+                panic!("nereus did not start:\n{}", log.lock().unwrap());
+            }
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, &[], &[])
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> Resp {
+        self.request("POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
+    }
+
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+        http(self.port, method, path, headers, body)
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to exit; returns its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "nereus did not exit after SIGTERM:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls `f` until it holds (bounded by [`WAIT`]); for conditions the server reaches
+    /// asynchronously, such as executions entering a gate.
+    pub fn wait_until(&self, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The test hook's execution counters of `model`: (in flight, max in flight, executions).
+    pub fn executions(&self, model: &str) -> (u64, u64, u64) {
+        let v = self.get(&format!("/nereus/test/models/{model}/executions")).json();
+        (v["in_flight"].as_u64().unwrap(), v["max_in_flight"].as_u64().unwrap(), v["executions"].as_u64().unwrap())
+    }
+
+    pub fn gate(&self, model: &str, open: bool) {
+        let r = self.post_json(&format!("/nereus/test/models/{model}/gate"), &serde_json::json!({ "open": open }));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    /// The `error` message of an error response.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`), with socket timeouts.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.set_write_timeout(Some(WAIT)).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("reading the response");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("response has a header block");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Resp { status, headers, body }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..pos]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[pos + 2..pos + 2 + size]);
+        data = &data[pos + 4 + size..];
+    }
+}
+
+/// The INT32 `simple` request body for INPUT0 = 0..16, INPUT1 = `b` everywhere.
+pub fn simple_request(b: i32) -> Value {
+    serde_json::json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": (0..16).collect::<Vec<i32>>()},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": vec![b; 16]}
+        ]
+    })
+}
+
+/// Little-endian bytes of i32 values.
+pub fn le_i32(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The `test_faults` config for a model named `name` with extra config text.
+pub fn faults_config(name: &str, extra: &str) -> String {
+    format!(
+        r#"name: "{name}"
+backend: "test_faults"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+{extra}"#
+    )
+}
+
+/// Puts the `test_faults` component where `dir`'s model finds it (the model folder itself).
+pub fn install_faults_component(model_dir: &Path) {
+    std::fs::copy(nereus_plugins::TEST_FAULTS, model_dir.join("test_faults.wasm")).unwrap();
+}
+
+/// A request to a `test_faults` model with the given fault.
+pub fn faults_request(fault: &str) -> Value {
+    serde_json::json!({
+        "parameters": {"fault": fault},
+        "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]
+    })
+}

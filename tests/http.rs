@@ -1,0 +1,448 @@
+//! The KServe v2 HTTP/REST surface, driven against the real `nereus` binary.
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// One server with the example repository, shared by the read-only tests of this file.
+fn examples() -> &'static (Repo, Server) {
+    static S: OnceLock<(Repo, Server)> = OnceLock::new();
+    S.get_or_init(|| {
+        let repo = Repo::new();
+        for m in ["simple", "add_sub_fp32", "identity_fp32", "identity_bytes", "string_upper", "string_lower"] {
+            repo.example(m);
+        }
+        let dir = repo.model("echo", &faults_config("echo", ""), &["1"]);
+        install_faults_component(&dir);
+        let server = Server::start(repo.path(), &[]);
+        (repo, server)
+    })
+}
+
+fn server() -> &'static Server {
+    &examples().1
+}
+
+#[test]
+fn health_and_server_metadata() {
+    let s = server();
+    let live = s.get("/v2/health/live");
+    assert_eq!((live.status, live.body.len()), (200, 0));
+    assert_eq!(s.get("/v2/health/ready").status, 200);
+    let meta = s.get("/v2").json();
+    assert_eq!(meta["name"], "nereus");
+    assert!(meta["extensions"].as_array().unwrap().contains(&json!("binary_tensor_data")));
+    assert_eq!(s.get("/v2/nothing/here").status, 404);
+}
+
+#[test]
+fn model_metadata_readiness_and_config() {
+    let s = server();
+    for path in ["/v2/models/simple", "/v2/models/simple/versions/1"] {
+        let m = s.get(path).json();
+        assert_eq!(m["name"], "simple");
+        assert_eq!(m["versions"], json!(["1"]));
+        assert_eq!(m["platform"], "add_sub");
+        assert_eq!(m["inputs"][0], json!({"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}));
+        assert_eq!(m["outputs"][1], json!({"name": "OUTPUT1", "datatype": "INT32", "shape": [-1, 16]}));
+    }
+    assert_eq!(s.get("/v2/models/simple/ready").status, 200);
+    assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 200);
+    assert_eq!(s.get("/v2/models/simple/versions/2/ready").status, 400);
+    assert_eq!(s.get("/v2/models/nope/ready").status, 400);
+
+    let c = s.get("/v2/models/simple/config").json();
+    assert_eq!(c["name"], "simple");
+    assert_eq!(c["backend"], "add_sub");
+    assert_eq!(c["max_batch_size"], 8);
+    assert_eq!(c["input"][0]["data_type"], "TYPE_INT32");
+    assert_eq!(c["input"][0]["dims"], json!([16]));
+    assert_eq!(c["instance_group"][0]["kind"], "KIND_CPU");
+    assert_eq!(c["instance_group"][0]["count"], 1);
+    assert_eq!(c["version_policy"], json!({"latest": {"num_versions": 1}}));
+    assert_eq!(s.get("/v2/models/simple/versions/1/config").json(), c);
+    let params = s.get("/v2/models/string_lower/config").json();
+    assert_eq!(params["parameters"]["mode"]["string_value"], "lower");
+
+    let unknown = s.get("/v2/models/nope");
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.error().contains("'nope'"), "{}", unknown.text());
+    assert_eq!(s.get("/v2/models/simple/versions/7").status, 404);
+    assert_eq!(s.get("/v2/models/simple/versions/x").status, 400);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    assert!(index.as_array().unwrap().iter().any(|m| m["name"] == "simple" && m["state"] == "READY"));
+}
+
+#[test]
+fn json_inference() {
+    let s = server();
+    let mut body = simple_request(3);
+    body["id"] = json!("req-42");
+    let r = s.post_json("/v2/models/simple/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["model_name"], "simple");
+    assert_eq!(v["model_version"], "1");
+    assert_eq!(v["id"], "req-42");
+    let expect_sum: Vec<i32> = (0..16).map(|i| i + 3).collect();
+    let expect_diff: Vec<i32> = (0..16).map(|i| i - 3).collect();
+    assert_eq!(v["outputs"][0]["name"], "OUTPUT0");
+    assert_eq!(v["outputs"][0]["shape"], json!([1, 16]));
+    assert_eq!(v["outputs"][0]["data"], json!(expect_sum));
+    assert_eq!(v["outputs"][1]["data"], json!(expect_diff));
+
+    // a subset of outputs, with a version in the path; nested data
+    let mut body = simple_request(1);
+    body["inputs"][0]["data"] = json!([(0..16).collect::<Vec<i32>>()]);
+    body["outputs"] = json!([{"name": "OUTPUT1"}]);
+    let v = s.post_json("/v2/models/simple/versions/1/infer", &body).json();
+    assert_eq!(v["outputs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["outputs"][0]["name"], "OUTPUT1");
+
+    // batch of 2, FP32
+    let v = s
+        .post_json(
+            "/v2/models/add_sub_fp32/infer",
+            &json!({"inputs": [
+                {"name": "INPUT0", "shape": [3], "datatype": "FP32", "data": [1.5, 2.0, -1.0]},
+                {"name": "INPUT1", "shape": [3], "datatype": "FP32", "data": [0.5, 1.0, 1.0]}]}),
+        )
+        .json();
+    assert_eq!(v["outputs"][0]["data"], json!([2.0, 3.0, 0.0]));
+    assert_eq!(v["outputs"][1]["data"], json!([1.0, 1.0, -2.0]));
+}
+
+#[test]
+fn bytes_tensors() {
+    let s = server();
+    let r = s.post_json(
+        "/v2/models/string_upper/infer",
+        &json!({"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "BYTES", "data": ["héllo", "", "Wasm"]}]}),
+    );
+    let v = r.json();
+    assert_eq!(v["outputs"][0]["datatype"], "BYTES");
+    assert_eq!(v["outputs"][0]["data"], json!(["HÉLLO", "", "WASM"]));
+    assert_eq!(v["outputs"][1]["data"], json!([5, 0, 4]));
+    let v = s
+        .post_json("/v2/models/string_lower/infer", &json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": ["MiXeD"]}]}))
+        .json();
+    assert_eq!(v["outputs"][0]["data"], json!(["mixed"]));
+
+    // BYTES in binary framing both ways, through identity
+    let mut tensor = Vec::new();
+    for e in [&b"\x00\xffraw"[..], b"two"] {
+        tensor.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        tensor.extend_from_slice(e);
+    }
+    let header = json!({"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": tensor.len()}}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]})
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    body.extend_from_slice(&tensor);
+    let hl = header.len().to_string();
+    let r = s.request("POST", "/v2/models/identity_bytes/infer", &[("Inference-Header-Content-Length", &hl)], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let head: Value = serde_json::from_slice(&r.body[..n]).unwrap();
+    assert_eq!(head["outputs"][0]["parameters"]["binary_data_size"], tensor.len());
+    assert_eq!(&r.body[n..], &tensor[..]);
+}
+
+#[test]
+fn binary_tensor_extension_both_ways() {
+    let s = server();
+    let a: Vec<i32> = (0..16).map(|i| i * 10).collect();
+    let b: Vec<i32> = vec![7; 16];
+    let header = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}, {"name": "OUTPUT1", "parameters": {"binary_data": false}}]
+    })
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    body.extend(le_i32(&a));
+    body.extend(le_i32(&b));
+    let hl = header.len().to_string();
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", &hl)], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("Content-Type"), Some("application/octet-stream"));
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let head: Value = serde_json::from_slice(&r.body[..n]).unwrap();
+    assert_eq!(head["outputs"][0]["parameters"]["binary_data_size"], 64);
+    assert!(head["outputs"][0].get("data").is_none());
+    let diff: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+    assert_eq!(head["outputs"][1]["data"], json!(diff));
+    let sum: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    assert_eq!(&r.body[n..], &le_i32(&sum)[..]);
+
+    // request-level binary_data_output with JSON inputs
+    let mut body = simple_request(2);
+    body["parameters"] = json!({"binary_data_output": true});
+    let r = s.post_json("/v2/models/simple/infer", &body);
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    assert_eq!(r.body.len() - n, 128);
+
+    // raw binary request: only the tensor, for a one-input model; outputs come back binary
+    let data: Vec<u8> = [1.0f32, 2.5, -3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[("Inference-Header-Content-Length", "0")], &data);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let head: Value = serde_json::from_slice(&r.body[..n]).unwrap();
+    assert_eq!(head["outputs"][0]["shape"], json!([1, 3]));
+    assert_eq!(&r.body[n..], &data[..]);
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", "0")], &data);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("exactly one input"), "{}", r.text());
+}
+
+#[test]
+fn parameters_and_request_id_reach_the_backend() {
+    let s = server();
+    let r = s.post_json(
+        "/v2/models/echo/infer",
+        &json!({"id": "abc", "parameters": {"flag": true, "n": -4, "x": 1.5, "s": "str", "sequence_id": 9, "triton_hidden": 1},
+            "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "INT32", "data": [5, 6]}]}),
+    );
+    let v = r.json();
+    assert_eq!(v["id"], "abc");
+    assert_eq!(v["outputs"][0]["data"], json!([5, 6]));
+    let p = &v["parameters"];
+    assert_eq!(p["flag"], true);
+    assert_eq!(p["n"], -4);
+    assert_eq!(p["x"], 1.5);
+    assert_eq!(p["s"], "str");
+    assert_eq!(p["echo_id"], "abc");
+    assert!(p.get("sequence_id").is_none() && p.get("triton_hidden").is_none(), "reserved parameters are not custom: {p}");
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn compression_both_ways() {
+    let s = server();
+    let body = simple_request(1).to_string();
+    let packed = gzip(body.as_bytes());
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip")], &packed);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Content-Encoding"), Some("gzip"));
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&r.body[..]).read_to_string(&mut plain).unwrap();
+    let v: Value = serde_json::from_str(&plain).unwrap();
+    assert_eq!(v["outputs"][0]["data"][15], 16);
+
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(body.as_bytes()).unwrap();
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "deflate"), ("Accept-Encoding", "deflate")], &e.finish().unwrap());
+    assert_eq!(r.header("Content-Encoding"), Some("deflate"));
+    let mut plain = String::new();
+    flate2::read::ZlibDecoder::new(&r.body[..]).read_to_string(&mut plain).unwrap();
+    assert!(plain.contains("\"OUTPUT0\""));
+
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "gzip")], b"definitely not gzip");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "br")], body.as_bytes());
+    assert_eq!(r.status, 501);
+}
+
+/// Every validation fault gets its status and a message naming the problem; the server keeps
+/// answering correctly afterwards.
+#[test]
+fn validation_errors() {
+    let s = server();
+    let post = |model: &str, body: Value| s.post_json(&format!("/v2/models/{model}/infer"), &body);
+    let mut cases: Vec<(Value, &str, &str)> = Vec::new();
+    let mut missing = simple_request(1);
+    missing["inputs"].as_array_mut().unwrap().pop();
+    cases.push((missing, "simple", "Missing required input(s) ['INPUT1']"));
+    let mut extra = simple_request(1);
+    extra["inputs"].as_array_mut().unwrap().push(json!({"name": "EXTRA", "shape": [1], "datatype": "INT32", "data": [1]}));
+    cases.push((extra, "simple", "unexpected inference input 'EXTRA'"));
+    let mut dup = simple_request(1);
+    let first = dup["inputs"][0].clone();
+    dup["inputs"].as_array_mut().unwrap().push(first);
+    cases.push((dup, "simple", "more than once"));
+    let mut dtype = simple_request(1);
+    dtype["inputs"][0]["datatype"] = json!("FP32");
+    cases.push((dtype, "simple", "data-type is 'FP32', but model 'simple' expects 'INT32'"));
+    let mut bad_dtype = simple_request(1);
+    bad_dtype["inputs"][0]["datatype"] = json!("INT33");
+    cases.push((bad_dtype, "simple", "invalid datatype 'INT33'"));
+    let mut shape = simple_request(1);
+    shape["inputs"][0]["shape"] = json!([2, 8]);
+    cases.push((shape, "simple", "Expected [-1,16], got [2,8]"));
+    let mut batch = simple_request(1);
+    for i in 0..2 {
+        batch["inputs"][i]["shape"] = json!([9, 16]);
+        batch["inputs"][i]["data"] = json!(vec![0; 144]);
+    }
+    cases.push((batch, "simple", "batch-size must be <= 8"));
+    let mut count = simple_request(1);
+    count["inputs"][0]["data"] = json!([1, 2, 3]);
+    cases.push((count, "simple", "3 elements given, the shape needs 16"));
+    let mut lying = simple_request(1);
+    lying["inputs"][0]["shape"] = json!([1, 2147483648i64]);
+    cases.push((lying, "simple", "elements given"));
+    let mut neg = simple_request(1);
+    neg["inputs"][0]["shape"] = json!([1, -16]);
+    cases.push((neg, "simple", "invalid shape"));
+    let mut range = simple_request(1);
+    range["inputs"][0]["data"][0] = json!(4294967296i64);
+    cases.push((range, "simple", "out of range"));
+    let mut not_int = simple_request(1);
+    not_int["inputs"][0]["data"][0] = json!("seven");
+    cases.push((not_int, "simple", "expected an integer"));
+    let mut unknown_out = simple_request(1);
+    unknown_out["outputs"] = json!([{"name": "OUTPUT9"}]);
+    cases.push((unknown_out, "simple", "unexpected inference output 'OUTPUT9'"));
+    let mut classification = simple_request(1);
+    classification["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"classification": 2}}]);
+    cases.push((classification, "simple", "classification"));
+    cases.push((json!({"inputs": "nope"}), "simple", "failed to parse the request JSON"));
+    cases.push((json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP16", "data": [1]}]}), "identity_fp32", "no JSON form"));
+    for (body, model, needle) in cases {
+        let r = post(model, body.clone());
+        let expected = if needle == "classification" { 501 } else { 400 };
+        assert_eq!(r.status, expected, "{needle}: {}", r.text());
+        assert!(r.error().contains(needle), "expected '{needle}' in: {}", r.text());
+    }
+
+    // malformed JSON text and framing
+    let r = s.request("POST", "/v2/models/simple/infer", &[], b"{\"inputs\": [");
+    assert_eq!(r.status, 400);
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", "9999")], b"{}");
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("exceeds the body size"));
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", "x")], b"{}");
+    assert_eq!(r.status, 400);
+    let header = json!({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]})
+    .to_string();
+    let mut short = header.clone().into_bytes();
+    short.extend(vec![0u8; 100]);
+    let hl = header.len().to_string();
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", &hl)], &short);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("binary_data_size"), "{}", r.text());
+    let header = json!({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]})
+    .to_string();
+    let mut wrong = header.clone().into_bytes();
+    wrong.extend(vec![0u8; 124]);
+    let hl = header.len().to_string();
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", &hl)], &wrong);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("Expected 64, got 60"), "{}", r.text());
+
+    let r = post("nope", simple_request(1));
+    assert_eq!(r.status, 404);
+    let r = s.post_json("/v2/models/simple/versions/3/infer", &simple_request(1));
+    assert_eq!(r.status, 404);
+
+    // and the server still serves correct answers
+    let v = post("simple", simple_request(5)).json();
+    assert_eq!(v["outputs"][0]["data"][0], 5);
+}
+
+#[test]
+fn body_size_limit() {
+    let repo = Repo::new();
+    repo.example("identity_fp32");
+    let s = Server::start(repo.path(), &["--http-max-input-size", "1024"]);
+    let big = json!({"inputs": [{"name": "INPUT0", "shape": [1, 400], "datatype": "FP32", "data": vec![1.0; 400]}]});
+    let r = s.post_json("/v2/models/identity_fp32/infer", &big);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("exceeds the limit"), "{}", r.text());
+    // a gzip bomb within the compressed limit but past it once inflated
+    let bomb = gzip(&vec![b' '; 256 << 10]);
+    assert!(bomb.len() < 1024);
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[("Content-Encoding", "gzip")], &bomb);
+    assert_eq!(r.status, 400);
+    let ok = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]});
+    assert_eq!(s.post_json("/v2/models/identity_fp32/infer", &ok).status, 200);
+}
+
+#[test]
+fn instance_group_count_two_executes_two_batches_at_once() {
+    let repo = Repo::new();
+    repo.example("identity_fp32");
+    let s = Server::start(repo.path(), &[]);
+    s.gate("identity_fp32", false);
+    let port = s.port;
+    let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]}).to_string();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || http(port, "POST", "/v2/models/identity_fp32/infer", &[], body.as_bytes()))
+        })
+        .collect();
+    // Both instances hold a request inside the gate at the same time.
+    s.wait_until("two executions in flight", || s.executions("identity_fp32").0 == 2);
+    s.gate("identity_fp32", true);
+    for c in clients {
+        let r = c.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["outputs"][0]["data"], json!([1.0, 2.0]));
+    }
+    let (in_flight, max, done) = s.executions("identity_fp32");
+    assert_eq!((in_flight, max, done), (0, 2, 2));
+}
+
+#[test]
+fn two_models_execute_at_the_same_time() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.example("add_sub_fp32");
+    let s = Server::start(repo.path(), &[]);
+    s.gate("simple", false);
+    s.gate("add_sub_fp32", false);
+    let port = s.port;
+    let a = {
+        let body = simple_request(1).to_string();
+        std::thread::spawn(move || http(port, "POST", "/v2/models/simple/infer", &[], body.as_bytes()))
+    };
+    let b = {
+        let body = json!({"inputs": [
+            {"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]},
+            {"name": "INPUT1", "shape": [1], "datatype": "FP32", "data": [2.0]}]})
+        .to_string();
+        std::thread::spawn(move || http(port, "POST", "/v2/models/add_sub_fp32/infer", &[], body.as_bytes()))
+    };
+    s.wait_until("both models executing", || s.executions("simple").0 == 1 && s.executions("add_sub_fp32").0 == 1);
+    s.gate("simple", true);
+    s.gate("add_sub_fp32", true);
+    assert_eq!(a.join().unwrap().json()["outputs"][0]["data"][15], 16);
+    assert_eq!(b.join().unwrap().json()["outputs"][0]["data"], json!([3.0]));
+}
+
+#[test]
+fn shutdown_drains_in_flight_requests() {
+    let repo = Repo::new();
+    let dir = repo.model("slow", &faults_config("slow", ""), &["1"]);
+    install_faults_component(&dir);
+    let mut s = Server::start(repo.path(), &[]);
+    let port = s.port;
+    let client = std::thread::spawn(move || {
+        let body = json!({"parameters": {"fault": "spin", "spin_ms": 1500},
+            "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "INT32", "data": [4, 2]}]})
+        .to_string();
+        http(port, "POST", "/v2/models/slow/infer", &[], body.as_bytes())
+    });
+    s.wait_until("the request executing", || s.executions("slow").0 == 1);
+    let status = s.terminate();
+    let r = client.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["data"], json!([4, 2]));
+    assert!(status.success(), "exit status {status:?}\n{}", s.log());
+    assert!(s.log().contains("draining"), "{}", s.log());
+}

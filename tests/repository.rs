@@ -1,0 +1,122 @@
+//! The model repository: config errors, backend resolution, lifecycle errors and version policy,
+//! observed through the HTTP surface.
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn index(s: &Server) -> Vec<Value> {
+    s.post_json("/v2/repository/index", &json!({})).json().as_array().unwrap().clone()
+}
+
+fn state_of(s: &Server, name: &str) -> (String, String) {
+    let entry = index(s).into_iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("{name} not in index"));
+    (entry["state"].as_str().unwrap().to_string(), entry["reason"].as_str().unwrap().to_string())
+}
+
+const ADD_SUB_IO: &str = r#"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"#;
+
+#[test]
+fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.model("syntax", "name: \"syntax\"\nbackend: \"add_sub\"\ninput [ { name: \"X\" data_type: TYPE_INT32 dims: [ 1 ]\n  bogus_field: 3 } ]\n", &["1"]);
+    repo.model("dupe", &format!("backend: \"add_sub\" {ADD_SUB_IO} input [ {{ name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 1 ] }} ]"), &["1"]);
+    repo.model("gpu", &format!("backend: \"add_sub\" {ADD_SUB_IO} instance_group [ {{ kind: KIND_GPU }} ]"), &["1"]);
+    repo.model("trt", &format!("platform: \"tensorrt_plan\" {ADD_SUB_IO}"), &["1"]);
+    repo.model("missing_backend", &format!("backend: \"nowhere\" {ADD_SUB_IO}"), &["1"]);
+    repo.model("no_versions", &format!("backend: \"add_sub\" {ADD_SUB_IO}"), &[]);
+    repo.model("no_config", "", &["1"]);
+    std::fs::remove_file(repo.path().join("no_config/config.pbtxt")).unwrap();
+    let dir = repo.model("init_fails", &faults_config("init_fails", r#"parameters { key: "init_fault" value: { string_value: "model" } }"#), &["1"]);
+    install_faults_component(&dir);
+    let dir = repo.model("not_a_component", &format!("backend: \"junk\" {ADD_SUB_IO}"), &["1"]);
+    std::fs::write(dir.join("junk.wasm"), b"\0asm\x01\0\0\0 not really").unwrap();
+    let s = Server::start(repo.path(), &[]);
+
+    for (name, needle) in [
+        ("syntax", "line 4, column 3: unknown field 'bogus_field' in inference.ModelInput"),
+        ("dupe", "duplicate input name"),
+        ("gpu", "KIND_GPU but no GPUs are available"),
+        ("trt", "backend 'tensorrt' is not supported"),
+        ("missing_backend", "unable to find backend 'nowhere'"),
+        ("no_versions", "at least one version must be available"),
+        ("no_config", "config.pbtxt"),
+        ("init_fails", "test_faults: model initialisation refused as configured"),
+        ("not_a_component", "not a usable nereus:backend component"),
+    ] {
+        let (state, reason) = state_of(&s, name);
+        assert_eq!(state, "UNAVAILABLE", "{name}");
+        assert!(reason.contains(needle), "{name}: expected '{needle}' in '{reason}'");
+        assert_eq!(s.get(&format!("/v2/models/{name}/ready")).status, 400, "{name}");
+        let r = s.post_json(&format!("/v2/models/{name}/infer"), &simple_request(1));
+        assert_eq!(r.status, 503, "{name}: {}", r.text());
+    }
+    // strict readiness: the server is not ready while a model is unavailable; others still serve
+    assert_eq!(s.get("/v2/health/ready").status, 400);
+    assert_eq!(s.get("/v2/health/live").status, 200);
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(2));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["outputs"][0]["data"][1], 3);
+
+    let relaxed = Server::start(repo.path(), &["--strict-readiness=false"]);
+    assert_eq!(relaxed.get("/v2/health/ready").status, 200);
+}
+
+#[test]
+fn backend_components_are_found_where_triton_looks() {
+    let repo = Repo::new();
+    let backends = TempDir::new("backends");
+    std::fs::create_dir_all(backends.path().join("faults")).unwrap();
+    std::fs::copy(nereus_plugins::TEST_FAULTS, backends.path().join("faults/faults.wasm")).unwrap();
+    let in_version = repo.model("in_version", &faults_config("in_version", "").replace("test_faults", "mine"), &["1"]);
+    std::fs::copy(nereus_plugins::TEST_FAULTS, in_version.join("1/mine.wasm")).unwrap();
+    let in_model = repo.model("in_model", &faults_config("in_model", "").replace("test_faults", "mine"), &["1"]);
+    std::fs::copy(nereus_plugins::TEST_FAULTS, in_model.join("mine.wasm")).unwrap();
+    repo.model("in_backend_dir", &faults_config("in_backend_dir", "").replace("test_faults", "faults"), &["1"]);
+    repo.model("bundled", &format!("backend: \"add_sub\" {ADD_SUB_IO}"), &["1"]);
+    let dir = backends.path().to_str().unwrap().to_string();
+    let s = Server::start(repo.path(), &["--backend-directory", &dir]);
+    for name in ["in_version", "in_model", "in_backend_dir"] {
+        let r = s.post_json(&format!("/v2/models/{name}/infer"), &faults_request(""));
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        assert_eq!(r.json()["outputs"][0]["data"], json!([1, 2, 3]));
+    }
+    assert_eq!(s.post_json("/v2/models/bundled/infer", &simple_request(1)).status, 200);
+}
+
+#[test]
+fn version_policies() {
+    let repo = Repo::new();
+    let base = format!("backend: \"add_sub\" {ADD_SUB_IO}");
+    let versions = ["1", "2", "3", "010", "abc"];
+    repo.model("latest2", &format!("{base} version_policy {{ latest {{ num_versions: 2 }} }}"), &versions);
+    repo.model("all", &format!("{base} version_policy {{ all {{ }} }}"), &versions);
+    repo.model("specific", &format!("{base} version_policy: {{ specific {{ versions: [ 1, 3 ] }} }}"), &versions);
+    repo.model("default", &base, &versions);
+    let s = Server::start(repo.path(), &[]);
+    for (name, expected) in [
+        ("latest2", json!(["2", "3"])),
+        ("all", json!(["1", "2", "3"])),
+        ("specific", json!(["1", "3"])),
+        ("default", json!(["3"])),
+    ] {
+        let meta = s.get(&format!("/v2/models/{name}")).json();
+        assert_eq!(meta["versions"], expected, "{name}");
+        for v in ["1", "2", "3", "10"] {
+            let listed = expected.as_array().unwrap().contains(&json!(v));
+            let r = s.post_json(&format!("/v2/models/{name}/versions/{v}/infer"), &simple_request(1));
+            assert_eq!(r.status, if listed { 200 } else { 404 }, "{name} v{v}: {}", r.text());
+            if listed {
+                assert_eq!(r.json()["model_version"], v);
+            }
+        }
+        // without a version, the highest ready one answers
+        let v = s.post_json(&format!("/v2/models/{name}/infer"), &simple_request(1)).json();
+        assert_eq!(v["model_version"], *expected.as_array().unwrap().last().unwrap());
+    }
+}
