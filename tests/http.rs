@@ -446,3 +446,49 @@ fn shutdown_drains_in_flight_requests() {
     assert!(status.success(), "exit status {status:?}\n{}", s.log());
     assert!(s.log().contains("draining"), "{}", s.log());
 }
+
+#[test]
+fn statistics_count_exactly_what_was_served() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.example("identity_fp32");
+    let s = Server::start(repo.path(), &[]);
+    let stats = |path: &str| s.get(path).json();
+    let before = stats("/v2/models/simple/stats");
+    assert_eq!(before["model_stats"][0]["inference_count"], 0);
+    for b in 0..3 {
+        assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(b)).status, 200);
+    }
+    // a batch of 2 in one request counts 2 inferences and 1 execution
+    let mut two = simple_request(0);
+    for i in 0..2 {
+        two["inputs"][i]["shape"] = json!([2, 16]);
+        two["inputs"][i]["data"] = json!(vec![1; 32]);
+    }
+    assert_eq!(s.post_json("/v2/models/simple/infer", &two).status, 200);
+    // validation failures never reach the model
+    let mut bad = simple_request(0);
+    bad["inputs"][0]["datatype"] = json!("FP32");
+    assert_eq!(s.post_json("/v2/models/simple/infer", &bad).status, 400);
+
+    let m = &stats("/v2/models/simple/versions/1/stats")["model_stats"][0];
+    assert_eq!(m["name"], "simple");
+    assert_eq!(m["version"], "1");
+    assert_eq!(m["inference_count"], 5);
+    assert_eq!(m["execution_count"], 4);
+    let inf = &m["inference_stats"];
+    assert_eq!(inf["success"]["count"], 4);
+    assert_eq!(inf["fail"]["count"], 0);
+    for phase in ["queue", "compute_input", "compute_infer", "compute_output"] {
+        assert_eq!(inf[phase]["count"], 4, "{phase}");
+    }
+    assert!(inf["compute_infer"]["ns"].as_u64().unwrap() > 0);
+    let sizes: Vec<u64> = m["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, vec![1, 2]);
+    assert!(m["last_inference"].as_u64().unwrap() > 0);
+
+    let all = stats("/v2/models/stats");
+    let names: Vec<&str> = all["model_stats"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["identity_fp32", "simple"]);
+    assert_eq!(s.get("/v2/models/nope/stats").status, 404);
+}

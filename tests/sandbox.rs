@@ -45,8 +45,11 @@ fn every_fault_fails_only_its_request() {
         assert!(e.contains(needle), "{fault}: expected '{needle}' in '{e}'");
         healthy(&s);
     }
-    // the model stayed ready throughout
+    // the model stayed ready throughout, and statistics saw 6 failures among 13 requests
     assert_eq!(s.get("/v2/models/faulty/ready").status, 200);
+    let stats = s.get("/v2/models/faulty/stats").json();
+    let inf = &stats["model_stats"][0]["inference_stats"];
+    assert_eq!((inf["success"]["count"].as_u64(), inf["fail"]["count"].as_u64()), (Some(7), Some(6)), "{inf}");
 }
 
 #[test]

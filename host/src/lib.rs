@@ -18,5 +18,6 @@ pub mod repository;
 pub mod request;
 pub mod scheduler;
 pub mod server;
+pub mod stats;
 pub mod tensor;
 pub mod validate;

@@ -9,6 +9,7 @@ use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender};
 use crate::scheduler::DefaultScheduler;
+use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
 
 /// Whether a loaded version can serve; an instance that cannot be rebuilt after a fault makes it
@@ -85,6 +86,7 @@ pub struct ModelVersion {
     pub io: Arc<IoSpec>,
     pub health: Arc<Health>,
     pub probe: Arc<ExecutionProbe>,
+    pub stats: Arc<ModelStats>,
     scheduler: DefaultScheduler,
     teardown: Mutex<Option<WasmModelTeardown>>,
 }
@@ -99,7 +101,9 @@ impl ModelVersion {
         teardown: WasmModelTeardown,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
-        let scheduler = DefaultScheduler::start(&config.name, instances, probe.clone());
+        let stats = Arc::new(ModelStats::default());
+        let scheduler =
+            DefaultScheduler::start(&config.name, instances, probe.clone(), stats.clone(), config.max_batch_size > 0);
         ModelVersion {
             name: config.name.as_str().into(),
             version,
@@ -108,6 +112,7 @@ impl ModelVersion {
             io,
             health,
             probe,
+            stats,
             scheduler,
             teardown: Mutex::new(Some(teardown)),
         }
@@ -124,7 +129,7 @@ impl ModelVersion {
             )));
         }
         validate_request(&self.io, &mut request)?;
-        let (sender, receiver) = ResponseSender::unary();
+        let (sender, receiver) = ResponseSender::unary(self.stats.clone());
         self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
         Ok(receiver)
     }

@@ -128,6 +128,18 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };
+    use crate::config::schema::model_config::SchedulingChoice;
+    match config.scheduling_choice {
+        Some(SchedulingChoice::SequenceBatching(_)) => {
+            let reason = "sequence_batching is not supported by this build yet".to_string();
+            return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
+        }
+        Some(SchedulingChoice::DynamicBatching(_)) => tracing::warn!(
+            "model '{name}': dynamic_batching is not implemented in this build yet; \
+             requests are scheduled one per execution by the default scheduler"
+        ),
+        _ => {}
+    }
     let prepared = SandboxPolicy::from_config(&config)
         .map_err(|e| e.0)
         .and_then(|policy| Ok((policy, backend_name(&config)?)))

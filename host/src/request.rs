@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::error::InferError;
+use crate::stats::ModelStats;
 use crate::tensor::DataType;
 
 /// A request or response parameter value (Triton's InferParameter oneof).
@@ -72,16 +73,24 @@ pub type ResponseReceiver = oneshot::Receiver<Result<InferenceResponse, InferErr
 /// Where a request's responses go. It enforces "exactly one final response": sending after the
 /// final one is refused, and dropping it unanswered makes the frontend see an error instead of a
 /// hang.
-#[derive(Debug)]
 pub struct ResponseSender {
     unary: Option<oneshot::Sender<Result<InferenceResponse, InferError>>>,
+    stats: Arc<ModelStats>,
+    arrived: Instant,
+}
+
+impl std::fmt::Debug for ResponseSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseSender").field("complete", &self.is_complete()).finish()
+    }
 }
 
 impl ResponseSender {
     /// A sender for a request that expects exactly one response, and the frontend's receiver.
-    pub fn unary() -> (Self, ResponseReceiver) {
+    /// The outcome is recorded in `stats` when the final response is sent.
+    pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
-        (ResponseSender { unary: Some(tx) }, rx)
+        (ResponseSender { unary: Some(tx), stats, arrived: Instant::now() }, rx)
     }
 
     /// Whether the final response has been sent.
@@ -93,11 +102,20 @@ impl ResponseSender {
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
         match self.unary.take() {
             Some(tx) => {
+                self.stats.record_outcome(outcome.is_ok(), self.arrived.elapsed());
                 // The client may have gone away; that is not the backend's fault.
                 let _ = tx.send(outcome);
                 true
             }
             None => false,
+        }
+    }
+}
+
+impl Drop for ResponseSender {
+    fn drop(&mut self) {
+        if self.unary.is_some() {
+            self.send_final(Err(InferError::internal("the request was dropped without a response")));
         }
     }
 }

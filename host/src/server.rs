@@ -15,7 +15,7 @@ use crate::repository::{self, LoadContext, ModelEntry, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver};
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
-pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "parameters"];
+pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "parameters", "statistics"];
 
 /// How the server is set up (the CLI fills this).
 #[derive(Clone, Debug)]
@@ -164,6 +164,39 @@ impl Server {
     /// The configuration JSON of a model version.
     pub fn config(&self, name: &str, version: Option<i64>) -> Result<serde_json::Value, InferError> {
         Ok(self.version(name, version)?.config_json.clone())
+    }
+
+    /// The statistics extension: every ready version of `name` (or of every model), or one version.
+    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<serde_json::Value, InferError> {
+        let mut out = Vec::new();
+        match name {
+            Some(name) => {
+                if let Some(v) = version {
+                    let m = self.version(name, Some(v))?;
+                    out.push(m.stats.json(&m.name, m.version));
+                } else {
+                    let entry = self.entry(name)?;
+                    for state in entry.versions.values() {
+                        if let VersionState::Ready(m) = state {
+                            out.push(m.stats.json(&m.name, m.version));
+                        }
+                    }
+                    if out.is_empty() {
+                        self.version(name, None)?;
+                    }
+                }
+            }
+            None => {
+                for entry in self.models.read().values() {
+                    for state in entry.versions.values() {
+                        if let VersionState::Ready(m) = state {
+                            out.push(m.stats.json(&m.name, m.version));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(json!({ "model_stats": out }))
     }
 
     /// The repository index: every model and version with its state and reason.

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 
 use crate::config::ModelConfig;
 use crate::request::Job;
+use crate::stats::ExecutionTimes;
 
 /// One execution instance of a model (TRITONBACKEND_ModelInstance): executes one batch at a time.
 pub trait BackendInstance: Send + 'static {
-    /// Executes `jobs`. When it returns, every job has its final response or error.
-    fn execute(&mut self, jobs: Vec<Job>);
+    /// Executes `jobs`. When it returns, every job has its final response or error. Returns how
+    /// long the phases took, for the statistics extension.
+    fn execute(&mut self, jobs: Vec<Job>) -> ExecutionTimes;
     /// Finalises the instance (TRITONBACKEND_ModelInstanceFinalize).
     fn finalize(self: Box<Self>);
 }

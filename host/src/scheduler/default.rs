@@ -11,6 +11,7 @@ use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::model::ExecutionProbe;
 use crate::request::Job;
+use crate::stats::ModelStats;
 
 pub struct DefaultScheduler {
     /// `None` once the model is unloading: new requests are refused, queued ones still run.
@@ -20,16 +21,22 @@ pub struct DefaultScheduler {
 
 impl DefaultScheduler {
     /// Starts one worker thread per instance, all taking from one queue.
-    pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, probe: Arc<ExecutionProbe>) -> Self {
+    pub fn start(
+        model: &str,
+        instances: Vec<Box<dyn BackendInstance>>,
+        probe: Arc<ExecutionProbe>,
+        stats: Arc<ModelStats>,
+        batching: bool,
+    ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
         let workers = instances
             .into_iter()
             .enumerate()
             .map(|(i, instance)| {
-                let (rx, probe) = (rx.clone(), probe.clone());
+                let (rx, probe, stats) = (rx.clone(), probe.clone(), stats.clone());
                 std::thread::Builder::new()
                     .name(format!("{model}#{i}"))
-                    .spawn(move || run_instance(rx, instance, probe))
+                    .spawn(move || run_instance(rx, instance, probe, stats, batching))
                     .expect("spawning an instance worker thread")
             })
             .collect();
@@ -54,10 +61,46 @@ impl DefaultScheduler {
     }
 }
 
-fn run_instance(queue: Receiver<Vec<Job>>, mut instance: Box<dyn BackendInstance>, probe: Arc<ExecutionProbe>) {
-    while let Ok(batch) = queue.recv() {
+/// How long an instance's worker keeps polling for the next batch before it parks. Waking a parked
+/// thread costs tens of microseconds on a loaded VM, as much as a whole small execution; under load the
+/// next batch usually arrives within this window, and when load stops the worker parks after it.
+const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(200);
+
+fn next_batch(queue: &Receiver<Vec<Job>>) -> Option<Vec<Job>> {
+    let start = Instant::now();
+    loop {
+        match queue.try_recv() {
+            Ok(batch) => return Some(batch),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < SPIN_BEFORE_PARK => std::thread::yield_now(),
+            Err(crossbeam_channel::TryRecvError::Empty) => return queue.recv().ok(),
+        }
+    }
+}
+
+/// An instance's worker: executes one batch at a time, recording queue and compute statistics.
+/// `batching` says whether requests carry a batch dimension (`max_batch_size` > 0).
+fn run_instance(
+    queue: Receiver<Vec<Job>>,
+    mut instance: Box<dyn BackendInstance>,
+    probe: Arc<ExecutionProbe>,
+    stats: Arc<ModelStats>,
+    batching: bool,
+) {
+    while let Some(batch) = next_batch(&queue) {
         probe.enter();
-        instance.execute(batch);
+        let now = Instant::now();
+        let mut batch_size = 0u64;
+        for job in &batch {
+            stats.record_queue(now - job.enqueued);
+            batch_size += match job.request.inputs.first().and_then(|t| t.shape.first()) {
+                Some(&b) if batching => b.max(1) as u64,
+                _ => 1,
+            };
+        }
+        let requests = batch.len() as u64;
+        let times = instance.execute(batch);
+        stats.record_execution(requests, batch_size, times);
         probe.exit();
     }
     instance.finalize();

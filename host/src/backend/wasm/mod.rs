@@ -8,6 +8,7 @@ mod sandbox;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -19,6 +20,7 @@ use super::{BackendInstance, InstanceDesc};
 use crate::error::InferError;
 use crate::model::Health;
 use crate::request::{CorrelationId, Job};
+use crate::stats::ExecutionTimes;
 use crate::validate::IoSpec;
 
 /// The host's own sandbox of each backend component in use, counted by the models using it:
@@ -274,13 +276,14 @@ impl WasmInstance {
 }
 
 impl BackendInstance for WasmInstance {
-    fn execute(&mut self, mut jobs: Vec<Job>) {
+    fn execute(&mut self, mut jobs: Vec<Job>) -> ExecutionTimes {
+        let started = Instant::now();
         let Some(sandbox) = self.sandbox.as_mut() else {
             let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
             for job in &mut jobs {
                 job.fail(InferError::unavailable(format!("model '{}' is unavailable: {reason}", self.factory.model_info.name)));
             }
-            return;
+            return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
         let requests = Self::requests(&jobs);
         let batch_sizes = jobs
@@ -300,7 +303,9 @@ impl BackendInstance for WasmInstance {
             model_version: self.version,
             max_output_bytes: self.factory.policy.max_output_bytes,
         };
+        let called = Instant::now();
         let (mut batch, outcome) = sandbox.execute(&requests, batch);
+        let returned = Instant::now();
         drop(requests);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
@@ -317,6 +322,7 @@ impl BackendInstance for WasmInstance {
             self.sandbox = None;
             self.rebuild();
         }
+        ExecutionTimes { input: called - started, infer: returned - called, output: returned.elapsed() }
     }
 
     fn finalize(mut self: Box<Self>) {

@@ -183,6 +183,9 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
             return Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"));
         }
     }
+    if path == "/v2/models/stats" && get {
+        return Ok(json_reply(&server.statistics(None, None)?));
+    }
     if let Some(rest) = path.strip_prefix("/v2/models/") {
         let mp = parse_model_path(rest)?;
         return match (mp.action.as_deref(), get, post) {
@@ -192,7 +195,7 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
             }
             (Some("config"), true, _) => Ok(json_reply(&server.config(&mp.name, mp.version)?)),
             (Some("infer"), _, true) => infer(server, options, mp, req).await,
-            (Some("stats"), true, _) => Err(InferError::unsupported("the statistics extension is not implemented yet")),
+            (Some("stats"), true, _) => Ok(json_reply(&server.statistics(Some(&mp.name), mp.version)?)),
             (Some("trace"), _, _) => Err(InferError::unsupported("the trace extension is not implemented")),
             (Some("generate" | "generate_stream"), _, _) => Err(InferError::unsupported("the generate extension is not implemented")),
             (Some(_), _, _) | (None, false, _) => Err(InferError::not_found("Not Found")),

@@ -1,0 +1,123 @@
+//! Per model-version statistics in the shape of Triton's statistics extension. Request outcomes are
+//! recorded by the response sender (the one place every request ends); queue and compute times by
+//! the instance worker that executed the batch.
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// A `{count, ns}` pair.
+#[derive(Default)]
+pub struct StatDuration {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl StatDuration {
+    pub fn record(&self, d: Duration) {
+        self.record_n(1, d);
+    }
+
+    fn record_n(&self, n: u64, d: Duration) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+        self.ns.fetch_add(d.as_nanos() as u64 * n, Ordering::Relaxed);
+    }
+
+    fn json(&self) -> Value {
+        json!({"count": self.count.load(Ordering::Relaxed), "ns": self.ns.load(Ordering::Relaxed)})
+    }
+}
+
+/// How long the phases of one execution took (Triton's compute_input / compute_infer /
+/// compute_output). For a Wasm backend: preparing the batch for the sandbox, the call (including
+/// the copy into the sandbox and the responses out of it), and completing what is left after it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecutionTimes {
+    pub input: Duration,
+    pub infer: Duration,
+    pub output: Duration,
+}
+
+#[derive(Default)]
+struct BatchStat {
+    compute_input: StatDuration,
+    compute_infer: StatDuration,
+    compute_output: StatDuration,
+}
+
+#[derive(Default)]
+pub struct ModelStats {
+    success: StatDuration,
+    fail: StatDuration,
+    queue: StatDuration,
+    compute_input: StatDuration,
+    compute_infer: StatDuration,
+    compute_output: StatDuration,
+    inference_count: AtomicU64,
+    execution_count: AtomicU64,
+    last_inference_ms: AtomicU64,
+    batches: Mutex<BTreeMap<u64, BatchStat>>,
+}
+
+impl ModelStats {
+    /// A request finished, successfully or not, `total` after it arrived.
+    pub fn record_outcome(&self, ok: bool, total: Duration) {
+        if ok { &self.success } else { &self.fail }.record(total);
+    }
+
+    pub fn record_queue(&self, waited: Duration) {
+        self.queue.record(waited);
+    }
+
+    /// One execution of `requests` requests totalling `batch_size` inferences.
+    pub fn record_execution(&self, requests: u64, batch_size: u64, times: ExecutionTimes) {
+        self.execution_count.fetch_add(1, Ordering::Relaxed);
+        self.inference_count.fetch_add(batch_size, Ordering::Relaxed);
+        self.compute_input.record_n(requests, times.input);
+        self.compute_infer.record_n(requests, times.infer);
+        self.compute_output.record_n(requests, times.output);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        self.last_inference_ms.store(now, Ordering::Relaxed);
+        let mut batches = self.batches.lock();
+        let b = batches.entry(batch_size).or_default();
+        b.compute_input.record(times.input);
+        b.compute_infer.record(times.infer);
+        b.compute_output.record(times.output);
+    }
+
+    /// One entry of `model_stats`.
+    pub fn json(&self, name: &str, version: i64) -> Value {
+        let zero = json!({"count": 0, "ns": 0});
+        let batch_stats: Vec<Value> = self
+            .batches
+            .lock()
+            .iter()
+            .map(|(size, b)| {
+                json!({"batch_size": size, "compute_input": b.compute_input.json(),
+                    "compute_infer": b.compute_infer.json(), "compute_output": b.compute_output.json()})
+            })
+            .collect();
+        json!({
+            "name": name,
+            "version": version.to_string(),
+            "last_inference": self.last_inference_ms.load(Ordering::Relaxed),
+            "inference_count": self.inference_count.load(Ordering::Relaxed),
+            "execution_count": self.execution_count.load(Ordering::Relaxed),
+            "inference_stats": {
+                "success": self.success.json(),
+                "fail": self.fail.json(),
+                "queue": self.queue.json(),
+                "compute_input": self.compute_input.json(),
+                "compute_infer": self.compute_infer.json(),
+                "compute_output": self.compute_output.json(),
+                "cache_hit": zero.clone(),
+                "cache_miss": zero,
+            },
+            "response_stats": {},
+            "batch_stats": batch_stats,
+            "memory_usage": [],
+        })
+    }
+}
