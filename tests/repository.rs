@@ -40,7 +40,7 @@ fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
 
     for (name, needle) in [
         ("syntax", "line 4, column 3: unknown field 'bogus_field' in inference.ModelInput"),
-        ("dupe", "duplicate input name"),
+        ("dupe", "invalid config.pbtxt: line 5: input[2] 'INPUT0': duplicate input name"),
         ("gpu", "KIND_GPU but no GPUs are available"),
         ("trt", "backend 'tensorrt' is not supported"),
         ("missing_backend", "unable to find backend 'nowhere'"),

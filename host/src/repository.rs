@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::backend::wasm::{self, BackendRegistry, SandboxPolicy, WasmRuntime};
 use crate::backend::{ComponentSource, backend_name, find_component, instances_of};
 use crate::config::schema::model_version_policy::PolicyChoice;
-use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt};
+use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
 use crate::model::{Health, ModelVersion};
 use crate::validate::IoSpec;
 
@@ -118,8 +118,8 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
 pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
     let path = dir.join("config.pbtxt");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let config = parse_pbtxt(&text).map_err(|e| format!("config.pbtxt {e}"))?;
-    normalize_and_validate(config, name, gpu_count).map_err(|e| format!("invalid config.pbtxt: {e}"))
+    let (config, lines) = parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?;
+    normalize_and_validate(config, name, gpu_count).map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
 
 /// Loads one model: its configuration, then each version the policy selects.
@@ -141,7 +141,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         _ => {}
     }
     let prepared = SandboxPolicy::from_config(&config)
-        .map_err(|e| e.0)
+        .map_err(|e| e.message)
         .and_then(|policy| Ok((policy, backend_name(&config)?)))
         .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)));
     let (policy, backend, selected) = match prepared {

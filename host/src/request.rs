@@ -72,9 +72,11 @@ pub type ResponseReceiver = oneshot::Receiver<Result<InferenceResponse, InferErr
 
 /// Where a request's responses go. It enforces "exactly one final response": sending after the
 /// final one is refused, and dropping it unanswered makes the frontend see an error instead of a
-/// hang.
+/// hang. The final response is held until [`flush`](Self::flush) (or drop), so the instance worker
+/// can record the execution's statistics before any client sees its answer.
 pub struct ResponseSender {
     unary: Option<oneshot::Sender<Result<InferenceResponse, InferError>>>,
+    held: Option<Result<InferenceResponse, InferError>>,
     stats: Arc<ModelStats>,
     arrived: Instant,
 }
@@ -90,33 +92,40 @@ impl ResponseSender {
     /// The outcome is recorded in `stats` when the final response is sent.
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
-        (ResponseSender { unary: Some(tx), stats, arrived: Instant::now() }, rx)
+        (ResponseSender { unary: Some(tx), held: None, stats, arrived: Instant::now() }, rx)
     }
 
-    /// Whether the final response has been sent.
+    /// Whether the final response has been given.
     pub fn is_complete(&self) -> bool {
-        self.unary.is_none()
+        self.held.is_some() || self.unary.is_none()
     }
 
-    /// Sends the final outcome. Returns `false` when the request was already complete.
+    /// Gives the final outcome (delivered at [`flush`](Self::flush)). Returns `false` when the
+    /// request was already complete.
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
-        match self.unary.take() {
-            Some(tx) => {
-                self.stats.record_outcome(outcome.is_ok(), self.arrived.elapsed());
-                // The client may have gone away; that is not the backend's fault.
-                let _ = tx.send(outcome);
-                true
-            }
-            None => false,
+        if self.is_complete() {
+            return false;
+        }
+        self.stats.record_outcome(outcome.is_ok(), self.arrived.elapsed());
+        self.held = Some(outcome);
+        true
+    }
+
+    /// Delivers the final outcome to the frontend, if one was given.
+    pub fn flush(&mut self) {
+        if let (Some(outcome), Some(tx)) = (self.held.take(), self.unary.take()) {
+            // The client may have gone away; that is not the backend's fault.
+            let _ = tx.send(outcome);
         }
     }
 }
 
 impl Drop for ResponseSender {
     fn drop(&mut self) {
-        if self.unary.is_some() {
+        if !self.is_complete() {
             self.send_final(Err(InferError::internal("the request was dropped without a response")));
         }
+        self.flush();
     }
 }
 

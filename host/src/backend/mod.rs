@@ -10,9 +10,9 @@ use crate::stats::ExecutionTimes;
 
 /// One execution instance of a model (TRITONBACKEND_ModelInstance): executes one batch at a time.
 pub trait BackendInstance: Send + 'static {
-    /// Executes `jobs`. When it returns, every job has its final response or error. Returns how
-    /// long the phases took, for the statistics extension.
-    fn execute(&mut self, jobs: Vec<Job>) -> ExecutionTimes;
+    /// Executes `jobs`. When it returns, every job has its final response or error (held in its
+    /// sender until the caller flushes it). Returns how long the phases took, for statistics.
+    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes;
     /// Finalises the instance (TRITONBACKEND_ModelInstanceFinalize).
     fn finalize(self: Box<Self>);
 }

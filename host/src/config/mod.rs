@@ -6,12 +6,19 @@ pub mod schema;
 mod validate;
 
 pub use json::{from_json, to_json};
-pub use pbtxt::ParseError;
+pub use pbtxt::{ParseError, SourceLines};
 pub use schema::ModelConfig;
 pub use validate::{ConfigError, normalize_and_validate};
 
 /// Parses `config.pbtxt` text (without normalising it).
 pub fn parse_pbtxt(src: &str) -> Result<ModelConfig, ParseError> {
-    let msg = pbtxt::parse(src, schema::descriptor())?;
-    msg.transcode_to::<ModelConfig>().map_err(|e| ParseError { line: 1, column: 1, message: e.to_string() })
+    parse_pbtxt_with_lines(src).map(|(config, _)| config)
+}
+
+/// Parses `config.pbtxt` text, also returning where each field starts (for validation messages).
+pub fn parse_pbtxt_with_lines(src: &str) -> Result<(ModelConfig, SourceLines), ParseError> {
+    let (msg, lines) = pbtxt::parse(src, schema::descriptor())?;
+    let config =
+        msg.transcode_to::<ModelConfig>().map_err(|e| ParseError { line: 1, column: 1, message: e.to_string() })?;
+    Ok((config, lines))
 }

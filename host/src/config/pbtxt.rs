@@ -7,6 +7,7 @@
 //! optional `,`/`;` separators, `#` comments, enums by name or number, adjacent string literals,
 //! and map fields written either as repeated `{ key: … value: … }` entries or as a list of them.
 //! Every error names the line and column and the field it concerns.
+use std::collections::HashMap;
 use std::fmt;
 
 use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
@@ -158,6 +159,27 @@ struct Parser {
     pos: usize,
     /// Position of the end of input, for "unexpected end" errors.
     end: (usize, usize),
+    /// The field path being parsed, e.g. `["input[1]", "dims"]`.
+    path: Vec<String>,
+    lines: SourceLines,
+}
+
+/// Where each field path (`max_batch_size`, `input[1]`, `instance_group[0].count`) starts in the
+/// file, so that validation errors can name the line as parse errors do.
+#[derive(Clone, Debug, Default)]
+pub struct SourceLines(HashMap<String, usize>);
+
+impl SourceLines {
+    /// The line where `path` (or, failing that, its closest recorded parent) starts.
+    pub fn line_of(&self, path: &str) -> Option<usize> {
+        let mut p = path;
+        loop {
+            if let Some(line) = self.0.get(p) {
+                return Some(*line);
+            }
+            p = &p[..p.rfind('.')?];
+        }
+    }
 }
 
 /// Nesting limit: config files are shallow; a hostile file must not overflow the stack.
@@ -260,6 +282,23 @@ impl Parser {
 
     /// Parses one value of `field` and stores it (appending for repeated and map fields).
     fn value_into(&mut self, msg: &mut DynamicMessage, field: &FieldDescriptor, depth: usize) -> Result<(), ParseError> {
+        let segment = match msg.get_field(field).as_ref() {
+            Value::List(items) if field.is_list() => format!("{}[{}]", field.name(), items.len()),
+            _ => field.name().to_string(),
+        };
+        let (line, _) = self.here();
+        // Both `input[1]` and the field as a whole (`input`) get the line of their first value.
+        self.path.push(field.name().to_string());
+        self.lines.0.entry(self.path.join(".")).or_insert(line);
+        self.path.pop();
+        self.path.push(segment);
+        self.lines.0.entry(self.path.join(".")).or_insert(line);
+        let result = self.value_into_inner(msg, field, depth);
+        self.path.pop();
+        result
+    }
+
+    fn value_into_inner(&mut self, msg: &mut DynamicMessage, field: &FieldDescriptor, depth: usize) -> Result<(), ParseError> {
         let value = match field.kind() {
             Kind::Message(m) => {
                 let close = if self.eat('{') {
@@ -406,18 +445,18 @@ fn map_key(value: Value) -> Option<MapKey> {
     })
 }
 
-/// Parses `src` as a text-format message of type `desc`.
-pub fn parse(src: &str, desc: MessageDescriptor) -> Result<DynamicMessage, ParseError> {
+/// Parses `src` as a text-format message of type `desc`, with the line of each field path.
+pub fn parse(src: &str, desc: MessageDescriptor) -> Result<(DynamicMessage, SourceLines), ParseError> {
     let tokens = tokenize(src)?;
     let end = {
         let lines = src.split('\n').count().max(1);
         let last = src.rsplit('\n').next().unwrap_or("");
         (lines, last.len() + 1)
     };
-    let mut parser = Parser { tokens, pos: 0, end };
+    let mut parser = Parser { tokens, pos: 0, end, path: Vec::new(), lines: SourceLines::default() };
     let mut msg = DynamicMessage::new(desc);
     parser.message_body(&mut msg, None, 0)?;
-    Ok(msg)
+    Ok((msg, parser.lines))
 }
 
 
@@ -427,7 +466,19 @@ mod tests {
     use crate::config::schema::descriptor;
 
     fn parse_config(src: &str) -> Result<DynamicMessage, ParseError> {
-        parse(src, descriptor())
+        parse(src, descriptor()).map(|(m, _)| m)
+    }
+
+    #[test]
+    fn records_field_lines() {
+        let src = "name: \"m\"\ninput [\n  { name: \"a\" },\n  { name: \"b\"\n    dims: [ 1 ] }\n]\n";
+        let (_, lines) = parse(src, descriptor()).unwrap();
+        assert_eq!(lines.line_of("name"), Some(1));
+        assert_eq!(lines.line_of("input[0]"), Some(3));
+        assert_eq!(lines.line_of("input[1]"), Some(4));
+        assert_eq!(lines.line_of("input[1].dims"), Some(5));
+        assert_eq!(lines.line_of("input[1].data_type"), Some(4));
+        assert_eq!(lines.line_of("output[0]"), None);
     }
 
     #[test]

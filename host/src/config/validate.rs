@@ -6,18 +6,48 @@ use super::ModelConfig;
 use super::schema::{ModelInstanceGroup, ModelVersionPolicy, model_instance_group::Kind, model_version_policy};
 use crate::tensor::DataType;
 
-/// Why a configuration is unusable; the message names the offending field.
+/// Why a configuration is unusable: the message names the offending field, and `path` locates it
+/// (`input[1]`, `instance_group[0]`) so the caller can add its line in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError {
+    pub path: Option<String>,
+    pub message: String,
+}
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+impl ConfigError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ConfigError { path: None, message: message.into() }
+    }
+
+    /// Places the error under field `parent` (a relative path becomes `parent.path`).
+    fn at(mut self, parent: String) -> Self {
+        self.path = Some(match self.path.take() {
+            Some(child) => format!("{parent}.{child}"),
+            None => parent,
+        });
+        self
+    }
+
+    /// Renders the error with the line of its field when `lines` knows it.
+    pub fn with_line(&self, lines: &super::SourceLines) -> String {
+        match self.path.as_deref().and_then(|p| lines.line_of(p)) {
+            Some(line) => format!("line {line}: {}", self.message),
+            None => self.message.clone(),
+        }
     }
 }
 
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Returns a `ConfigError` located at field `path`.
 macro_rules! bail {
-    ($($arg:tt)*) => { return Err(ConfigError(format!($($arg)*))) };
+    (at $path:expr; $($arg:tt)*) => {
+        return Err(ConfigError { path: Some($path.to_string()), message: format!($($arg)*) })
+    };
 }
 
 /// Fills in what Triton fills in (name, version policy, instance groups) and rejects what Triton
@@ -30,10 +60,10 @@ pub fn normalize_and_validate(
     if config.name.is_empty() {
         config.name = dir_name.to_string();
     } else if config.name != dir_name {
-        bail!("unexpected 'name' \"{}\" in the configuration of model directory '{dir_name}'", config.name);
+        bail!(at "name"; "unexpected 'name' \"{}\" in the configuration of model directory '{dir_name}'", config.name);
     }
     if config.max_batch_size < 0 {
-        bail!("'max_batch_size' must be non-negative, got {}", config.max_batch_size);
+        bail!(at "max_batch_size"; "'max_batch_size' must be non-negative, got {}", config.max_batch_size);
     }
     match &config.version_policy {
         None | Some(ModelVersionPolicy { policy_choice: None }) => {
@@ -46,7 +76,7 @@ pub fn normalize_and_validate(
         Some(ModelVersionPolicy { policy_choice: Some(model_version_policy::PolicyChoice::Latest(l)) })
             if l.num_versions == 0 =>
         {
-            bail!("'version_policy.latest.num_versions' must be at least 1");
+            bail!(at "version_policy"; "'version_policy.latest.num_versions' must be at least 1");
         }
         _ => {}
     }
@@ -55,23 +85,25 @@ pub fn normalize_and_validate(
     for (i, input) in config.input.iter().enumerate() {
         let what = format!("input[{i}] '{}'", input.name);
         if input.name.is_empty() {
-            bail!("input[{i}] has no 'name'");
+            bail!(at format!("input[{i}]"); "input[{i}] has no 'name'");
         }
         if !names.insert(input.name.as_str()) {
-            bail!("{what}: duplicate input name");
+            bail!(at format!("input[{i}]"); "{what}: duplicate input name");
         }
-        check_tensor(&what, input.data_type, &input.dims, input.reshape.is_some())?;
+        check_tensor(&what, input.data_type, &input.dims, input.reshape.is_some())
+            .map_err(|e| e.at(format!("input[{i}]")))?;
     }
     let mut names = HashSet::new();
     for (i, output) in config.output.iter().enumerate() {
         let what = format!("output[{i}] '{}'", output.name);
         if output.name.is_empty() {
-            bail!("output[{i}] has no 'name'");
+            bail!(at format!("output[{i}]"); "output[{i}] has no 'name'");
         }
         if !names.insert(output.name.as_str()) {
-            bail!("{what}: duplicate output name");
+            bail!(at format!("output[{i}]"); "{what}: duplicate output name");
         }
-        check_tensor(&what, output.data_type, &output.dims, output.reshape.is_some())?;
+        check_tensor(&what, output.data_type, &output.dims, output.reshape.is_some())
+            .map_err(|e| e.at(format!("output[{i}]")))?;
     }
 
     if config.instance_group.is_empty() {
@@ -85,10 +117,10 @@ pub fn normalize_and_validate(
             group.name = if single { model_name.clone() } else { format!("{model_name}_{i}") };
         }
         if !group_names.insert(group.name.clone()) {
-            bail!("instance_group[{i}]: duplicate group name '{}'", group.name);
+            bail!(at format!("instance_group[{i}]"); "instance_group[{i}]: duplicate group name '{}'", group.name);
         }
         if group.count < 0 {
-            bail!("instance_group[{i}] '{}': 'count' must be at least 1, got {}", group.name, group.count);
+            bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}': 'count' must be at least 1, got {}", group.name, group.count);
         }
         if group.count == 0 {
             group.count = 1;
@@ -100,18 +132,18 @@ pub fn normalize_and_validate(
             }
             Kind::Gpu => {
                 if gpu_count == 0 {
-                    bail!(
+                    bail!(at format!("instance_group[{i}]");
                         "instance_group[{i}] '{}' has kind KIND_GPU but no GPUs are available",
                         group.name
                     );
                 }
                 if let Some(g) = group.gpus.iter().find(|g| **g < 0 || **g as usize >= gpu_count) {
-                    bail!("instance_group[{i}] '{}' names GPU {g}, which does not exist", group.name);
+                    bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}' names GPU {g}, which does not exist", group.name);
                 }
             }
             Kind::Cpu | Kind::Model => {
                 if !group.gpus.is_empty() {
-                    bail!("instance_group[{i}] '{}' lists 'gpus' but its kind is not KIND_GPU", group.name);
+                    bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}' lists 'gpus' but its kind is not KIND_GPU", group.name);
                 }
             }
         }
@@ -121,13 +153,13 @@ pub fn normalize_and_validate(
 
 fn check_tensor(what: &str, data_type: i32, dims: &[i64], has_reshape: bool) -> Result<(), ConfigError> {
     if DataType::from_config(data_type).is_none() {
-        bail!("{what}: 'data_type' must be set to a valid TYPE_*");
+        return Err(ConfigError::new(format!("{what}: 'data_type' must be set to a valid TYPE_*")));
     }
     if dims.is_empty() && !has_reshape {
-        bail!("{what}: 'dims' must be specified");
+        return Err(ConfigError::new(format!("{what}: 'dims' must be specified")));
     }
     if let Some(d) = dims.iter().find(|d| **d == 0 || **d < -1) {
-        bail!("{what}: dimension {d} in 'dims' is invalid (each must be positive or -1)");
+        bail!(at "dims"; "{what}: dimension {d} in 'dims' is invalid (each must be positive or -1)");
     }
     Ok(())
 }
@@ -166,7 +198,7 @@ mod tests {
             ("version_policy { latest { num_versions: 0 } }", "num_versions"),
         ] {
             let err = check(src).unwrap_err();
-            assert!(err.0.contains(needle), "{src}: {err}");
+            assert!(err.message.contains(needle), "{src}: {err}");
         }
     }
 }

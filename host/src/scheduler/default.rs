@@ -87,7 +87,7 @@ fn run_instance(
     stats: Arc<ModelStats>,
     batching: bool,
 ) {
-    while let Some(batch) = next_batch(&queue) {
+    while let Some(mut batch) = next_batch(&queue) {
         probe.enter();
         let now = Instant::now();
         let mut batch_size = 0u64;
@@ -99,9 +99,12 @@ fn run_instance(
             };
         }
         let requests = batch.len() as u64;
-        let times = instance.execute(batch);
+        let times = instance.execute(&mut batch);
         stats.record_execution(requests, batch_size, times);
         probe.exit();
+        for job in &mut batch {
+            job.sender.flush();
+        }
     }
     instance.finalize();
 }

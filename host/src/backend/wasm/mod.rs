@@ -276,16 +276,16 @@ impl WasmInstance {
 }
 
 impl BackendInstance for WasmInstance {
-    fn execute(&mut self, mut jobs: Vec<Job>) -> ExecutionTimes {
+    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
         let started = Instant::now();
         let Some(sandbox) = self.sandbox.as_mut() else {
             let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
-            for job in &mut jobs {
+            for job in jobs.iter_mut() {
                 job.fail(InferError::unavailable(format!("model '{}' is unavailable: {reason}", self.factory.model_info.name)));
             }
             return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
-        let requests = Self::requests(&jobs);
+        let requests = Self::requests(jobs);
         let batch_sizes = jobs
             .iter()
             .map(|j| {
@@ -297,7 +297,7 @@ impl BackendInstance for WasmInstance {
             })
             .collect();
         let batch = ActiveBatch {
-            jobs,
+            jobs: std::mem::take(jobs),
             batch_sizes,
             io: self.factory.io.clone(),
             model_version: self.version,
@@ -316,6 +316,7 @@ impl BackendInstance for WasmInstance {
         for job in &mut batch.jobs {
             job.fail(error.clone());
         }
+        *jobs = batch.jobs;
         if fault {
             tracing::warn!("{error}; rebuilding the instance");
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew.

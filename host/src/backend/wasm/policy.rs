@@ -36,14 +36,14 @@ impl SandboxPolicy {
             match config.parameters.get(key) {
                 None => Ok(None),
                 Some(p) => p.string_value.trim().parse::<u64>().map(Some).map_err(|_| {
-                    ConfigError(format!("parameter '{key}' must be a non-negative integer, got {:?}", p.string_value))
+                    ConfigError::new(format!("parameter '{key}' must be a non-negative integer, got {:?}", p.string_value))
                 }),
             }
         };
         if let Some(mb) = get("sandbox.memory_limit_mb")? {
             let bytes = mb.saturating_mul(1 << 20);
             if mb == 0 || bytes > MAX_MEMORY_BYTES {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::new(format!(
                     "parameter 'sandbox.memory_limit_mb' must be between 1 and {}",
                     MAX_MEMORY_BYTES >> 20
                 )));
@@ -52,7 +52,7 @@ impl SandboxPolicy {
         }
         if let Some(ms) = get("sandbox.execution_timeout_ms")? {
             if ms == 0 {
-                return Err(ConfigError("parameter 'sandbox.execution_timeout_ms' must be at least 1".into()));
+                return Err(ConfigError::new("parameter 'sandbox.execution_timeout_ms' must be at least 1"));
             }
             policy.execution_timeout = Duration::from_millis(ms);
         }
