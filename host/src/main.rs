@@ -31,6 +31,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cache_directory: args.cache_directory(),
         strict_readiness: args.strict_readiness,
         test_hooks: args.test_hooks,
+        instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
     })?;
     if args.allow_grpc {
         tracing::warn!("the gRPC frontend is not part of this build yet; --grpc-port {} is not served", args.grpc_port);

@@ -99,11 +99,12 @@ impl ModelVersion {
         health: Arc<Health>,
         instances: Vec<Box<dyn crate::backend::BackendInstance>>,
         teardown: WasmModelTeardown,
+        instance_poll: std::time::Duration,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
         let scheduler =
-            DefaultScheduler::start(&config.name, instances, probe.clone(), stats.clone(), config.max_batch_size > 0);
+            DefaultScheduler::start(&config.name, instances, probe.clone(), stats.clone(), config.max_batch_size > 0, instance_poll);
         ModelVersion {
             name: config.name.as_str().into(),
             version,

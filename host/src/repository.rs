@@ -47,6 +47,8 @@ pub struct LoadContext {
     pub registry: Arc<BackendRegistry>,
     pub backend_dir: Option<PathBuf>,
     pub gpu_count: usize,
+    /// How long an idle instance worker polls for work before it parks.
+    pub instance_poll: std::time::Duration,
 }
 
 /// Lists `(model name, folder)` for every model folder in the repositories. A name that appears in
@@ -199,5 +201,5 @@ fn load_version(
         instances,
         health: health.clone(),
     })?;
-    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, loaded.teardown))
+    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, loaded.teardown, ctx.instance_poll))
 }

@@ -26,6 +26,8 @@ pub struct ServerOptions {
     pub cache_directory: Option<PathBuf>,
     /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
     pub strict_readiness: bool,
+    /// How long an idle instance worker polls for work before it parks (`--instance-poll-us`).
+    pub instance_poll: std::time::Duration,
     /// Enables the test-only hooks (execution gates and counters) under `/nereus/test/`.
     pub test_hooks: bool,
 }
@@ -47,6 +49,7 @@ impl Server {
             registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
             gpu_count: 0,
+            instance_poll: options.instance_poll,
         };
         let (found, conflicts) = repository::scan(&options.model_repositories);
         let mut models = BTreeMap::new();

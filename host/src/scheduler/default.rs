@@ -2,7 +2,7 @@
 //! request is its own batch, taken by the first idle instance.
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -27,6 +27,7 @@ impl DefaultScheduler {
         probe: Arc<ExecutionProbe>,
         stats: Arc<ModelStats>,
         batching: bool,
+        poll: Duration,
     ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
         let workers = instances
@@ -36,7 +37,7 @@ impl DefaultScheduler {
                 let (rx, probe, stats) = (rx.clone(), probe.clone(), stats.clone());
                 std::thread::Builder::new()
                     .name(format!("{model}#{i}"))
-                    .spawn(move || run_instance(rx, instance, probe, stats, batching))
+                    .spawn(move || run_instance(rx, instance, probe, stats, batching, poll))
                     .expect("spawning an instance worker thread")
             })
             .collect();
@@ -61,18 +62,17 @@ impl DefaultScheduler {
     }
 }
 
-/// How long an instance's worker keeps polling for the next batch before it parks. Waking a parked
-/// thread costs tens of microseconds on a loaded VM, as much as a whole small execution; under load the
-/// next batch usually arrives within this window, and when load stops the worker parks after it.
-const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(200);
-
-fn next_batch(queue: &Receiver<Vec<Job>>) -> Option<Vec<Job>> {
+/// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads) for
+/// `poll` before it parks: waking a parked thread costs tens of microseconds on a loaded VM, as much
+/// as a whole small execution, and under load the next batch usually arrives within the window.
+/// Measured on 2 cores (bench/README.md): parking at once costs more CPU per request than polling.
+fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
     let start = Instant::now();
     loop {
         match queue.try_recv() {
             Ok(batch) => return Some(batch),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-            Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < SPIN_BEFORE_PARK => std::thread::yield_now(),
+            Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < poll => std::thread::yield_now(),
             Err(crossbeam_channel::TryRecvError::Empty) => return queue.recv().ok(),
         }
     }
@@ -86,8 +86,9 @@ fn run_instance(
     probe: Arc<ExecutionProbe>,
     stats: Arc<ModelStats>,
     batching: bool,
+    poll: Duration,
 ) {
-    while let Some(mut batch) = next_batch(&queue) {
+    while let Some(mut batch) = next_batch(&queue, poll) {
         probe.enter();
         let now = Instant::now();
         let mut batch_size = 0u64;
