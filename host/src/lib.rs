@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod frontend;
 pub mod model;
+pub mod proto;
 pub mod repository;
 pub mod request;
 pub mod scheduler;

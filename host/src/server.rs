@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
-use serde_json::json;
 
 use crate::backend::wasm::{BackendRegistry, WasmRuntime};
 use crate::error::InferError;
 use crate::model::ModelVersion;
+use crate::proto::inference as pb;
 use crate::repository::{self, LoadContext, ModelEntry, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver};
 
@@ -129,8 +129,8 @@ impl Server {
         !self.shutting_down.load(Ordering::Acquire) && self.version(name, version).is_ok()
     }
 
-    /// Model metadata in the KServe v2 shape.
-    pub fn metadata(&self, name: &str, version: Option<i64>) -> Result<serde_json::Value, InferError> {
+    /// Model metadata (the KServe v2 shape; HTTP renders it as JSON).
+    pub fn metadata(&self, name: &str, version: Option<i64>) -> Result<pb::ModelMetadataResponse, InferError> {
         let model = self.version(name, version)?;
         let entry = self.entry(name)?;
         let versions: Vec<String> = match version {
@@ -142,26 +142,29 @@ impl Server {
                 .map(|(v, _)| v.to_string())
                 .collect(),
         };
-        let config = &model.config;
-        let batch = config.max_batch_size > 0;
-        let tensors = |list: Vec<(&str, i32, &[i64])>| -> Vec<serde_json::Value> {
-            list.into_iter()
-                .map(|(n, dt, dims)| {
-                    let mut shape = if batch { vec![-1] } else { vec![] };
-                    shape.extend_from_slice(dims);
-                    let datatype = crate::tensor::DataType::from_config(dt).map(|d| d.wire_name()).unwrap_or("INVALID");
-                    json!({"name": n, "datatype": datatype, "shape": shape})
+        let batching = model.io.max_batch_size > 0;
+        let tensors = |list: &[crate::validate::IoTensor]| -> Vec<pb::model_metadata_response::TensorMetadata> {
+            list.iter()
+                .map(|t| {
+                    let mut shape = if batching { vec![-1] } else { vec![] };
+                    shape.extend_from_slice(&t.dims);
+                    pb::model_metadata_response::TensorMetadata {
+                        name: t.name.clone(),
+                        datatype: t.datatype.wire_name().to_string(),
+                        shape,
+                    }
                 })
                 .collect()
         };
+        let config = &model.config;
         let platform = if config.platform.is_empty() { &config.backend } else { &config.platform };
-        Ok(json!({
-            "name": name,
-            "versions": versions,
-            "platform": platform,
-            "inputs": tensors(config.input.iter().map(|i| (i.name.as_str(), i.data_type, i.dims.as_slice())).collect()),
-            "outputs": tensors(config.output.iter().map(|o| (o.name.as_str(), o.data_type, o.dims.as_slice())).collect()),
-        }))
+        Ok(pb::ModelMetadataResponse {
+            name: name.to_string(),
+            versions,
+            platform: platform.clone(),
+            inputs: tensors(&model.io.inputs),
+            outputs: tensors(&model.io.outputs),
+        })
     }
 
     /// The configuration JSON of a model version.
@@ -170,45 +173,49 @@ impl Server {
     }
 
     /// The statistics extension: every ready version of `name` (or of every model), or one version.
-    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<serde_json::Value, InferError> {
+    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<pb::ModelStatisticsResponse, InferError> {
         let mut out = Vec::new();
-        match name {
-            Some(name) => {
-                if let Some(v) = version {
-                    let m = self.version(name, Some(v))?;
-                    out.push(m.stats.json(&m.name, m.version));
-                } else {
-                    let entry = self.entry(name)?;
-                    for state in entry.versions.values() {
-                        if let VersionState::Ready(m) = state {
-                            out.push(m.stats.json(&m.name, m.version));
-                        }
-                    }
-                    if out.is_empty() {
-                        self.version(name, None)?;
-                    }
+        let ready_versions = |entry: &ModelEntry, out: &mut Vec<pb::ModelStatistics>| {
+            for state in entry.versions.values() {
+                if let VersionState::Ready(m) = state {
+                    out.push(m.stats.snapshot(&m.name, m.version));
                 }
             }
-            None => {
+        };
+        match (name, version) {
+            (Some(name), Some(v)) => {
+                let m = self.version(name, Some(v))?;
+                out.push(m.stats.snapshot(&m.name, m.version));
+            }
+            (Some(name), None) => {
+                ready_versions(&*self.entry(name)?, &mut out);
+                if out.is_empty() {
+                    self.version(name, None)?;
+                }
+            }
+            (None, _) => {
                 for entry in self.models.read().values() {
-                    for state in entry.versions.values() {
-                        if let VersionState::Ready(m) = state {
-                            out.push(m.stats.json(&m.name, m.version));
-                        }
-                    }
+                    ready_versions(entry, &mut out);
                 }
             }
         }
-        Ok(json!({ "model_stats": out }))
+        Ok(pb::ModelStatisticsResponse { model_stats: out })
     }
 
-    /// The repository index: every model and version with its state and reason.
-    pub fn index(&self, ready_only: bool) -> Vec<serde_json::Value> {
+    /// The repository index: every model and version with its state and reason (an entry with an
+    /// empty version stands for a model that has none, e.g. because its configuration is bad).
+    pub fn index(&self, ready_only: bool) -> Vec<pb::repository_index_response::ModelIndex> {
+        use pb::repository_index_response::ModelIndex;
         let mut out = Vec::new();
         for entry in self.models.read().values() {
             if entry.versions.is_empty() {
                 if !ready_only {
-                    out.push(json!({"name": entry.name, "state": "UNAVAILABLE", "reason": entry.reason.clone().unwrap_or_default()}));
+                    out.push(ModelIndex {
+                        name: entry.name.clone(),
+                        version: String::new(),
+                        state: "UNAVAILABLE".into(),
+                        reason: entry.reason.clone().unwrap_or_default(),
+                    });
                 }
                 continue;
             }
@@ -219,7 +226,7 @@ impl Server {
                     VersionState::Unavailable(r) => ("UNAVAILABLE", r.clone()),
                 };
                 if !ready_only || state == "READY" {
-                    out.push(json!({"name": entry.name, "version": v.to_string(), "state": state, "reason": reason}));
+                    out.push(ModelIndex { name: entry.name.clone(), version: v.to_string(), state: state.into(), reason });
                 }
             }
         }

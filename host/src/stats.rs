@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use crate::proto::inference as pb;
 
 /// A `{count, ns}` pair.
 #[derive(Default)]
@@ -25,8 +25,8 @@ impl StatDuration {
         self.ns.fetch_add(d.as_nanos() as u64 * n, Ordering::Relaxed);
     }
 
-    fn json(&self) -> Value {
-        json!({"count": self.count.load(Ordering::Relaxed), "ns": self.ns.load(Ordering::Relaxed)})
+    fn proto(&self) -> pb::StatisticDuration {
+        pb::StatisticDuration { count: self.count.load(Ordering::Relaxed), ns: self.ns.load(Ordering::Relaxed) }
     }
 }
 
@@ -87,37 +87,38 @@ impl ModelStats {
         b.compute_output.record(times.output);
     }
 
-    /// One entry of `model_stats`.
-    pub fn json(&self, name: &str, version: i64) -> Value {
-        let zero = json!({"count": 0, "ns": 0});
-        let batch_stats: Vec<Value> = self
+    /// A snapshot as the statistics extension reports it (one entry of `model_stats`).
+    pub fn snapshot(&self, name: &str, version: i64) -> pb::ModelStatistics {
+        let batch_stats = self
             .batches
             .lock()
             .iter()
-            .map(|(size, b)| {
-                json!({"batch_size": size, "compute_input": b.compute_input.json(),
-                    "compute_infer": b.compute_infer.json(), "compute_output": b.compute_output.json()})
+            .map(|(size, b)| pb::InferBatchStatistics {
+                batch_size: *size,
+                compute_input: Some(b.compute_input.proto()),
+                compute_infer: Some(b.compute_infer.proto()),
+                compute_output: Some(b.compute_output.proto()),
             })
             .collect();
-        json!({
-            "name": name,
-            "version": version.to_string(),
-            "last_inference": self.last_inference_ms.load(Ordering::Relaxed),
-            "inference_count": self.inference_count.load(Ordering::Relaxed),
-            "execution_count": self.execution_count.load(Ordering::Relaxed),
-            "inference_stats": {
-                "success": self.success.json(),
-                "fail": self.fail.json(),
-                "queue": self.queue.json(),
-                "compute_input": self.compute_input.json(),
-                "compute_infer": self.compute_infer.json(),
-                "compute_output": self.compute_output.json(),
-                "cache_hit": zero.clone(),
-                "cache_miss": zero,
-            },
-            "response_stats": {},
-            "batch_stats": batch_stats,
-            "memory_usage": [],
-        })
+        pb::ModelStatistics {
+            name: name.to_string(),
+            version: version.to_string(),
+            last_inference: self.last_inference_ms.load(Ordering::Relaxed),
+            inference_count: self.inference_count.load(Ordering::Relaxed),
+            execution_count: self.execution_count.load(Ordering::Relaxed),
+            inference_stats: Some(pb::InferStatistics {
+                success: Some(self.success.proto()),
+                fail: Some(self.fail.proto()),
+                queue: Some(self.queue.proto()),
+                compute_input: Some(self.compute_input.proto()),
+                compute_infer: Some(self.compute_infer.proto()),
+                compute_output: Some(self.compute_output.proto()),
+                cache_hit: Some(pb::StatisticDuration::default()),
+                cache_miss: Some(pb::StatisticDuration::default()),
+            }),
+            batch_stats,
+            memory_usage: Vec::new(),
+            response_stats: Default::default(),
+        }
     }
 }

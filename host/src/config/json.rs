@@ -1,21 +1,12 @@
 //! The JSON form of a model configuration, as Triton renders it: proto field names (snake_case),
 //! enums by name, every field present with its default, 64-bit integers as numbers.
-use prost::Message;
-use prost_reflect::{DynamicMessage, SerializeOptions};
+use prost_reflect::DynamicMessage;
 
 use super::{ModelConfig, schema};
 
 /// Renders `config` as Triton's `GET /v2/models/{m}/config` does.
 pub fn to_json(config: &ModelConfig) -> serde_json::Value {
-    let dynamic = DynamicMessage::decode(schema::descriptor(), config.encode_to_vec().as_slice())
-        .expect("a ModelConfig re-decodes with its own descriptor");
-    let options = SerializeOptions::new()
-        .use_proto_field_name(true)
-        .stringify_64_bit_integers(false)
-        .skip_default_fields(false);
-    dynamic
-        .serialize_with_options(serde_json::value::Serializer, &options)
-        .expect("serialising a message to a JSON value cannot fail")
+    crate::proto::to_json(config, "inference.ModelConfig")
 }
 
 /// Parses a model configuration from its JSON form (the repository API's "config" parameter).

@@ -1,20 +1,12 @@
-//! The generated `inference.*` model-configuration types and their descriptors.
-use std::sync::LazyLock;
+//! The `inference.*` model-configuration types (generated with the rest of the protocol).
+use prost_reflect::MessageDescriptor;
 
-use prost_reflect::{DescriptorPool, MessageDescriptor};
-
-#[allow(clippy::all, missing_docs)]
-mod generated {
-    include!(concat!(env!("OUT_DIR"), "/inference.rs"));
-}
-pub use generated::*;
-
-static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
-    DescriptorPool::decode(&include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"))[..])
-        .expect("descriptors compiled by build.rs decode")
-});
+pub use crate::proto::inference::{
+    DataType, ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config, model_instance_group,
+    model_version_policy,
+};
 
 /// The descriptor of `inference.ModelConfig`.
 pub fn descriptor() -> MessageDescriptor {
-    POOL.get_message_by_name("inference.ModelConfig").expect("ModelConfig is in the schema")
+    crate::proto::descriptor("inference.ModelConfig")
 }

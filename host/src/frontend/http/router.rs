@@ -12,6 +12,7 @@ use serde_json::json;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
 use crate::error::InferError;
+use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
 
 pub type HttpResponse = Response<Full<Bytes>>;
@@ -173,7 +174,18 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
                     .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
                 v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
             };
-            return Ok(json_reply(&serde_json::Value::Array(server.index(ready))));
+            let index: Vec<serde_json::Value> = server
+                .index(ready)
+                .into_iter()
+                .map(|m| {
+                    let mut v = json!({"name": m.name, "state": m.state, "reason": m.reason});
+                    if !m.version.is_empty() {
+                        v["version"] = json!(m.version);
+                    }
+                    v
+                })
+                .collect();
+            return Ok(json_reply(&serde_json::Value::Array(index)));
         }
         _ => {}
     }
@@ -184,18 +196,23 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
         }
     }
     if path == "/v2/models/stats" && get {
-        return Ok(json_reply(&server.statistics(None, None)?));
+        return Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")));
     }
     if let Some(rest) = path.strip_prefix("/v2/models/") {
         let mp = parse_model_path(rest)?;
         return match (mp.action.as_deref(), get, post) {
-            (None, true, _) => Ok(json_reply(&server.metadata(&mp.name, mp.version)?)),
+            (None, true, _) => {
+                Ok(json_reply(&to_json(&server.metadata(&mp.name, mp.version)?, "inference.ModelMetadataResponse")))
+            }
             (Some("ready"), true, _) => {
                 Ok(empty(if server.is_model_ready(&mp.name, mp.version) { StatusCode::OK } else { StatusCode::BAD_REQUEST }))
             }
             (Some("config"), true, _) => Ok(json_reply(&server.config(&mp.name, mp.version)?)),
             (Some("infer"), _, true) => infer(server, options, mp, req).await,
-            (Some("stats"), true, _) => Ok(json_reply(&server.statistics(Some(&mp.name), mp.version)?)),
+            (Some("stats"), true, _) => Ok(json_reply(&to_json(
+                &server.statistics(Some(&mp.name), mp.version)?,
+                "inference.ModelStatisticsResponse",
+            ))),
             (Some("trace"), _, _) => Err(InferError::unsupported("the trace extension is not implemented")),
             (Some("generate" | "generate_stream"), _, _) => Err(InferError::unsupported("the generate extension is not implemented")),
             (Some(_), _, _) | (None, false, _) => Err(InferError::not_found("Not Found")),
