@@ -10,26 +10,28 @@ target=${CARGO_TARGET_DIR:-$root/target}
 echo "== cargo test (unit + integration)"
 cargo test --release --locked
 
-echo "== Triton's Python client (tritonclient[http]) against nereus"
+echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, numpy' 2>/dev/null; then
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http]' numpy
+  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http,grpc]' numpy
 fi
 log=$(mktemp)
 "$target/release/nereus" serve --model-repository model_repository --http-address 127.0.0.1 --http-port 0 \
-  --allow-grpc=false --allow-metrics=false >"$log" 2>&1 &
+  --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port=
+port= grpc_port=
 for _ in $(seq 1 600); do
   port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
-  [[ -n $port ]] && break
+  grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+  [[ -n $port && -n $grpc_port ]] && break
   kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
   sleep 0.1
 done
-[[ -n $port ]] || { echo "nereus did not start"; cat "$log"; exit 1; }
+[[ -n $port && -n $grpc_port ]] || { echo "nereus did not start"; cat "$log"; exit 1; }
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
+"$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
 kill -TERM $pid
 wait $pid
 echo "all tests passed"

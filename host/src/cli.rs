@@ -45,9 +45,20 @@ pub struct ServeArgs {
     /// Largest HTTP request body, in bytes.
     #[arg(long = "http-max-input-size", default_value_t = 64 << 20)]
     pub http_max_input_size: usize,
-    /// Accepted for tritonserver compatibility; the gRPC frontend is not in this build yet.
+    #[arg(long = "grpc-address", default_value = "0.0.0.0")]
+    pub grpc_address: String,
+    /// gRPC port; 0 picks a free one (the log says which).
     #[arg(long = "grpc-port", default_value_t = 8001)]
     pub grpc_port: u16,
+    /// Largest gRPC message, in bytes (default: tritonserver's 2 GiB - 1).
+    #[arg(long = "grpc-max-message-size", default_value_t = i32::MAX as usize)]
+    pub grpc_max_message_size: usize,
+    /// Interval of HTTP/2 keepalive pings on idle gRPC connections, in ms (tritonserver's flag).
+    #[arg(long = "grpc-keepalive-time")]
+    pub grpc_keepalive_time: Option<u64>,
+    /// How long to wait for a keepalive ping's answer, in ms.
+    #[arg(long = "grpc-keepalive-timeout")]
+    pub grpc_keepalive_timeout: Option<u64>,
     #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set)]
     pub allow_grpc: bool,
     /// Accepted for tritonserver compatibility; the metrics endpoint is not in this build yet.

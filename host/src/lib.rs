@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod frontend;
+pub mod logging;
 pub mod model;
 pub mod proto;
 pub mod repository;

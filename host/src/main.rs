@@ -3,9 +3,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 use nereus::cli::{Cli, Command, ServeArgs};
+use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
 use nereus::server::{Server, ServerOptions};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -13,11 +13,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Serve(args)) => args,
         None => cli.serve,
     };
-    let level = if args.log_verbose > 0 { "debug" } else { "info" };
-    let filter = EnvFilter::try_from_env("NEREUS_LOG").unwrap_or_else(|_| {
-        EnvFilter::new(format!("{level},wasmtime=warn,cranelift=warn,hyper=warn,h2=warn"))
-    });
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    nereus::logging::init(args.log_verbose);
     if args.model_repository.is_empty() {
         anyhow::bail!("--model-repository is required");
     }
@@ -33,9 +29,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         test_hooks: args.test_hooks,
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
     })?;
-    if args.allow_grpc {
-        tracing::warn!("the gRPC frontend is not part of this build yet; --grpc-port {} is not served", args.grpc_port);
-    }
     if args.allow_metrics {
         tracing::warn!("the metrics endpoint is not part of this build yet; --metrics-port {} is not served", args.metrics_port);
     }
@@ -49,6 +42,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             let options = HttpOptions { max_input_size: args.http_max_input_size };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })));
+        }
+        if args.allow_grpc {
+            let listener = tokio::net::TcpListener::bind((args.grpc_address.as_str(), args.grpc_port)).await?;
+            tracing::info!("Started GRPCInferenceService at {}", listener.local_addr()?);
+            let options = GrpcOptions {
+                max_message_size: args.grpc_max_message_size,
+                keepalive_time: args.grpc_keepalive_time.map(std::time::Duration::from_millis),
+                keepalive_timeout: args.grpc_keepalive_timeout.map(std::time::Duration::from_millis),
+            };
+            let mut stop = stop_rx.clone();
+            tasks.push(tokio::spawn(grpc::serve(listener, server.clone(), options, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })));
         }

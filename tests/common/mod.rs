@@ -77,6 +77,7 @@ impl Repo {
 pub struct Server {
     child: Child,
     pub port: u16,
+    pub grpc_port: u16,
     pub log: Arc<Mutex<String>>,
 }
 
@@ -92,6 +93,7 @@ impl Server {
             .arg("--model-repository")
             .arg(repo)
             .args(["--http-port", "0", "--http-address", "127.0.0.1", "--test-hooks"])
+            .args(["--grpc-port", "0", "--grpc-address", "127.0.0.1"])
             .arg("--cache-directory")
             .arg(cache_dir())
             .args(extra)
@@ -102,27 +104,34 @@ impl Server {
             .spawn()
             .expect("starting nereus");
         let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel::<u16>();
+        let (tx, rx) = mpsc::channel::<(bool, u16)>();
         for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())] {
             let (log, tx) = (log.clone(), tx.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    if let Some(addr) = line.split("Started HTTPService at ").nth(1)
-                        && let Some(port) = addr.trim().rsplit(':').next().and_then(|p| p.parse().ok())
-                    {
-                        let _ = tx.send(port);
+                    for (grpc, marker) in [(false, "Started HTTPService at "), (true, "Started GRPCInferenceService at ")] {
+                        if let Some(addr) = line.split(marker).nth(1)
+                            && let Some(port) = addr.trim().rsplit(':').next().and_then(|p| p.parse().ok())
+                        {
+                            let _ = tx.send((grpc, port));
+                        }
                     }
                     log.lock().unwrap().push_str(&(line + "\n"));
                 }
             });
         }
-        match rx.recv_timeout(WAIT) {
-            Ok(port) => Server { child, port, log },
-            Err(_) => {
-                let _ = child.kill();
-                panic!("nereus did not start:\n{}", log.lock().unwrap());
+        let (mut port, mut grpc_port) = (None, None);
+        while port.is_none() || grpc_port.is_none() {
+            match rx.recv_timeout(WAIT) {
+                Ok((false, p)) => port = Some(p),
+                Ok((true, p)) => grpc_port = Some(p),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("nereus did not start:\n{}", log.lock().unwrap());
+                }
             }
         }
+        Server { child, port: port.unwrap_or_default(), grpc_port: grpc_port.unwrap_or_default(), log }
     }
 
     pub fn log(&self) -> String {

@@ -1,2 +1,3 @@
 //! Frontends.
+pub mod grpc;
 pub mod http;

@@ -12,6 +12,7 @@ use serde_json::json;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
 use crate::error::InferError;
+use crate::logging::{self, SettingValue};
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
 
@@ -164,6 +165,40 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
         }
         "/v2/health/live" if get => return Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
         "/v2/health/ready" if get => return Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        "/v2/logging" if get || post => {
+            let settings = if post {
+                let (parts, body) = req.into_parts();
+                let body = read_body(&parts.headers, body, options.max_input_size).await?;
+                let v: serde_json::Value = serde_json::from_slice(&body)
+                    .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+                let map = v.as_object().ok_or_else(|| InferError::invalid("log settings must be a JSON object"))?;
+                let mut updates = Vec::new();
+                for (k, v) in map {
+                    let value = match v {
+                        serde_json::Value::Bool(b) => SettingValue::Bool(*b),
+                        serde_json::Value::String(s) => SettingValue::Text(s.clone()),
+                        serde_json::Value::Number(n) => SettingValue::Uint(
+                            n.as_u64()
+                                .and_then(|n| u32::try_from(n).ok())
+                                .ok_or_else(|| InferError::invalid(format!("log setting '{k}' must be a small non-negative integer")))?,
+                        ),
+                        _ => return Err(InferError::invalid(format!("log setting '{k}' has the wrong type"))),
+                    };
+                    updates.push((k.clone(), value));
+                }
+                logging::update(&updates)?
+            } else {
+                logging::settings()
+            };
+            return Ok(json_reply(&json!({
+                "log_file": settings.log_file,
+                "log_info": settings.log_info,
+                "log_warning": settings.log_warning,
+                "log_error": settings.log_error,
+                "log_verbose_level": settings.log_verbose_level,
+                "log_format": settings.log_format,
+            })));
+        }
         "/v2/repository/index" if post => {
             let (parts, body) = req.into_parts();
             let body = read_body(&parts.headers, body, options.max_input_size).await?;

@@ -1,0 +1,261 @@
+//! Translation between Triton's gRPC messages and the server's request/response types, and the one
+//! mapping of errors to gRPC status codes.
+use bytes::{BufMut, Bytes, BytesMut};
+use tonic::{Code, Status};
+
+use crate::error::{ErrorKind, InferError};
+use crate::proto::inference as pb;
+use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor};
+use crate::tensor::{DataType, element_count, shape_string};
+
+/// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
+pub fn status(e: InferError) -> Status {
+    let code = match e.kind {
+        ErrorKind::InvalidArg => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Unsupported => Code::Unimplemented,
+        ErrorKind::Internal => Code::Internal,
+        ErrorKind::Unknown => Code::Unknown,
+    };
+    Status::new(code, e.message)
+}
+
+/// A version string from a request: empty means "let the server pick".
+pub fn version(v: &str) -> Result<Option<i64>, InferError> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse::<i64>().map(Some).map_err(|_| InferError::invalid(format!("version '{v}' is not a number")))
+}
+
+fn param_value(p: &pb::InferParameter) -> Option<ParamValue> {
+    Some(match p.parameter_choice.as_ref()? {
+        ParameterChoice::BoolParam(b) => ParamValue::Bool(*b),
+        ParameterChoice::Int64Param(i) => ParamValue::Int64(*i),
+        ParameterChoice::StringParam(s) => ParamValue::String(s.clone()),
+        ParameterChoice::DoubleParam(d) => ParamValue::Double(*d),
+        ParameterChoice::Uint64Param(u) => ParamValue::Uint64(*u),
+    })
+}
+
+pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
+    pb::InferParameter {
+        parameter_choice: Some(match v {
+            ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+            ParamValue::Int64(i) => ParameterChoice::Int64Param(*i),
+            ParamValue::Uint64(u) => ParameterChoice::Uint64Param(*u),
+            ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+            ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
+        }),
+    }
+}
+
+/// Request parameters Triton reserves; they steer the server and are not passed to backends.
+const RESERVED: &[&str] = &["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers"];
+
+/// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
+pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferError> {
+    let mut request = InferenceRequest {
+        model_name: std::mem::take(&mut m.model_name),
+        model_version: version(&m.model_version)?,
+        id: std::mem::take(&mut m.id),
+        ..Default::default()
+    };
+    for (key, p) in &m.parameters {
+        let value = param_value(p).ok_or_else(|| InferError::invalid(format!("parameter '{key}' has no value")))?;
+        match (key.as_str(), value) {
+            ("sequence_id", ParamValue::Int64(i)) if i >= 0 => request.correlation_id = CorrelationId::Numeric(i as u64),
+            ("sequence_id", ParamValue::Uint64(u)) => request.correlation_id = CorrelationId::Numeric(u),
+            ("sequence_id", ParamValue::String(s)) => request.correlation_id = CorrelationId::Text(s),
+            ("sequence_id", _) => return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")),
+            ("sequence_start", ParamValue::Bool(b)) => request.sequence_start = b,
+            ("sequence_end", ParamValue::Bool(b)) => request.sequence_end = b,
+            ("sequence_start" | "sequence_end", _) => {
+                return Err(InferError::invalid(format!("parameter '{key}' must be a boolean")));
+            }
+            (k, _) if RESERVED.contains(&k) || k.starts_with("triton_") => {}
+            (k, v) => request.parameters.push((k.to_string(), v)),
+        }
+    }
+    if matches!(&request.correlation_id, CorrelationId::Numeric(0))
+        || matches!(&request.correlation_id, CorrelationId::Text(s) if s.is_empty())
+    {
+        request.correlation_id = CorrelationId::None;
+    }
+    if !m.raw_input_contents.is_empty() && m.raw_input_contents.len() != m.inputs.len() {
+        return Err(InferError::invalid(format!(
+            "expected {} raw_input_contents (one per input), got {}",
+            m.inputs.len(),
+            m.raw_input_contents.len()
+        )));
+    }
+    let mut raw = std::mem::take(&mut m.raw_input_contents).into_iter();
+    for input in m.inputs {
+        if input.parameters.contains_key("shared_memory_region") {
+            return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
+        }
+        let datatype: DataType = input
+            .datatype
+            .parse()
+            .map_err(|_| InferError::invalid(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name)))?;
+        let elements = element_count(&input.shape).ok_or_else(|| {
+            InferError::invalid(format!("invalid shape {} for input '{}'", shape_string(&input.shape), input.name))
+        })?;
+        let data = match raw.next() {
+            Some(bytes) => {
+                if input.contents.is_some() {
+                    return Err(InferError::invalid(format!(
+                        "input '{}' has both contents and raw_input_contents",
+                        input.name
+                    )));
+                }
+                bytes
+            }
+            None => contents_to_bytes(&input.name, datatype, elements, input.contents.unwrap_or_default())?,
+        };
+        request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
+    }
+    for output in m.outputs {
+        if output.parameters.contains_key("classification") {
+            return Err(InferError::unsupported("the classification extension is not supported by this server"));
+        }
+        if output.parameters.contains_key("shared_memory_region") {
+            return Err(InferError::unsupported("shared memory outputs are not supported by this server yet"));
+        }
+        request.requested_outputs.push(output.name);
+    }
+    Ok(request)
+}
+
+/// Encodes typed `contents` as little-endian bytes, checking the count against the shape.
+fn contents_to_bytes(name: &str, datatype: DataType, expected: u64, c: pb::InferTensorContents) -> Result<Bytes, InferError> {
+    let count_error = |n: usize| {
+        InferError::invalid(format!("input '{name}' has {n} elements in 'contents' but its shape needs {expected}"))
+    };
+    macro_rules! encode {
+        ($list:expr, $size:expr, |$buf:ident, $v:ident| $put:expr) => {{
+            let list = $list;
+            if list.len() as u64 != expected {
+                return Err(count_error(list.len()));
+            }
+            let mut $buf = BytesMut::with_capacity(list.len() * $size);
+            for $v in list {
+                $put;
+            }
+            $buf.freeze()
+        }};
+    }
+    let range = |v: i64| InferError::invalid(format!("value {v} of input '{name}' is out of range for {datatype}"));
+    Ok(match datatype {
+        DataType::Bool => encode!(c.bool_contents, 1, |b, v| b.put_u8(v as u8)),
+        DataType::Int8 => encode!(c.int_contents, 1, |b, v| b.put_i8(i8::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Int16 => encode!(c.int_contents, 2, |b, v| b.put_i16_le(i16::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Int32 => encode!(c.int_contents, 4, |b, v| b.put_i32_le(v)),
+        DataType::Int64 => encode!(c.int64_contents, 8, |b, v| b.put_i64_le(v)),
+        DataType::Uint8 => encode!(c.uint_contents, 1, |b, v| b.put_u8(u8::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Uint16 => encode!(c.uint_contents, 2, |b, v| b.put_u16_le(u16::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Uint32 => encode!(c.uint_contents, 4, |b, v| b.put_u32_le(v)),
+        DataType::Uint64 => encode!(c.uint64_contents, 8, |b, v| b.put_u64_le(v)),
+        DataType::Fp32 => encode!(c.fp32_contents, 4, |b, v| b.put_f32_le(v)),
+        DataType::Fp64 => encode!(c.fp64_contents, 8, |b, v| b.put_f64_le(v)),
+        DataType::Bytes => {
+            let total: usize = c.bytes_contents.iter().map(|e| e.len() + 4).sum();
+            encode!(c.bytes_contents, 0, |b, v| {
+                if b.capacity() == 0 {
+                    b.reserve(total);
+                }
+                b.put_u32_le(v.len() as u32);
+                b.put_slice(&v);
+            })
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(InferError::invalid(format!(
+                "input '{name}': {datatype} can only be sent in raw_input_contents"
+            )));
+        }
+    })
+}
+
+/// Encodes a response: every output's bytes in `raw_output_contents` (no copy).
+pub fn response(r: InferenceResponse) -> pb::ModelInferResponse {
+    let mut raw = Vec::with_capacity(r.outputs.len());
+    let outputs = r
+        .outputs
+        .into_iter()
+        .map(|t| {
+            raw.push(t.data);
+            pb::model_infer_response::InferOutputTensor {
+                name: t.name,
+                datatype: t.datatype.wire_name().to_string(),
+                shape: t.shape,
+                parameters: Default::default(),
+                contents: None,
+            }
+        })
+        .collect();
+    pb::ModelInferResponse {
+        model_name: r.model_name.to_string(),
+        model_version: r.model_version.to_string(),
+        id: r.id,
+        parameters: r.parameters.iter().map(|(k, v)| (k.clone(), param_proto(v))).collect(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: pb::InferTensorContents) -> pb::model_infer_request::InferInputTensor {
+        pb::model_infer_request::InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+            parameters: Default::default(),
+            contents: Some(contents),
+        }
+    }
+
+    #[test]
+    fn typed_contents_become_little_endian_bytes() {
+        let m = pb::ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![
+                input("A", "INT16", vec![2], pb::InferTensorContents { int_contents: vec![1, -2], ..Default::default() }),
+                input("B", "BYTES", vec![1], pb::InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() }),
+            ],
+            ..Default::default()
+        };
+        let r = request(m).unwrap();
+        assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
+        assert_eq!(&r.inputs[1].data[..], &[2, 0, 0, 0, b'h', b'i']);
+    }
+
+    #[test]
+    fn faults_are_invalid_arguments() {
+        let bad_count = pb::ModelInferRequest {
+            inputs: vec![input("A", "INT32", vec![3], pb::InferTensorContents { int_contents: vec![1], ..Default::default() })],
+            ..Default::default()
+        };
+        assert_eq!(status(request(bad_count).unwrap_err()).code(), Code::InvalidArgument);
+        let range = pb::ModelInferRequest {
+            inputs: vec![input("A", "INT8", vec![1], pb::InferTensorContents { int_contents: vec![300], ..Default::default() })],
+            ..Default::default()
+        };
+        assert!(request(range).unwrap_err().message.contains("out of range"));
+        let fp16 = pb::ModelInferRequest {
+            inputs: vec![input("A", "FP16", vec![1], pb::InferTensorContents::default())],
+            ..Default::default()
+        };
+        assert!(request(fp16).unwrap_err().message.contains("raw_input_contents"));
+        let raw_count = pb::ModelInferRequest {
+            inputs: vec![input("A", "INT32", vec![1], Default::default())],
+            raw_input_contents: vec![Bytes::new(), Bytes::new()],
+            ..Default::default()
+        };
+        assert!(request(raw_count).is_err());
+    }
+}

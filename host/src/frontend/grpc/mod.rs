@@ -1,0 +1,286 @@
+//! Triton's gRPC protocol (`inference.GRPCInferenceService`) and `grpc.health.v1.Health`, on
+//! tonic. The service only translates: every decision is the server's.
+mod convert;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::InferError;
+use crate::logging::{self, SettingValue};
+use crate::proto::health::health_check_response::ServingStatus;
+use crate::proto::health::health_server::{Health, HealthServer};
+use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
+use crate::proto::inference as pb;
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::server::{EXTENSIONS, Server};
+use convert::status;
+
+/// Transport settings (tritonserver's `--grpc-*` flags).
+#[derive(Clone, Debug)]
+pub struct GrpcOptions {
+    /// Largest message accepted or sent (tritonserver's default: 2 GiB − 1).
+    pub max_message_size: usize,
+    /// `--grpc-keepalive-time` (ms): how often to ping an idle connection.
+    pub keepalive_time: Option<Duration>,
+    /// `--grpc-keepalive-timeout` (ms): how long to wait for the ping's answer.
+    pub keepalive_timeout: Option<Duration>,
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        GrpcOptions { max_message_size: i32::MAX as usize, keepalive_time: None, keepalive_timeout: None }
+    }
+}
+
+/// The gRPC face of the server.
+pub struct GrpcFrontend {
+    server: Arc<Server>,
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn invalid_version(e: InferError) -> Status {
+    status(e)
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for GrpcFrontend {
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        Ok(Response::new(pb::ServerLiveResponse { live: self.server.is_live() }))
+    }
+
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        Ok(Response::new(pb::ServerReadyResponse { ready: self.server.is_ready() }))
+    }
+
+    async fn model_ready(&self, r: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        let r = r.into_inner();
+        let version = convert::version(&r.version).map_err(invalid_version)?;
+        Ok(Response::new(pb::ModelReadyResponse { ready: self.server.is_model_ready(&r.name, version) }))
+    }
+
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+        Ok(Response::new(pb::ServerMetadataResponse {
+            name: "nereus".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(&self, r: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
+        let r = r.into_inner();
+        let version = convert::version(&r.version).map_err(invalid_version)?;
+        self.server.metadata(&r.name, version).map(Response::new).map_err(status)
+    }
+
+    async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let request = convert::request(r.into_inner()).map_err(status)?;
+        let receiver = self.server.infer(request).map_err(status)?;
+        let response = receiver
+            .await
+            .map_err(|_| Status::internal("the request was dropped without a response"))?
+            .map_err(status)?;
+        Ok(Response::new(convert::response(response)))
+    }
+
+    type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
+
+    /// Many requests on one stream; each response (or error, in `error_message`) is sent as soon
+    /// as it completes, in completion order. The stream ends once the client has finished sending
+    /// and every request has been answered.
+    async fn model_stream_infer(&self, r: Request<Streaming<pb::ModelInferRequest>>) -> GrpcResult<Self::ModelStreamInferStream> {
+        let mut incoming = r.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
+        let server = self.server.clone();
+        tokio::spawn(async move {
+            while let Some(message) = incoming.next().await {
+                let message = match message {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let id = message.id.clone();
+                let (server, tx) = (server.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let outcome = match convert::request(message).and_then(|req| server.infer(req)) {
+                        Ok(receiver) => match receiver.await {
+                            Ok(Ok(response)) => Ok(convert::response(response)),
+                            Ok(Err(e)) => Err(e),
+                            Err(_) => Err(InferError::internal("the request was dropped without a response")),
+                        },
+                        Err(e) => Err(e),
+                    };
+                    let reply = match outcome {
+                        Ok(infer_response) => {
+                            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(infer_response) }
+                        }
+                        Err(e) => pb::ModelStreamInferResponse {
+                            error_message: e.message,
+                            // The request id lets the client match the error to its request.
+                            infer_response: Some(pb::ModelInferResponse { id, ..Default::default() }),
+                        },
+                    };
+                    let _ = tx.send(Ok(reply)).await;
+                });
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn model_config(&self, r: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        let r = r.into_inner();
+        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let model = self.server.version(&r.name, version).map_err(status)?;
+        Ok(Response::new(pb::ModelConfigResponse { config: Some((*model.config).clone()) }))
+    }
+
+    async fn model_statistics(&self, r: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
+        let r = r.into_inner();
+        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        self.server.statistics(name, version).map(Response::new).map_err(status)
+    }
+
+    async fn repository_index(&self, r: Request<pb::RepositoryIndexRequest>) -> GrpcResult<pb::RepositoryIndexResponse> {
+        Ok(Response::new(pb::RepositoryIndexResponse { models: self.server.index(r.into_inner().ready) }))
+    }
+
+    async fn repository_model_load(&self, _: Request<pb::RepositoryModelLoadRequest>) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+        // tritonserver answers this way whenever the model control mode is not EXPLICIT.
+        Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
+        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
+        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
+        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<pb::CudaSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
+        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
+        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
+        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+    }
+
+    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        Err(Status::unimplemented("the trace extension is not implemented by this server yet"))
+    }
+
+    async fn log_settings(&self, r: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
+        use pb::log_settings_request::setting_value::ParameterChoice as In;
+        use pb::log_settings_response::setting_value::ParameterChoice as Out;
+        let mut updates = Vec::new();
+        for (key, value) in r.into_inner().settings {
+            let value = match value.parameter_choice {
+                Some(In::BoolParam(b)) => SettingValue::Bool(b),
+                Some(In::Uint32Param(n)) => SettingValue::Uint(n),
+                Some(In::StringParam(s)) => SettingValue::Text(s),
+                None => return Err(Status::invalid_argument(format!("log setting '{key}' has no value"))),
+            };
+            updates.push((key, value));
+        }
+        let s = if updates.is_empty() { logging::settings() } else { logging::update(&updates).map_err(status)? };
+        let v = |c: Out| pb::log_settings_response::SettingValue { parameter_choice: Some(c) };
+        let settings = [
+            ("log_file", v(Out::StringParam(s.log_file))),
+            ("log_info", v(Out::BoolParam(s.log_info))),
+            ("log_warning", v(Out::BoolParam(s.log_warning))),
+            ("log_error", v(Out::BoolParam(s.log_error))),
+            ("log_verbose_level", v(Out::Uint32Param(s.log_verbose_level))),
+            ("log_format", v(Out::StringParam(s.log_format))),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Ok(Response::new(pb::LogSettingsResponse { settings }))
+    }
+}
+
+/// `grpc.health.v1.Health/Check`: SERVING when the server is ready.
+struct HealthService {
+    server: Arc<Server>,
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        let status = if self.server.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        Ok(Response::new(HealthCheckResponse { status: status as i32 }))
+    }
+}
+
+/// Serves gRPC on `listener` until `shutdown` resolves; in-flight calls then finish.
+pub async fn serve(listener: TcpListener, server: Arc<Server>, options: GrpcOptions, shutdown: impl Future<Output = ()>) {
+    let inference = GrpcInferenceServiceServer::new(GrpcFrontend { server: server.clone() })
+        .max_decoding_message_size(options.max_message_size)
+        .max_encoding_message_size(options.max_message_size)
+        // Compressed requests are accepted; responses are compressed only when the client asks
+        // for it per call (tonic honours grpc-accept-encoding), never by default.
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let health = HealthServer::new(HealthService { server });
+    let incoming = TcpListenerStream::new(listener).map(|stream| {
+        if let Ok(s) = &stream {
+            let _ = s.set_nodelay(true);
+        }
+        stream
+    });
+    // Loopback latency halves with nodelay and larger HTTP/2 windows (toolchain facts).
+    let result = tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(4 << 20))
+        .initial_connection_window_size(Some(8 << 20))
+        .http2_keepalive_interval(options.keepalive_time)
+        .http2_keepalive_timeout(options.keepalive_timeout)
+        .add_service(inference)
+        .add_service(health)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    if let Err(e) = result {
+        tracing::error!("gRPC server failed: {e}");
+    }
+}

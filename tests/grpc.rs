@@ -1,0 +1,371 @@
+//! Triton's gRPC protocol (`inference.GRPCInferenceService`) against the real `nereus` binary, with
+//! a tonic client generated from the same schema.
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use nereus::proto::health::health_client::HealthClient;
+use nereus::proto::health::{HealthCheckRequest, health_check_response::ServingStatus};
+use nereus::proto::inference as pb;
+use nereus::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use nereus::proto::inference::infer_parameter::ParameterChoice;
+use pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use tonic::Code;
+use tonic::transport::Channel;
+
+fn runtime() -> tokio::runtime::Runtime {
+    // Multi-threaded: tests block this thread on HTTP polls while the gRPC connection keeps working.
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn client(s: &Server) -> GrpcInferenceServiceClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.grpc_port))
+        .unwrap()
+        .timeout(WAIT)
+        .connect_timeout(WAIT)
+        .connect()
+        .await
+        .unwrap();
+    GrpcInferenceServiceClient::new(channel)
+}
+
+fn examples() -> (Repo, Server) {
+    let repo = Repo::new();
+    for m in ["simple", "string_upper", "identity_fp32"] {
+        repo.example(m);
+    }
+    let dir = repo.model("echo", &faults_config("echo", ""), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &[]);
+    (repo, s)
+}
+
+fn raw_input(name: &str, datatype: &str, shape: Vec<i64>) -> InferInputTensor {
+    InferInputTensor { name: name.into(), datatype: datatype.into(), shape, parameters: Default::default(), contents: None }
+}
+
+/// A raw-contents `simple` request: INPUT0 = 0..16, INPUT1 = `b`.
+fn simple(b: i32, id: &str) -> pb::ModelInferRequest {
+    pb::ModelInferRequest {
+        model_name: "simple".into(),
+        id: id.into(),
+        inputs: vec![raw_input("INPUT0", "INT32", vec![1, 16]), raw_input("INPUT1", "INT32", vec![1, 16])],
+        raw_input_contents: vec![Bytes::from(le_i32(&(0..16).collect::<Vec<_>>())), Bytes::from(le_i32(&[b; 16]))],
+        ..Default::default()
+    }
+}
+
+fn i32s(b: &[u8]) -> Vec<i32> {
+    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+#[test]
+fn health_metadata_config_and_repository() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        assert!(c.server_live(pb::ServerLiveRequest {}).await.unwrap().into_inner().live);
+        assert!(c.server_ready(pb::ServerReadyRequest {}).await.unwrap().into_inner().ready);
+        let ready = |name: &str, version: &str| pb::ModelReadyRequest { name: name.into(), version: version.into() };
+        assert!(c.model_ready(ready("simple", "")).await.unwrap().into_inner().ready);
+        assert!(c.model_ready(ready("simple", "1")).await.unwrap().into_inner().ready);
+        assert!(!c.model_ready(ready("simple", "2")).await.unwrap().into_inner().ready);
+        assert!(!c.model_ready(ready("nope", "")).await.unwrap().into_inner().ready);
+
+        let meta = c.server_metadata(pb::ServerMetadataRequest {}).await.unwrap().into_inner();
+        assert_eq!(meta.name, "nereus");
+        assert!(meta.extensions.contains(&"statistics".to_string()));
+
+        let m = c.model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: String::new() }).await.unwrap().into_inner();
+        assert_eq!((m.name.as_str(), m.versions.clone(), m.platform.as_str()), ("simple", vec!["1".to_string()], "add_sub"));
+        assert_eq!(m.inputs[1].name, "INPUT1");
+        assert_eq!(m.inputs[1].shape, vec![-1, 16]);
+        let e = c.model_metadata(pb::ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        let e = c.model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: "x".into() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+
+        let cfg = c.model_config(pb::ModelConfigRequest { name: "simple".into(), version: "1".into() }).await.unwrap().into_inner();
+        let cfg = cfg.config.unwrap();
+        assert_eq!((cfg.name.as_str(), cfg.backend.as_str(), cfg.max_batch_size), ("simple", "add_sub", 8));
+        assert_eq!(cfg.input[0].dims, vec![16]);
+        assert_eq!(cfg.instance_group[0].count, 1);
+
+        let index = c.repository_index(pb::RepositoryIndexRequest { repository_name: String::new(), ready: true }).await.unwrap();
+        let names: Vec<String> = index.into_inner().models.into_iter().map(|m| format!("{}:{}:{}", m.name, m.version, m.state)).collect();
+        assert_eq!(names, vec!["echo:1:READY", "identity_fp32:1:READY", "simple:1:READY", "string_upper:1:READY"]);
+        let e = c
+            .repository_model_load(pb::RepositoryModelLoadRequest { model_name: "simple".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        let e = c
+            .repository_model_unload(pb::RepositoryModelUnloadRequest { model_name: "simple".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+
+        // not implemented yet: said so, never faked
+        let e = c.system_shared_memory_status(pb::SystemSharedMemoryStatusRequest::default()).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        assert!(e.message().contains("shared memory"));
+        let e = c.cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest::default()).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        let e = c.trace_setting(pb::TraceSettingRequest::default()).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        assert!(e.message().contains("trace"));
+
+        let mut health = HealthClient::connect(format!("http://127.0.0.1:{}", s.grpc_port)).await.unwrap();
+        let h = health.check(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+        assert_eq!(h.status, ServingStatus::Serving as i32);
+    });
+}
+
+#[test]
+fn log_settings_read_and_update() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        use pb::log_settings_request::setting_value::ParameterChoice as In;
+        use pb::log_settings_response::setting_value::ParameterChoice as Out;
+        let mut c = client(&s).await;
+        let current = c.log_settings(pb::LogSettingsRequest::default()).await.unwrap().into_inner().settings;
+        assert_eq!(current["log_verbose_level"].parameter_choice, Some(Out::Uint32Param(0)));
+        assert_eq!(current["log_info"].parameter_choice, Some(Out::BoolParam(true)));
+        let set = |k: &str, v: In| {
+            let mut r = pb::LogSettingsRequest::default();
+            r.settings.insert(k.into(), pb::log_settings_request::SettingValue { parameter_choice: Some(v) });
+            r
+        };
+        let after = c.log_settings(set("log_verbose_level", In::Uint32Param(2))).await.unwrap().into_inner().settings;
+        assert_eq!(after["log_verbose_level"].parameter_choice, Some(Out::Uint32Param(2)));
+        // and HTTP sees the same settings
+        assert_eq!(s.get("/v2/logging").json()["log_verbose_level"], 2);
+        let e = c.log_settings(set("log_info", In::StringParam("yes".into()))).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let e = c.log_settings(set("no_such_setting", In::BoolParam(true))).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+    });
+    let r = s.post_json("/v2/logging", &serde_json::json!({"log_verbose_level": 0, "log_warning": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["log_verbose_level"], 0);
+}
+
+#[test]
+fn unary_inference_raw_and_typed() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let r = c.model_infer(simple(3, "g-1")).await.unwrap().into_inner();
+        assert_eq!((r.model_name.as_str(), r.model_version.as_str(), r.id.as_str()), ("simple", "1", "g-1"));
+        assert_eq!(r.outputs.len(), 2);
+        assert_eq!(r.outputs[0].name, "OUTPUT0");
+        assert_eq!(r.outputs[0].shape, vec![1, 16]);
+        assert_eq!(i32s(&r.raw_output_contents[0]), (3..19).collect::<Vec<_>>());
+        assert_eq!(i32s(&r.raw_output_contents[1]), (-3..13).collect::<Vec<_>>());
+
+        // typed contents, a requested subset of outputs and an explicit version
+        let mut typed = pb::ModelInferRequest { model_name: "simple".into(), model_version: "1".into(), ..Default::default() };
+        for (name, values) in [("INPUT0", vec![5; 16]), ("INPUT1", vec![2; 16])] {
+            let mut t = raw_input(name, "INT32", vec![1, 16]);
+            t.contents = Some(pb::InferTensorContents { int_contents: values, ..Default::default() });
+            typed.inputs.push(t);
+        }
+        typed.outputs.push(InferRequestedOutputTensor { name: "OUTPUT1".into(), parameters: Default::default() });
+        let r = c.model_infer(typed).await.unwrap().into_inner();
+        assert_eq!(r.outputs.len(), 1);
+        assert_eq!(i32s(&r.raw_output_contents[0]), vec![3; 16]);
+
+        // BYTES through typed contents
+        let mut t = raw_input("INPUT0", "BYTES", vec![2]);
+        t.contents = Some(pb::InferTensorContents {
+            bytes_contents: vec![Bytes::from_static(b"grpc"), Bytes::from_static("ünï".as_bytes())],
+            ..Default::default()
+        });
+        let r = c
+            .model_infer(pb::ModelInferRequest { model_name: "string_upper".into(), inputs: vec![t], ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        let out = &r.raw_output_contents[0];
+        let elements: Vec<String> = {
+            let mut v = Vec::new();
+            let mut d = &out[..];
+            while d.len() >= 4 {
+                let n = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
+                v.push(String::from_utf8(d[4..4 + n].to_vec()).unwrap());
+                d = &d[4 + n..];
+            }
+            v
+        };
+        assert_eq!(elements, vec!["GRPC".to_string(), "ÜNÏ".to_string()]);
+
+        // FP32 raw (the only way for FP16/BF16 too)
+        let data: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+        let r = c
+            .model_infer(pb::ModelInferRequest {
+                model_name: "identity_fp32".into(),
+                inputs: vec![raw_input("INPUT0", "FP32", vec![1, 2])],
+                raw_input_contents: vec![Bytes::from(data.clone())],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(&r.raw_output_contents[0][..], &data[..]);
+
+        // request parameters reach the backend; the backend's response parameters come back
+        let mut echo = pb::ModelInferRequest { model_name: "echo".into(), id: "e".into(), ..Default::default() };
+        let mut t = raw_input("INPUT0", "INT32", vec![2]);
+        t.contents = Some(pb::InferTensorContents { int_contents: vec![7, 8], ..Default::default() });
+        echo.inputs.push(t);
+        for (k, v) in [
+            ("b", ParameterChoice::BoolParam(true)),
+            ("i", ParameterChoice::Int64Param(-5)),
+            ("u", ParameterChoice::Uint64Param(u64::MAX)),
+            ("d", ParameterChoice::DoubleParam(0.25)),
+            ("s", ParameterChoice::StringParam("x".into())),
+            ("sequence_id", ParameterChoice::Uint64Param(4)),
+        ] {
+            echo.parameters.insert(k.into(), pb::InferParameter { parameter_choice: Some(v) });
+        }
+        let r = c.model_infer(echo).await.unwrap().into_inner();
+        let p = |k: &str| r.parameters.get(k).and_then(|p| p.parameter_choice.clone());
+        assert_eq!(p("b"), Some(ParameterChoice::BoolParam(true)));
+        assert_eq!(p("i"), Some(ParameterChoice::Int64Param(-5)));
+        assert_eq!(p("u"), Some(ParameterChoice::Uint64Param(u64::MAX)));
+        assert_eq!(p("d"), Some(ParameterChoice::DoubleParam(0.25)));
+        assert_eq!(p("s"), Some(ParameterChoice::StringParam("x".into())));
+        assert_eq!(p("echo_id"), Some(ParameterChoice::StringParam("e".into())));
+        assert_eq!(p("sequence_id"), None, "reserved parameters are not custom");
+    });
+}
+
+#[test]
+fn unary_errors_map_to_grpc_codes() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let mut unknown = simple(1, "");
+        unknown.model_name = "nope".into();
+        assert_eq!(c.model_infer(unknown).await.unwrap_err().code(), Code::NotFound);
+        let mut version = simple(1, "");
+        version.model_version = "9".into();
+        assert_eq!(c.model_infer(version).await.unwrap_err().code(), Code::NotFound);
+        let mut dtype = simple(1, "");
+        dtype.inputs[0].datatype = "FP32".into();
+        let e = c.model_infer(dtype).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("data-type is 'FP32'"), "{}", e.message());
+        let mut short = simple(1, "");
+        short.raw_input_contents[1] = Bytes::from_static(&[0; 60]);
+        let e = c.model_infer(short).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("Expected 64, got 60"), "{}", e.message());
+        let mut missing = simple(1, "");
+        missing.raw_input_contents.pop();
+        assert_eq!(c.model_infer(missing).await.unwrap_err().code(), Code::InvalidArgument);
+        let mut fp16 = raw_input("INPUT0", "FP16", vec![1, 1]);
+        fp16.contents = Some(pb::InferTensorContents::default());
+        let e = c
+            .model_infer(pb::ModelInferRequest { model_name: "identity_fp32".into(), inputs: vec![fp16], ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let mut trap = pb::ModelInferRequest { model_name: "echo".into(), ..Default::default() };
+        let mut t = raw_input("INPUT0", "INT32", vec![1]);
+        t.contents = Some(pb::InferTensorContents { int_contents: vec![1], ..Default::default() });
+        trap.inputs.push(t);
+        trap.parameters.insert("fault".into(), pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam("trap".into())) });
+        let e = c.model_infer(trap).await.unwrap_err();
+        assert_eq!(e.code(), Code::Internal);
+        assert!(e.message().contains("echo") && e.message().contains("trapped"), "{}", e.message());
+        // still serving
+        assert_eq!(i32s(&c.model_infer(simple(1, "")).await.unwrap().into_inner().raw_output_contents[0])[0], 1);
+    });
+}
+
+#[test]
+fn streaming_many_requests_and_errors_on_one_stream() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut bad = simple(0, "bad");
+        bad.inputs[0].name = "NOPE".into();
+        tx.send(simple(1, "a")).await.unwrap();
+        tx.send(bad).await.unwrap();
+        tx.send(simple(2, "b")).await.unwrap();
+        let mut got = std::collections::BTreeMap::new();
+        for _ in 0..3 {
+            let r = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+            let resp = r.infer_response.unwrap();
+            got.insert(resp.id.clone(), (r.error_message, resp.raw_output_contents.first().map(|b| i32s(b)[0])));
+        }
+        assert_eq!(got["a"], (String::new(), Some(1)));
+        assert_eq!(got["b"], (String::new(), Some(2)));
+        assert!(got["bad"].0.contains("unexpected inference input 'NOPE'"), "{:?}", got["bad"]);
+        // the stream survives the error
+        tx.send(simple(3, "c")).await.unwrap();
+        let r = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert_eq!(r.infer_response.unwrap().id, "c");
+        drop(tx);
+        let end = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap();
+        assert!(end.is_none(), "the stream ends after the client closes its side");
+    });
+}
+
+#[test]
+fn streamed_responses_arrive_as_they_complete() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        // hold `simple` at the gate: the echo request sent after it must come back first
+        s.gate("simple", false);
+        tx.send(simple(1, "held")).await.unwrap();
+        s.wait_until("simple executing", || s.executions("simple").0 == 1);
+        let mut echo = pb::ModelInferRequest { model_name: "echo".into(), id: "quick".into(), ..Default::default() };
+        let mut t = raw_input("INPUT0", "INT32", vec![1]);
+        t.contents = Some(pb::InferTensorContents { int_contents: vec![9], ..Default::default() });
+        echo.inputs.push(t);
+        tx.send(echo).await.unwrap();
+        let first = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert_eq!(first.infer_response.unwrap().id, "quick");
+        s.gate("simple", true);
+        let second = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert_eq!(second.infer_response.unwrap().id, "held");
+    });
+}
+
+#[test]
+fn statistics_over_grpc() {
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        for i in 0..4 {
+            c.model_infer(simple(i, "")).await.unwrap();
+        }
+        let mut bad = simple(0, "");
+        bad.model_version = "1".into();
+        bad.inputs[0].shape = vec![2, 16];
+        assert!(c.model_infer(bad).await.is_err());
+        let stats = c
+            .model_statistics(pb::ModelStatisticsRequest { name: "simple".into(), version: String::new() })
+            .await
+            .unwrap()
+            .into_inner();
+        let m = &stats.model_stats[0];
+        assert_eq!((m.name.as_str(), m.version.as_str(), m.inference_count, m.execution_count), ("simple", "1", 4, 4));
+        let inf = m.inference_stats.as_ref().unwrap();
+        assert_eq!(inf.success.as_ref().unwrap().count, 4);
+        assert_eq!(inf.compute_infer.as_ref().unwrap().count, 4);
+        assert_eq!(m.batch_stats.len(), 1);
+        assert_eq!(m.batch_stats[0].batch_size, 1);
+        let all = c.model_statistics(pb::ModelStatisticsRequest::default()).await.unwrap().into_inner();
+        assert_eq!(all.model_stats.len(), 4);
+        let e = c.model_statistics(pb::ModelStatisticsRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+    });
+}
