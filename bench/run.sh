@@ -2,7 +2,8 @@
 # Throughput and latency of Nereus next to the real Triton (python backend) and the bare-hyper ceiling,
 # measured by Triton's perf_analyzer on this machine, alternating servers round by round.
 #   bench/run.sh [ROUNDS] [CONCURRENCIES...]      (defaults: 2 rounds, concurrency 1 and 4)
-# Prints a markdown table and writes it to bench/results/<UTC date>-http.md. Not a test.
+#   PROTOS="http grpc" (default both) picks the protocols.
+# Prints a markdown table and writes it to bench/results/<UTC date>.md. Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -20,7 +21,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 triton_port=18000 nereus_port=18100 limit_port=18200
 log=$(mktemp -d)
 "$target/release/nereus" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 \
-  --http-port $nereus_port --allow-grpc=false --allow-metrics=false >"$log/nereus.log" 2>&1 &
+  --http-port $nereus_port --grpc-address 127.0.0.1 --grpc-port $((nereus_port + 1)) --allow-metrics=false \
+  >"$log/nereus.log" 2>&1 &
 nereus_pid=$!
 cleanup() { kill $nereus_pid 2>/dev/null || true; "$anchors/triton.sh" stop $triton_port || true; "$anchors/limit.sh" stop $limit_port || true; }
 trap cleanup EXIT
@@ -28,36 +30,45 @@ trap cleanup EXIT
 "$anchors/limit.sh" start $limit_port
 for _ in $(seq 1 100); do curl -sf localhost:$nereus_port/v2/health/ready >/dev/null && break; sleep 0.1; done
 
+protos=(${PROTOS:-http grpc})
 declare -A tput p50 p99
-for c in "${concs[@]}"; do
-  for r in $(seq 1 "$rounds"); do
-    for s in triton nereus limit; do
-      case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
-      line=$("$anchors/perf.sh" localhost:$port simple http "$c")
-      echo "round $r $s: $line" >&2
-      t=$(sed -n 's/.*throughput=\([0-9.]*\).*/\1/p' <<<"$line")
-      a=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
-      b=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
-      tput[$s,$c]="${tput[$s,$c]:-} $t"; p50[$s,$c]="${p50[$s,$c]:-} $a"; p99[$s,$c]="${p99[$s,$c]:-} $b"
+for proto in "${protos[@]}"; do
+  offset=0; [[ $proto == grpc ]] && offset=1
+  for c in "${concs[@]}"; do
+    for r in $(seq 1 "$rounds"); do
+      for s in triton nereus limit; do
+        case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
+        line=$("$anchors/perf.sh" localhost:$((port + offset)) simple "$proto" "$c")
+        echo "round $r $s: $line" >&2
+        t=$(sed -n 's/.*throughput=\([0-9.]*\).*/\1/p' <<<"$line")
+        a=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+        b=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+        k=$s,$proto,$c
+        tput[$k]="${tput[$k]:-} $t"; p50[$k]="${p50[$k]:-} $a"; p99[$k]="${p99[$k]:-} $b"
+      done
     done
   done
 done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mkdir -p "$here/results"
-out="$here/results/$(date -u +%Y-%m-%d)-http.md"
+out="$here/results/$(date -u +%Y-%m-%d).md"
 {
-  echo "perf_analyzer over HTTP, model \`simple\` (INT32 add/sub, 1×16), median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
+  echo "perf_analyzer, model \`simple\` (INT32 add/sub, 1×16), median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
   echo
-  echo "| server | concurrency | infer/s | p50 µs | p99 µs | vs Triton | vs ceiling |"
-  echo "|---|---|---|---|---|---|---|"
-  for c in "${concs[@]}"; do
-    tt=$(median <<<"${tput[triton,$c]}"); tl=$(median <<<"${tput[limit,$c]}")
-    for s in triton nereus limit; do
-      t=$(median <<<"${tput[$s,$c]}"); a=$(median <<<"${p50[$s,$c]}"); b=$(median <<<"${p99[$s,$c]}")
-      name=Nereus; [[ $s == limit ]] && name="ceiling (bare hyper)"; [[ $s == triton ]] && name="Triton (python backend)"
-      awk -v n="$name" -v c="$c" -v t="$t" -v a="$a" -v b="$b" -v tt="$tt" -v tl="$tl" \
-        'BEGIN { printf "| %s | %s | %.0f | %s | %s | %.2f× | %.0f%% |\n", n, c, t, a, b, t / tt, 100 * t / tl }'
+  echo "| protocol | server | concurrency | infer/s | p50 µs | p99 µs | vs Triton | vs ceiling |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for proto in "${protos[@]}"; do
+    for c in "${concs[@]}"; do
+      tt=$(median <<<"${tput[triton,$proto,$c]}"); tl=$(median <<<"${tput[limit,$proto,$c]}")
+      for s in triton nereus limit; do
+        k=$s,$proto,$c
+        t=$(median <<<"${tput[$k]}"); a=$(median <<<"${p50[$k]}"); b=$(median <<<"${p99[$k]}")
+        name=Nereus; [[ $s == triton ]] && name="Triton (python backend)"
+        [[ $s == limit ]] && { name="ceiling (bare hyper)"; [[ $proto == grpc ]] && name="ceiling (bare tonic)"; }
+        awk -v p="$proto" -v n="$name" -v c="$c" -v t="$t" -v a="$a" -v b="$b" -v tt="$tt" -v tl="$tl" \
+          'BEGIN { printf "| %s | %s | %s | %.0f | %s | %s | %.2f× | %.0f%% |\n", p, n, c, t, a, b, t / tt, 100 * t / tl }'
+      done
     done
   done
 } | tee "$out"

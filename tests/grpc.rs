@@ -369,3 +369,88 @@ fn statistics_over_grpc() {
         assert_eq!(e.code(), Code::NotFound);
     });
 }
+
+/// A `repeat_int32` request.
+fn repeat(values: &[i32], delays: &[u32], wait: u32, id: &str, empty_final: bool) -> pb::ModelInferRequest {
+    let u32s = |v: &[u32]| Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    let mut r = pb::ModelInferRequest {
+        model_name: "repeat_int32".into(),
+        id: id.into(),
+        inputs: vec![
+            raw_input("IN", "INT32", vec![values.len() as i64]),
+            raw_input("DELAY", "UINT32", vec![delays.len() as i64]),
+            raw_input("WAIT", "UINT32", vec![1]),
+        ],
+        raw_input_contents: vec![Bytes::from(le_i32(values)), u32s(delays), u32s(&[wait])],
+        ..Default::default()
+    };
+    if empty_final {
+        r.parameters.insert(
+            "triton_enable_empty_final_response".into(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+        );
+    }
+    r
+}
+
+fn final_flag(r: &pb::ModelInferResponse) -> Option<bool> {
+    match r.parameters.get("triton_final_response").and_then(|p| p.parameter_choice.clone()) {
+        Some(ParameterChoice::BoolParam(b)) => Some(b),
+        _ => None,
+    }
+}
+
+#[test]
+fn decoupled_model_streams_each_response_then_the_final_flag() {
+    let repo = Repo::new();
+    repo.example("repeat_int32");
+    let s = Server::start(repo.path(), &[]);
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        // two requests in flight at once (the model has two instances), one with an empty final response
+        tx.send(repeat(&[10, 20, 30], &[0, 1, 0], 0, "r1", true)).await.unwrap();
+        tx.send(repeat(&[7, 8], &[0, 0], 0, "r2", false)).await.unwrap();
+        let mut seen: std::collections::BTreeMap<String, Vec<(Option<i32>, Option<u32>, Option<bool>)>> = Default::default();
+        // r1: 3 responses + 1 empty final; r2: 2 responses (its final flag travels alone, unsent)
+        for _ in 0..6 {
+            let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+            let r = m.infer_response.unwrap();
+            let out = r.raw_output_contents.first().map(|b| i32s(b)[0]);
+            let idx = r.raw_output_contents.get(1).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            seen.entry(r.id.clone()).or_default().push((out, idx, final_flag(&r)));
+        }
+        assert_eq!(
+            seen["r1"],
+            vec![(Some(10), Some(0), Some(false)), (Some(20), Some(1), Some(false)), (Some(30), Some(2), Some(false)), (None, None, Some(true))]
+        );
+        assert_eq!(seen["r2"], vec![(Some(7), Some(0), Some(false)), (Some(8), Some(1), Some(false))]);
+        // a request the backend rejects gets its error on the stream, which stays usable
+        tx.send(repeat(&[1, 2], &[0], 0, "bad", true)).await.unwrap();
+        let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert!(m.error_message.contains("DELAY has 1 elements but IN has 2"), "{}", m.error_message);
+        tx.send(repeat(&[5], &[0], 0, "after", true)).await.unwrap();
+        let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert_eq!(m.infer_response.unwrap().id, "after");
+
+        // decoupled models answer only on the stream, as Triton's
+        let e = c.model_infer(repeat(&[1], &[0], 0, "", false)).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        assert!(e.message().contains("ModelInfer RPC doesn't support models with decoupled transaction policy"), "{}", e.message());
+    });
+    let r = s.post_json(
+        "/v2/models/repeat_int32/infer",
+        &serde_json::json!({"inputs": [
+            {"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]},
+            {"name": "DELAY", "shape": [1], "datatype": "UINT32", "data": [0]},
+            {"name": "WAIT", "shape": [1], "datatype": "UINT32", "data": [0]}]}),
+    );
+    assert_eq!(r.status, 501, "{}", r.text());
+    assert!(r.error().contains("HTTP end point doesn't support models with decoupled transaction policy"));
+    // every completed request is counted, the flag-only completions included
+    s.wait_until("three successful repeat requests", || {
+        s.get("/v2/models/repeat_int32/stats").json()["model_stats"][0]["inference_stats"]["success"]["count"] == 3
+    });
+}

@@ -7,7 +7,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::backend::wasm::WasmModelTeardown;
 use crate::config::ModelConfig;
 use crate::error::InferError;
-use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender};
+use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
 use crate::scheduler::DefaultScheduler;
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
@@ -119,8 +119,38 @@ impl ModelVersion {
         }
     }
 
-    /// Validates `request` and queues it; the receiver yields its one final outcome.
-    pub fn infer(&self, mut request: InferenceRequest) -> Result<ResponseReceiver, InferError> {
+    /// Whether the model may send several responses per request
+    /// (`model_transaction_policy { decoupled: true }`).
+    pub fn is_decoupled(&self) -> bool {
+        self.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+    }
+
+    /// Validates `request` and queues it; the receiver yields its one final outcome. `endpoint`
+    /// names the caller in the error a decoupled model answers with, as Triton words it.
+    pub fn infer(&self, mut request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
+        if self.is_decoupled() {
+            return Err(InferError::unsupported(format!(
+                "{endpoint} doesn't support models with decoupled transaction policy"
+            )));
+        }
+        self.check_ready()?;
+        validate_request(&self.io, &mut request)?;
+        let (sender, receiver) = ResponseSender::unary(self.stats.clone());
+        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
+        Ok(receiver)
+    }
+
+    /// Validates `request` and queues it for a stream: the receiver yields each response, the
+    /// last one marked final (one response for models that are not decoupled).
+    pub fn infer_stream(&self, mut request: InferenceRequest) -> Result<StreamReceiver, InferError> {
+        self.check_ready()?;
+        validate_request(&self.io, &mut request)?;
+        let (sender, receiver) = ResponseSender::stream(self.stats.clone());
+        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
+        Ok(receiver)
+    }
+
+    fn check_ready(&self) -> Result<(), InferError> {
         if !self.health.is_ready() {
             return Err(InferError::unavailable(format!(
                 "model '{}' version {} is not ready: {}",
@@ -129,10 +159,7 @@ impl ModelVersion {
                 self.health.reason().unwrap_or_default()
             )));
         }
-        validate_request(&self.io, &mut request)?;
-        let (sender, receiver) = ResponseSender::unary(self.stats.clone());
-        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
-        Ok(receiver)
+        Ok(())
     }
 
     /// Unloads: drains queued requests, finalises instances, then the model and its backend.

@@ -198,6 +198,7 @@ fn load_version(
         config_json: crate::config::to_json(config).to_string(),
         policy: policy.clone(),
         io: io.clone(),
+        decoupled: config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
         instances,
         health: health.clone(),
     })?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::InferError;
 use crate::stats::ModelStats;
@@ -67,16 +67,41 @@ pub struct InferenceResponse {
     pub outputs: Vec<Tensor>,
 }
 
-/// What a frontend awaits: one final outcome per request.
+/// What a frontend awaits for a unary request: its one final outcome.
 pub type ResponseReceiver = oneshot::Receiver<Result<InferenceResponse, InferError>>;
+
+/// One item of a streamed request: a response (or an error), or — for a decoupled model that
+/// completes a request without a response — only the final flag.
+#[derive(Debug)]
+pub struct StreamItem {
+    pub response: Option<Result<InferenceResponse, InferError>>,
+    /// True on the request's last item.
+    pub final_: bool,
+}
+
+/// What a frontend reads for a streamed request (gRPC ModelStreamInfer).
+pub type StreamReceiver = mpsc::UnboundedReceiver<StreamItem>;
+
+enum Sink {
+    Unary(oneshot::Sender<Result<InferenceResponse, InferError>>),
+    Stream(mpsc::UnboundedSender<StreamItem>),
+}
+
+/// The final outcome of a request, held until the worker flushes it.
+enum Final {
+    Outcome(Result<InferenceResponse, InferError>),
+    /// Completed without a response (decoupled models only).
+    FlagOnly,
+}
 
 /// Where a request's responses go. It enforces "exactly one final response": sending after the
 /// final one is refused, and dropping it unanswered makes the frontend see an error instead of a
 /// hang. The final response is held until [`flush`](Self::flush) (or drop), so the instance worker
-/// can record the execution's statistics before any client sees its answer.
+/// can record the execution's statistics before any client sees its answer. A decoupled model's
+/// non-final responses go out at once.
 pub struct ResponseSender {
-    unary: Option<oneshot::Sender<Result<InferenceResponse, InferError>>>,
-    held: Option<Result<InferenceResponse, InferError>>,
+    sink: Option<Sink>,
+    held: Option<Final>,
     stats: Arc<ModelStats>,
     arrived: Instant,
 }
@@ -89,33 +114,84 @@ impl std::fmt::Debug for ResponseSender {
 
 impl ResponseSender {
     /// A sender for a request that expects exactly one response, and the frontend's receiver.
-    /// The outcome is recorded in `stats` when the final response is sent.
+    /// The outcome is recorded in `stats` when the final response is given.
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
-        (ResponseSender { unary: Some(tx), held: None, stats, arrived: Instant::now() }, rx)
+        (ResponseSender { sink: Some(Sink::Unary(tx)), held: None, stats, arrived: Instant::now() }, rx)
+    }
+
+    /// A sender for a streamed request, which may receive several responses (decoupled models).
+    pub fn stream(stats: Arc<ModelStats>) -> (Self, StreamReceiver) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: Instant::now() }, rx)
     }
 
     /// Whether the final response has been given.
     pub fn is_complete(&self) -> bool {
-        self.held.is_some() || self.unary.is_none()
+        self.held.is_some() || self.sink.is_none()
+    }
+
+    fn finish(&mut self, last: Final) -> bool {
+        if self.is_complete() {
+            return false;
+        }
+        let ok = !matches!(last, Final::Outcome(Err(_)));
+        self.stats.record_outcome(ok, self.arrived.elapsed());
+        self.held = Some(last);
+        true
     }
 
     /// Gives the final outcome (delivered at [`flush`](Self::flush)). Returns `false` when the
     /// request was already complete.
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
-        if self.is_complete() {
-            return false;
+        self.finish(Final::Outcome(outcome))
+    }
+
+    /// Completes the request without a response (TRITONSERVER_RESPONSE_COMPLETE_FINAL alone).
+    /// Only streamed requests can end this way.
+    pub fn send_final_flag(&mut self) -> Result<(), &'static str> {
+        match self.sink {
+            Some(Sink::Stream(_)) if !self.is_complete() => {
+                self.finish(Final::FlagOnly);
+                Ok(())
+            }
+            Some(Sink::Unary(_)) => Err("a unary request needs a response"),
+            _ => Err("the request is already complete"),
         }
-        self.stats.record_outcome(outcome.is_ok(), self.arrived.elapsed());
-        self.held = Some(outcome);
-        true
+    }
+
+    /// Sends a non-final response at once (decoupled models on a stream).
+    pub fn send_partial(&mut self, response: InferenceResponse) -> Result<(), &'static str> {
+        match (&self.sink, self.held.is_some()) {
+            (Some(Sink::Stream(tx)), false) => {
+                // The client may have gone away; that is not the backend's fault.
+                let _ = tx.send(StreamItem { response: Some(Ok(response)), final_: false });
+                Ok(())
+            }
+            (Some(Sink::Unary(_)), false) => Err("a unary request takes exactly one response"),
+            _ => Err("the request is already complete"),
+        }
     }
 
     /// Delivers the final outcome to the frontend, if one was given.
     pub fn flush(&mut self) {
-        if let (Some(outcome), Some(tx)) = (self.held.take(), self.unary.take()) {
-            // The client may have gone away; that is not the backend's fault.
-            let _ = tx.send(outcome);
+        let Some(last) = self.held.take() else { return };
+        match self.sink.take() {
+            Some(Sink::Unary(tx)) => {
+                let outcome = match last {
+                    Final::Outcome(o) => o,
+                    Final::FlagOnly => Err(InferError::internal("the request completed without a response")),
+                };
+                let _ = tx.send(outcome);
+            }
+            Some(Sink::Stream(tx)) => {
+                let response = match last {
+                    Final::Outcome(o) => Some(o),
+                    Final::FlagOnly => None,
+                };
+                let _ = tx.send(StreamItem { response, final_: true });
+            }
+            None => {}
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::error::InferError;
 use crate::model::ModelVersion;
 use crate::proto::inference as pb;
 use crate::repository::{self, LoadContext, ModelEntry, VersionState};
-use crate::request::{InferenceRequest, ResponseReceiver};
+use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] =
@@ -234,14 +234,24 @@ impl Server {
         out
     }
 
-    /// Runs inference: resolve the model version, validate, queue. Await the receiver for the
-    /// outcome.
-    pub fn infer(&self, request: InferenceRequest) -> Result<ResponseReceiver, InferError> {
+    /// Runs a unary inference: resolve the model version, validate, queue. Await the receiver for
+    /// the outcome. `endpoint` names the caller in the error a decoupled model answers with.
+    pub fn infer(&self, request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
+        self.model_for(&request)?.infer(request, endpoint)
+    }
+
+    /// Runs a streamed inference: every response of the request arrives on the receiver. Also
+    /// returns the model version serving it.
+    pub fn infer_stream(&self, request: InferenceRequest) -> Result<(StreamReceiver, Arc<ModelVersion>), InferError> {
+        let model = self.model_for(&request)?;
+        Ok((model.infer_stream(request)?, model))
+    }
+
+    fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(InferError::unavailable("Server is shutting down"));
         }
-        let model = self.version(&request.model_name, request.model_version)?;
-        model.infer(request)
+        self.version(&request.model_name, request.model_version)
     }
 
     /// Marks the server as stopping: readiness turns false and new requests are refused.

@@ -7,7 +7,7 @@ use std::process::Command;
 
 /// Every plugin crate: (package name, whether the `nereus` binary bundles it as a built-in backend).
 const PLUGINS: &[(&str, bool)] =
-    &[("add_sub", true), ("identity", true), ("string_case", true), ("test_faults", false)];
+    &[("add_sub", true), ("identity", true), ("repeat_int32", true), ("string_case", true), ("test_faults", false)];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

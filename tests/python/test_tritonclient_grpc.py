@@ -72,6 +72,28 @@ def main(url: str) -> None:
     for i in range(3):
         np.testing.assert_array_equal(ok[f"s{i}"], a + i)
 
+    # a decoupled model through the streaming API: every response, then the empty final one
+    repeated = queue.Queue()
+    client.start_stream(callback=partial(collect, repeated))
+    values = np.array([4, 2, 0, 1], dtype=np.int32)
+    inputs = [grpcclient.InferInput("IN", [4], "INT32"), grpcclient.InferInput("DELAY", [4], "UINT32"),
+              grpcclient.InferInput("WAIT", [1], "UINT32")]
+    inputs[0].set_data_from_numpy(values)
+    inputs[1].set_data_from_numpy(np.array([1, 2, 3, 4], dtype=np.uint32))
+    inputs[2].set_data_from_numpy(np.array([5], dtype=np.uint32))
+    client.async_stream_infer("repeat_int32", inputs, request_id="rep", enable_empty_final_response=True)
+    outs = []
+    while True:
+        r, e = repeated.get(timeout=TIMEOUT_S)
+        assert e is None, e
+        final = r.get_response().parameters["triton_final_response"].bool_param
+        if final:
+            assert r.as_numpy("OUT") is None
+            break
+        outs.append((int(r.as_numpy("OUT")[0]), int(r.as_numpy("IDX")[0])))
+    client.stop_stream()
+    assert outs == [(4, 0), (2, 1), (0, 2), (1, 3)], outs
+
     # BYTES
     text = grpcclient.InferInput("INPUT0", [2], "BYTES")
     text.set_data_from_numpy(np.array([b"grpc", b"nereus"], dtype=np.object_))

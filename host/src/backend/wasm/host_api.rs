@@ -24,7 +24,7 @@ impl SandboxState {
         if job.sender.is_complete() {
             return Err(format!("request {index} is already complete"));
         }
-        if !final_ {
+        if !final_ && !batch.decoupled {
             return Err("the model is not decoupled: its one response per request must be final".into());
         }
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
@@ -55,6 +55,7 @@ impl SandboxState {
             }
         }
         if problem.is_none()
+            && !batch.decoupled
             && let Some(missing) =
                 job.request.requested_outputs.iter().find(|name| !outputs.iter().any(|o| &&o.name == name))
         {
@@ -71,8 +72,12 @@ impl SandboxState {
             parameters: response.parameters.into_iter().map(|p| (p.key, p.value.into())).collect(),
             outputs,
         };
-        job.sender.send_final(Ok(response));
-        Ok(())
+        if final_ {
+            job.sender.send_final(Ok(response));
+            Ok(())
+        } else {
+            job.sender.send_partial(response).map_err(str::to_string)
+        }
     }
 }
 
@@ -112,7 +117,14 @@ impl host::Host for SandboxState {
     }
 
     fn send_final_flag(&mut self, request: u32) -> Result<(), String> {
-        let _ = request;
-        Err("send-final-flag is for decoupled models; this model expects one final response per request".into())
+        let batch = self.batch.as_mut().ok_or("send-final-flag called outside execute")?;
+        if !batch.decoupled {
+            return Err("send-final-flag is for decoupled models; this model sends one final response per request".into());
+        }
+        let job = batch
+            .jobs
+            .get_mut(request as usize)
+            .ok_or_else(|| format!("request index {request} is not in the batch"))?;
+        job.sender.send_final_flag().map_err(str::to_string)
     }
 }

@@ -76,6 +76,7 @@ struct InstanceFactory {
     backend_name: String,
     model_info: bindings::ModelInfo,
     io: Arc<IoSpec>,
+    decoupled: bool,
 }
 
 impl InstanceFactory {
@@ -132,6 +133,7 @@ pub struct WasmLoad<'a> {
     pub config_json: String,
     pub policy: SandboxPolicy,
     pub io: Arc<IoSpec>,
+    pub decoupled: bool,
     pub instances: &'a [InstanceDesc],
     pub health: Arc<Health>,
 }
@@ -179,6 +181,7 @@ pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
         backend_name: params.backend_name.to_string(),
         model_info,
         io: params.io,
+        decoupled: params.decoupled,
     });
     let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
     for desc in params.instances {
@@ -302,6 +305,7 @@ impl BackendInstance for WasmInstance {
             io: self.factory.io.clone(),
             model_version: self.version,
             max_output_bytes: self.factory.policy.max_output_bytes,
+            decoupled: self.factory.decoupled,
         };
         let called = Instant::now();
         let (mut batch, outcome) = sandbox.execute(&requests, batch);

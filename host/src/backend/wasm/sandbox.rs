@@ -42,6 +42,8 @@ pub struct ActiveBatch {
     pub io: Arc<IoSpec>,
     pub model_version: i64,
     pub max_output_bytes: u64,
+    /// Whether the model may send several responses per request.
+    pub decoupled: bool,
 }
 
 /// What the store carries: WASI (with no capabilities granted), the limiter, and the batch.

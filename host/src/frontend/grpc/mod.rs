@@ -82,7 +82,7 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         let request = convert::request(r.into_inner()).map_err(status)?;
-        let receiver = self.server.infer(request).map_err(status)?;
+        let receiver = self.server.infer(request, "ModelInfer RPC").map_err(status)?;
         let response = receiver
             .await
             .map_err(|_| Status::internal("the request was dropped without a response"))?
@@ -108,29 +108,8 @@ impl GrpcInferenceService for GrpcFrontend {
                         return;
                     }
                 };
-                let id = message.id.clone();
                 let (server, tx) = (server.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let outcome = match convert::request(message).and_then(|req| server.infer(req)) {
-                        Ok(receiver) => match receiver.await {
-                            Ok(Ok(response)) => Ok(convert::response(response)),
-                            Ok(Err(e)) => Err(e),
-                            Err(_) => Err(InferError::internal("the request was dropped without a response")),
-                        },
-                        Err(e) => Err(e),
-                    };
-                    let reply = match outcome {
-                        Ok(infer_response) => {
-                            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(infer_response) }
-                        }
-                        Err(e) => pb::ModelStreamInferResponse {
-                            error_message: e.message,
-                            // The request id lets the client match the error to its request.
-                            infer_response: Some(pb::ModelInferResponse { id, ..Default::default() }),
-                        },
-                    };
-                    let _ = tx.send(Ok(reply)).await;
-                });
+                tokio::spawn(stream_one(server, tx, message));
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -239,6 +218,62 @@ impl GrpcInferenceService for GrpcFrontend {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         Ok(Response::new(pb::LogSettingsResponse { settings }))
+    }
+}
+
+/// Runs one request of a stream and forwards each of its responses. For a decoupled model every
+/// response carries `triton_final_response`; a completion without a response is sent as an empty
+/// final response only when the request set `triton_enable_empty_final_response`, as Triton does.
+async fn stream_one(
+    server: Arc<Server>,
+    tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>,
+    message: pb::ModelInferRequest,
+) {
+    use pb::infer_parameter::ParameterChoice;
+    let id = message.id.clone();
+    let empty_final = matches!(
+        message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    );
+    let error_reply = |e: InferError| pb::ModelStreamInferResponse {
+        error_message: e.message,
+        // The request id lets the client match the error to its request.
+        infer_response: Some(pb::ModelInferResponse { id: id.clone(), ..Default::default() }),
+    };
+    let (mut items, model) = match convert::request(message).and_then(|req| server.infer_stream(req)) {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = tx.send(Ok(error_reply(e))).await;
+            return;
+        }
+    };
+    let decoupled = model.is_decoupled();
+    let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
+    while let Some(item) = items.recv().await {
+        let reply = match item.response {
+            Some(Ok(response)) => {
+                let mut response = convert::response(response);
+                if decoupled {
+                    response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
+                }
+                pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
+            }
+            Some(Err(e)) => error_reply(e),
+            None if empty_final => {
+                let mut response = pb::ModelInferResponse {
+                    model_name: model.name.to_string(),
+                    model_version: model.version.to_string(),
+                    id: id.clone(),
+                    ..Default::default()
+                };
+                response.parameters.insert("triton_final_response".into(), final_flag(true));
+                pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
+            }
+            None => break,
+        };
+        if tx.send(Ok(reply)).await.is_err() || item.final_ {
+            break;
+        }
     }
 }
 

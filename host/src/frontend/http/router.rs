@@ -286,7 +286,7 @@ async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: 
     })?;
     request.model_name = mp.name;
     request.model_version = mp.version;
-    let receiver = server.infer(request)?;
+    let receiver = server.infer(request, "HTTP end point")?;
     let response = receiver
         .await
         .map_err(|_| InferError::internal("the request was dropped without a response"))??;

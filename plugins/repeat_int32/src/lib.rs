@@ -1,0 +1,45 @@
+//! `repeat_int32`: Triton's repeat example as a decoupled Nereus backend. Inputs IN INT32 [-1],
+//! DELAY UINT32 [-1], WAIT UINT32 [1]; for each element i of IN it waits DELAY[i] milliseconds and
+//! sends a response with OUT = [IN[i]] and IDX = [i]; after the last it waits WAIT milliseconds and
+//! completes the request with the final flag alone. The model must be configured with
+//! `model_transaction_policy { decoupled: true }`.
+use std::time::Duration;
+
+use nereus_sdk::{Backend, InstanceInfo, ModelInfo, Request, Response, Tensor};
+
+struct Repeat;
+
+fn repeat(request: &Request) -> Result<(), String> {
+    let values = request.input("IN")?.as_slice::<i32>()?;
+    let delays = request.input("DELAY")?.as_slice::<u32>()?;
+    let wait = request.input("WAIT")?.as_slice::<u32>()?;
+    if delays.len() != values.len() {
+        return Err(format!("DELAY has {} elements but IN has {}", delays.len(), values.len()));
+    }
+    for (i, (value, delay)) in values.iter().zip(delays.iter()).enumerate() {
+        std::thread::sleep(Duration::from_millis(u64::from(*delay)));
+        let response = Response::new()
+            .output(Tensor::from_slice("OUT", vec![1], &[*value]))
+            .output(Tensor::from_slice("IDX", vec![1], &[i as u32]));
+        request.send(response, false)?;
+    }
+    std::thread::sleep(Duration::from_millis(u64::from(wait.first().copied().unwrap_or(0))));
+    request.complete()
+}
+
+impl Backend for Repeat {
+    fn new(_model: &ModelInfo, _instance: &InstanceInfo) -> Result<Self, String> {
+        Ok(Repeat)
+    }
+
+    fn execute(&mut self, requests: Vec<Request>) -> Result<(), String> {
+        for request in &requests {
+            if let Err(message) = repeat(request) {
+                request.fail(&message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+nereus_sdk::export!(Repeat);
