@@ -453,4 +453,13 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
     s.wait_until("three successful repeat requests", || {
         s.get("/v2/models/repeat_int32/stats").json()["model_stats"][0]["inference_stats"]["success"]["count"] == 3
     });
+    // response_stats by response index: r1 sent 3 responses + a final flag, r2 2 + a flag, "after" 1 + a
+    // flag, "bad" failed at once
+    let stats = s.get("/v2/models/repeat_int32/stats").json();
+    let rs = &stats["model_stats"][0]["response_stats"];
+    let count = |k: &str, what: &str| rs[k][what]["count"].as_u64().unwrap_or(0);
+    assert_eq!((count("0", "success"), count("0", "fail")), (3, 1), "{rs}");
+    assert_eq!((count("1", "success"), count("1", "empty_response")), (2, 1), "{rs}");
+    assert_eq!((count("2", "success"), count("2", "empty_response")), (1, 1), "{rs}");
+    assert_eq!((count("3", "success"), count("3", "empty_response")), (0, 1), "{rs}");
 }

@@ -145,7 +145,7 @@ impl ModelVersion {
     pub fn infer_stream(&self, mut request: InferenceRequest) -> Result<StreamReceiver, InferError> {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
-        let (sender, receiver) = ResponseSender::stream(self.stats.clone());
+        let (sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
         self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
         Ok(receiver)
     }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::InferError;
-use crate::stats::ModelStats;
+use crate::stats::{ModelStats, ResponseKind};
 use crate::tensor::DataType;
 
 /// A request or response parameter value (Triton's InferParameter oneof).
@@ -104,6 +104,9 @@ pub struct ResponseSender {
     held: Option<Final>,
     stats: Arc<ModelStats>,
     arrived: Instant,
+    /// For decoupled models: responses sent so far and when the last one went, for
+    /// `response_stats`.
+    responses: Option<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for ResponseSender {
@@ -117,13 +120,27 @@ impl ResponseSender {
     /// The outcome is recorded in `stats` when the final response is given.
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
-        (ResponseSender { sink: Some(Sink::Unary(tx)), held: None, stats, arrived: Instant::now() }, rx)
+        let now = Instant::now();
+        (ResponseSender { sink: Some(Sink::Unary(tx)), held: None, stats, arrived: now, responses: None }, rx)
     }
 
-    /// A sender for a streamed request, which may receive several responses (decoupled models).
-    pub fn stream(stats: Arc<ModelStats>) -> (Self, StreamReceiver) {
+    /// A sender for a streamed request, which may receive several responses when the model is
+    /// `decoupled` (whose responses are then counted in `response_stats`).
+    pub fn stream(stats: Arc<ModelStats>, decoupled: bool) -> (Self, StreamReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: Instant::now() }, rx)
+        let now = Instant::now();
+        let responses = decoupled.then_some((0, now));
+        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses }, rx)
+    }
+
+    /// Counts a decoupled model's response in `response_stats`.
+    fn count_response(&mut self, kind: ResponseKind) {
+        if let Some((index, last)) = &mut self.responses {
+            let now = Instant::now();
+            self.stats.record_response(*index, kind, now - *last);
+            *index += 1;
+            *last = now;
+        }
     }
 
     /// Whether the final response has been given.
@@ -136,6 +153,11 @@ impl ResponseSender {
             return false;
         }
         let ok = !matches!(last, Final::Outcome(Err(_)));
+        self.count_response(match last {
+            Final::Outcome(Ok(_)) => ResponseKind::Success,
+            Final::Outcome(Err(_)) => ResponseKind::Fail,
+            Final::FlagOnly => ResponseKind::Empty,
+        });
         self.stats.record_outcome(ok, self.arrived.elapsed());
         self.held = Some(last);
         true
@@ -166,6 +188,7 @@ impl ResponseSender {
             (Some(Sink::Stream(tx)), false) => {
                 // The client may have gone away; that is not the backend's fault.
                 let _ = tx.send(StreamItem { response: Some(Ok(response)), final_: false });
+                self.count_response(ResponseKind::Success);
                 Ok(())
             }
             (Some(Sink::Unary(_)), false) => Err("a unary request takes exactly one response"),

@@ -47,6 +47,25 @@ struct BatchStat {
     compute_output: StatDuration,
 }
 
+/// Statistics of the k-th responses of a decoupled model's requests.
+#[derive(Default)]
+struct ResponseStat {
+    compute_infer: StatDuration,
+    compute_output: StatDuration,
+    success: StatDuration,
+    fail: StatDuration,
+    empty_response: StatDuration,
+}
+
+/// What a decoupled model's response was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseKind {
+    Success,
+    Fail,
+    /// The final flag without a response.
+    Empty,
+}
+
 #[derive(Default)]
 pub struct ModelStats {
     success: StatDuration,
@@ -59,12 +78,29 @@ pub struct ModelStats {
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
     batches: Mutex<BTreeMap<u64, BatchStat>>,
+    responses: Mutex<BTreeMap<u64, ResponseStat>>,
 }
 
 impl ModelStats {
     /// A request finished, successfully or not, `total` after it arrived.
     pub fn record_outcome(&self, ok: bool, total: Duration) {
         if ok { &self.success } else { &self.fail }.record(total);
+    }
+
+    /// The `index`-th response of a decoupled model's request, `took` after the previous one (or
+    /// after the request arrived). The time is the backend's: it counts as compute_infer.
+    pub fn record_response(&self, index: u64, kind: ResponseKind, took: Duration) {
+        let mut responses = self.responses.lock();
+        let r = responses.entry(index).or_default();
+        match kind {
+            ResponseKind::Success => {
+                r.compute_infer.record(took);
+                r.compute_output.record(Duration::ZERO);
+                r.success.record(took);
+            }
+            ResponseKind::Fail => r.fail.record(took),
+            ResponseKind::Empty => r.empty_response.record(took),
+        }
     }
 
     pub fn record_queue(&self, waited: Duration) {
@@ -118,7 +154,20 @@ impl ModelStats {
             }),
             batch_stats,
             memory_usage: Vec::new(),
-            response_stats: Default::default(),
+            response_stats: self
+                .responses
+                .lock()
+                .iter()
+                .map(|(index, r)| {
+                    (index.to_string(), pb::InferResponseStatistics {
+                        compute_infer: Some(r.compute_infer.proto()),
+                        compute_output: Some(r.compute_output.proto()),
+                        success: Some(r.success.proto()),
+                        fail: Some(r.fail.proto()),
+                        empty_response: Some(r.empty_response.proto()),
+                    })
+                })
+                .collect(),
         }
     }
 }
