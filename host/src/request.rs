@@ -31,6 +31,27 @@ pub struct Tensor {
     pub data: Bytes,
 }
 
+impl Tensor {
+    /// Checks an input's declared datatype name and shape, as a frontend decodes them, before any
+    /// of its data is looked at; returns the datatype and the element count the shape describes.
+    pub fn parse_header(name: &str, datatype: &str, shape: &[i64]) -> Result<(DataType, u64), InferError> {
+        let dt: DataType =
+            datatype.parse().map_err(|_| InferError::invalid(format!("invalid datatype '{datatype}' for input '{name}'")))?;
+        let elements = crate::tensor::element_count(shape).ok_or_else(|| {
+            InferError::invalid(format!("invalid shape {} for input '{name}'", crate::tensor::shape_string(shape)))
+        })?;
+        Ok((dt, elements))
+    }
+}
+
+/// Whether a request parameter is one Triton reserves to steer the server (sequence, scheduling,
+/// transport and `triton_*` keys); those are never passed to backends as custom parameters.
+pub fn is_reserved_parameter(key: &str) -> bool {
+    const RESERVED: &[&str] =
+        &["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"];
+    RESERVED.contains(&key) || key.starts_with("triton_")
+}
+
 /// A sequence correlation id (`sequence_id`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CorrelationId {
@@ -38,6 +59,17 @@ pub enum CorrelationId {
     None,
     Numeric(u64),
     Text(String),
+}
+
+impl CorrelationId {
+    /// Triton treats 0 and "" as "no sequence".
+    pub fn normalized(self) -> Self {
+        match self {
+            CorrelationId::Numeric(0) => CorrelationId::None,
+            CorrelationId::Text(s) if s.is_empty() => CorrelationId::None,
+            other => other,
+        }
+    }
 }
 
 /// An inference request after decoding, before validation against the model.

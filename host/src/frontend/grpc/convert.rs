@@ -6,8 +6,8 @@ use tonic::{Code, Status};
 use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
-use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::tensor::{DataType, element_count, shape_string};
+use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::tensor::DataType;
 
 /// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
 pub fn status(e: InferError) -> Status {
@@ -52,9 +52,6 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
     }
 }
 
-/// Request parameters Triton reserves; they steer the server and are not passed to backends.
-const RESERVED: &[&str] = &["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers"];
-
 /// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
 pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferError> {
     let mut request = InferenceRequest {
@@ -75,15 +72,11 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
             ("sequence_start" | "sequence_end", _) => {
                 return Err(InferError::invalid(format!("parameter '{key}' must be a boolean")));
             }
-            (k, _) if RESERVED.contains(&k) || k.starts_with("triton_") => {}
+            (k, _) if is_reserved_parameter(k) => {}
             (k, v) => request.parameters.push((k.to_string(), v)),
         }
     }
-    if matches!(&request.correlation_id, CorrelationId::Numeric(0))
-        || matches!(&request.correlation_id, CorrelationId::Text(s) if s.is_empty())
-    {
-        request.correlation_id = CorrelationId::None;
-    }
+    request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
     if !m.raw_input_contents.is_empty() && m.raw_input_contents.len() != m.inputs.len() {
         return Err(InferError::invalid(format!(
             "expected {} raw_input_contents (one per input), got {}",
@@ -96,13 +89,7 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
         if input.parameters.contains_key("shared_memory_region") {
             return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
         }
-        let datatype: DataType = input
-            .datatype
-            .parse()
-            .map_err(|_| InferError::invalid(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name)))?;
-        let elements = element_count(&input.shape).ok_or_else(|| {
-            InferError::invalid(format!("invalid shape {} for input '{}'", shape_string(&input.shape), input.name))
-        })?;
+        let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
         let data = match raw.next() {
             Some(bytes) => {
                 if input.contents.is_some() {

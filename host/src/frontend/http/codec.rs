@@ -7,8 +7,8 @@ use serde::ser::{SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::InferError;
-use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::tensor::{DataType, bytes_elements, element_count, shape_string};
+use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
 struct RequestBody {
@@ -56,10 +56,6 @@ impl OutputOptions {
         self.binary.iter().find(|(n, _)| n == name).map(|(_, b)| *b).unwrap_or(self.binary_default)
     }
 }
-
-/// Request parameters Triton reserves; they steer the server and are not passed to backends.
-const RESERVED: &[&str] =
-    &["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"];
 
 fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
     Ok(match v {
@@ -122,15 +118,11 @@ pub fn decode_request(
                         Value::String(s) => CorrelationId::Text(s.clone()),
                         _ => return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")),
                     };
-                    if matches!(&request.correlation_id, CorrelationId::Numeric(0))
-                        || matches!(&request.correlation_id, CorrelationId::Text(s) if s.is_empty())
-                    {
-                        request.correlation_id = CorrelationId::None;
-                    }
+                    request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
                 }
                 "sequence_start" => request.sequence_start = bool_param(params, key)?.unwrap_or(false),
                 "sequence_end" => request.sequence_end = bool_param(params, key)?.unwrap_or(false),
-                k if RESERVED.contains(&k) || k.starts_with("triton_") => {}
+                k if is_reserved_parameter(k) => {}
                 k => request.parameters.push((k.to_string(), param_value(k, value)?)),
             }
         }
@@ -139,13 +131,7 @@ pub fn decode_request(
         OutputOptions { binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false), binary: Vec::new() };
 
     for input in parsed.inputs {
-        let datatype: DataType = input
-            .datatype
-            .parse()
-            .map_err(|_| InferError::invalid(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name)))?;
-        let elements = element_count(&input.shape).ok_or_else(|| {
-            InferError::invalid(format!("invalid shape {} for input '{}'", shape_string(&input.shape), input.name))
-        })?;
+        let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
         let ip = input.parameters.as_ref();
         if ip.is_some_and(|m| m.contains_key("shared_memory_region")) {
             return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
