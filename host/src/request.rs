@@ -89,6 +89,17 @@ pub struct InferenceRequest {
     pub requested_outputs: Vec<String>,
 }
 
+impl InferenceRequest {
+    /// How many inferences the request carries: its batch dimension when the model batches
+    /// (`batching`, i.e. `max_batch_size` > 0; validation has checked it), else 1.
+    pub fn batch_size(&self, batching: bool) -> i64 {
+        match self.inputs.first().and_then(|t| t.shape.first()) {
+            Some(&b) if batching => b.max(1),
+            _ => 1,
+        }
+    }
+}
+
 /// A response: the outputs a backend produced, already checked against the model configuration.
 #[derive(Clone, Debug)]
 pub struct InferenceResponse {

@@ -94,10 +94,7 @@ fn run_instance(
         let mut batch_size = 0u64;
         for job in &batch {
             stats.record_queue(now - job.enqueued);
-            batch_size += match job.request.inputs.first().and_then(|t| t.shape.first()) {
-                Some(&b) if batching => b.max(1) as u64,
-                _ => 1,
-            };
+            batch_size += job.request.batch_size(batching) as u64;
         }
         let requests = batch.len() as u64;
         let times = instance.execute(&mut batch);

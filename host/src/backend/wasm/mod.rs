@@ -289,16 +289,8 @@ impl BackendInstance for WasmInstance {
             return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
         let requests = Self::requests(jobs);
-        let batch_sizes = jobs
-            .iter()
-            .map(|j| {
-                if self.factory.io.max_batch_size > 0 {
-                    j.request.inputs.first().and_then(|t| t.shape.first().copied()).unwrap_or(1)
-                } else {
-                    1
-                }
-            })
-            .collect();
+        let batching = self.factory.io.max_batch_size > 0;
+        let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
         let batch = ActiveBatch {
             jobs: std::mem::take(jobs),
             batch_sizes,

@@ -46,10 +46,6 @@ pub struct GrpcFrontend {
 
 type GrpcResult<T> = Result<Response<T>, Status>;
 
-fn invalid_version(e: InferError) -> Status {
-    status(e)
-}
-
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcFrontend {
     async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
@@ -62,7 +58,7 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_ready(&self, r: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
         let r = r.into_inner();
-        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let version = convert::version(&r.version).map_err(status)?;
         Ok(Response::new(pb::ModelReadyResponse { ready: self.server.is_model_ready(&r.name, version) }))
     }
 
@@ -76,7 +72,7 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_metadata(&self, r: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
         let r = r.into_inner();
-        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let version = convert::version(&r.version).map_err(status)?;
         self.server.metadata(&r.name, version).map(Response::new).map_err(status)
     }
 
@@ -117,14 +113,14 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_config(&self, r: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
         let r = r.into_inner();
-        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let version = convert::version(&r.version).map_err(status)?;
         let model = self.server.version(&r.name, version).map_err(status)?;
         Ok(Response::new(pb::ModelConfigResponse { config: Some((*model.config).clone()) }))
     }
 
     async fn model_statistics(&self, r: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
         let r = r.into_inner();
-        let version = convert::version(&r.version).map_err(invalid_version)?;
+        let version = convert::version(&r.version).map_err(status)?;
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         self.server.statistics(name, version).map(Response::new).map_err(status)
     }
