@@ -70,3 +70,23 @@ fn a_fault_does_not_disturb_requests_queued_behind_it() {
         assert_eq!(r.status, 200, "{}", r.text());
     }
 }
+
+#[test]
+fn a_failed_rebuild_makes_the_model_unavailable_with_the_reason() {
+    let (_repo, s) = faulty_server();
+    let r = s.post_json("/nereus/test/models/faulty/refuse_rebuilds", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.post_json("/v2/models/faulty/infer", &faults_request("trap"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    // the trapped instance could not be rebuilt: the model is UNAVAILABLE, with the reason
+    let r = s.post_json("/v2/models/faulty/infer", &faults_request(""));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(s.get("/v2/models/faulty/ready").status, 400);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "faulty").unwrap().clone();
+    assert_eq!(entry["state"], "UNAVAILABLE");
+    let reason = entry["reason"].as_str().unwrap();
+    assert!(reason.contains("could not be rebuilt after a fault") && reason.contains("refused by a test hook"), "{reason}");
+    // everything else keeps serving
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}

@@ -267,7 +267,12 @@ impl WasmInstance {
     }
 
     fn rebuild(&mut self) {
-        match self.factory.build(&self.info) {
+        let built = if self.health.rebuilds_refused() {
+            Err("the rebuild was refused by a test hook".to_string())
+        } else {
+            self.factory.build(&self.info)
+        };
+        match built {
             Ok(sandbox) => self.sandbox = Some(sandbox),
             Err(e) => {
                 let reason = format!("instance '{}' could not be rebuilt after a fault: {e}", self.info.name);

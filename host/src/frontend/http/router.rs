@@ -302,7 +302,7 @@ async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: 
 }
 
 /// Test-only hooks (enabled by `--test-hooks`): hold a model's instances at a gate before they
-/// execute, and read how many executions were in flight at once.
+/// execute, read how many executions were in flight at once, and make instance rebuilds fail.
 async fn test_hook(server: &Arc<Server>, rest: &str, post: bool, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
     let (name, action) = rest.split_once('/').ok_or_else(|| InferError::not_found("Not Found"))?;
     let model = server.version(name, None)?;
@@ -312,6 +312,10 @@ async fn test_hook(server: &Arc<Server>, rest: &str, post: bool, req: Request<In
             let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| InferError::invalid(e.to_string()))?;
             let open = v.get("open").and_then(|o| o.as_bool()).ok_or_else(|| InferError::invalid("need {\"open\": bool}"))?;
             model.probe.set_gate(open);
+            Ok(empty(StatusCode::OK))
+        }
+        ("refuse_rebuilds", true) => {
+            model.health.set_refuse_rebuilds(true);
             Ok(empty(StatusCode::OK))
         }
         ("executions", false) => {
