@@ -49,6 +49,8 @@ pub struct ExecutionProbe {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     executions: AtomicU64,
+    /// Fast path: executions only take the gate's lock while a test has closed it.
+    gate_engaged: AtomicBool,
     gate_closed: Mutex<bool>,
     gate: Condvar,
 }
@@ -57,6 +59,9 @@ impl ExecutionProbe {
     pub fn enter(&self) {
         let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         self.max_in_flight.fetch_max(now, Ordering::AcqRel);
+        if !self.gate_engaged.load(Ordering::Acquire) {
+            return;
+        }
         let mut closed = self.gate_closed.lock();
         while *closed {
             self.gate.wait(&mut closed);
@@ -69,7 +74,12 @@ impl ExecutionProbe {
     }
 
     pub fn set_gate(&self, open: bool) {
-        *self.gate_closed.lock() = !open;
+        let mut closed = self.gate_closed.lock();
+        *closed = !open;
+        if !open {
+            self.gate_engaged.store(true, Ordering::Release);
+        }
+        drop(closed);
         if open {
             self.gate.notify_all();
         }
