@@ -3,12 +3,15 @@
 # measured by Triton's perf_analyzer on this machine, alternating servers round by round.
 #   bench/run.sh [ROUNDS] [CONCURRENCIES...]      (defaults: 2 rounds, concurrency 1 and 4)
 #   PROTOS="http grpc" (default both) picks the protocols.
+#   MODEL=simple_dyna measures the dynamically batched twin of `simple` on Triton and Nereus (the
+#   ceiling has no batcher and always serves `simple`).
 # Prints a markdown table and writes it to bench/results/<UTC date>.md. Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 anchors=$(cd "$root/../shared/anchors" && pwd)
 rounds=${1:-2}
+model=${MODEL:-simple}
 shift || true
 concs=("${@:-1 4}")
 [[ $# -eq 0 ]] && concs=(1 4)
@@ -38,7 +41,8 @@ for proto in "${protos[@]}"; do
     for r in $(seq 1 "$rounds"); do
       for s in triton nereus limit; do
         case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
-        line=$("$anchors/perf.sh" localhost:$((port + offset)) simple "$proto" "$c")
+        m=$model; [[ $s == limit ]] && m=simple
+        line=$("$anchors/perf.sh" localhost:$((port + offset)) "$m" "$proto" "$c")
         echo "round $r $s: $line" >&2
         t=$(sed -n 's/.*throughput=\([0-9.]*\).*/\1/p' <<<"$line")
         a=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
@@ -53,8 +57,10 @@ done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mkdir -p "$here/results"
 out="$here/results/$(date -u +%Y-%m-%d).md"
+[[ $model != simple ]] && out="$here/results/$(date -u +%Y-%m-%d)-$model.md"
 {
-  echo "perf_analyzer, model \`simple\` (INT32 add/sub, 1×16), median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
+  echo "perf_analyzer, model \`$model\` (INT32 add/sub, 1×16), median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
+  [[ $model != simple ]] && { echo; echo "The ceiling serves \`simple\` (it has no batcher)."; }
   echo
   echo "| protocol | server | concurrency | infer/s | p50 µs | p99 µs | vs Triton | vs ceiling |"
   echo "|---|---|---|---|---|---|---|---|"
@@ -71,4 +77,15 @@ out="$here/results/$(date -u +%Y-%m-%d).md"
       done
     done
   done
+  if [[ $model != simple ]]; then
+    echo
+    for s in triton nereus; do
+      port=$triton_port; [[ $s == nereus ]] && port=$nereus_port
+      curl -s "localhost:$port/v2/models/$model/stats" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["model_stats"][0]
+i, e = int(m["inference_count"]), int(m["execution_count"])
+print(f"- {sys.argv[1]}: {i} inferences in {e} executions over the whole run, mean batch size {i / max(e, 1):.2f}")' "$s"
+    done
+  fi
 } | tee "$out"

@@ -41,7 +41,13 @@ fn examples() -> (Repo, Server) {
 }
 
 fn raw_input(name: &str, datatype: &str, shape: Vec<i64>) -> InferInputTensor {
-    InferInputTensor { name: name.into(), datatype: datatype.into(), shape, parameters: Default::default(), contents: None }
+    InferInputTensor {
+        name: name.into(),
+        datatype: datatype.into(),
+        shape,
+        parameters: Default::default(),
+        contents: None,
+    }
 }
 
 /// A raw-contents `simple` request: INPUT0 = 0..16, INPUT1 = `b`.
@@ -76,23 +82,44 @@ fn health_metadata_config_and_repository() {
         assert_eq!(meta.name, "nereus");
         assert!(meta.extensions.contains(&"statistics".to_string()));
 
-        let m = c.model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: String::new() }).await.unwrap().into_inner();
-        assert_eq!((m.name.as_str(), m.versions.clone(), m.platform.as_str()), ("simple", vec!["1".to_string()], "add_sub"));
+        let m = c
+            .model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: String::new() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (m.name.as_str(), m.versions.clone(), m.platform.as_str()),
+            ("simple", vec!["1".to_string()], "add_sub")
+        );
         assert_eq!(m.inputs[1].name, "INPUT1");
         assert_eq!(m.inputs[1].shape, vec![-1, 16]);
-        let e = c.model_metadata(pb::ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
+        let e = c
+            .model_metadata(pb::ModelMetadataRequest { name: "nope".into(), version: String::new() })
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
-        let e = c.model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: "x".into() }).await.unwrap_err();
+        let e = c
+            .model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: "x".into() })
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
 
-        let cfg = c.model_config(pb::ModelConfigRequest { name: "simple".into(), version: "1".into() }).await.unwrap().into_inner();
+        let cfg = c
+            .model_config(pb::ModelConfigRequest { name: "simple".into(), version: "1".into() })
+            .await
+            .unwrap()
+            .into_inner();
         let cfg = cfg.config.unwrap();
         assert_eq!((cfg.name.as_str(), cfg.backend.as_str(), cfg.max_batch_size), ("simple", "add_sub", 8));
         assert_eq!(cfg.input[0].dims, vec![16]);
         assert_eq!(cfg.instance_group[0].count, 1);
 
-        let index = c.repository_index(pb::RepositoryIndexRequest { repository_name: String::new(), ready: true }).await.unwrap();
-        let names: Vec<String> = index.into_inner().models.into_iter().map(|m| format!("{}:{}:{}", m.name, m.version, m.state)).collect();
+        let index = c
+            .repository_index(pb::RepositoryIndexRequest { repository_name: String::new(), ready: true })
+            .await
+            .unwrap();
+        let names: Vec<String> =
+            index.into_inner().models.into_iter().map(|m| format!("{}:{}:{}", m.name, m.version, m.state)).collect();
         assert_eq!(names, vec!["echo:1:READY", "identity_fp32:1:READY", "simple:1:READY", "string_upper:1:READY"]);
         let e = c
             .repository_model_load(pb::RepositoryModelLoadRequest { model_name: "simple".into(), ..Default::default() })
@@ -100,7 +127,10 @@ fn health_metadata_config_and_repository() {
             .unwrap_err();
         assert_eq!(e.code(), Code::Unavailable);
         let e = c
-            .repository_model_unload(pb::RepositoryModelUnloadRequest { model_name: "simple".into(), ..Default::default() })
+            .repository_model_unload(pb::RepositoryModelUnloadRequest {
+                model_name: "simple".into(),
+                ..Default::default()
+            })
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::Unavailable);
@@ -164,7 +194,8 @@ fn unary_inference_raw_and_typed() {
         assert_eq!(i32s(&r.raw_output_contents[1]), (-3..13).collect::<Vec<_>>());
 
         // typed contents, a requested subset of outputs and an explicit version
-        let mut typed = pb::ModelInferRequest { model_name: "simple".into(), model_version: "1".into(), ..Default::default() };
+        let mut typed =
+            pb::ModelInferRequest { model_name: "simple".into(), model_version: "1".into(), ..Default::default() };
         for (name, values) in [("INPUT0", vec![5; 16]), ("INPUT1", vec![2; 16])] {
             let mut t = raw_input(name, "INT32", vec![1, 16]);
             t.contents = Some(pb::InferTensorContents { int_contents: values, ..Default::default() });
@@ -182,7 +213,11 @@ fn unary_inference_raw_and_typed() {
             ..Default::default()
         });
         let r = c
-            .model_infer(pb::ModelInferRequest { model_name: "string_upper".into(), inputs: vec![t], ..Default::default() })
+            .model_infer(pb::ModelInferRequest {
+                model_name: "string_upper".into(),
+                inputs: vec![t],
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
@@ -267,7 +302,11 @@ fn unary_errors_map_to_grpc_codes() {
         let mut fp16 = raw_input("INPUT0", "FP16", vec![1, 1]);
         fp16.contents = Some(pb::InferTensorContents::default());
         let e = c
-            .model_infer(pb::ModelInferRequest { model_name: "identity_fp32".into(), inputs: vec![fp16], ..Default::default() })
+            .model_infer(pb::ModelInferRequest {
+                model_name: "identity_fp32".into(),
+                inputs: vec![fp16],
+                ..Default::default()
+            })
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
@@ -275,7 +314,10 @@ fn unary_errors_map_to_grpc_codes() {
         let mut t = raw_input("INPUT0", "INT32", vec![1]);
         t.contents = Some(pb::InferTensorContents { int_contents: vec![1], ..Default::default() });
         trap.inputs.push(t);
-        trap.parameters.insert("fault".into(), pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam("trap".into())) });
+        trap.parameters.insert(
+            "fault".into(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam("trap".into())) },
+        );
         let e = c.model_infer(trap).await.unwrap_err();
         assert_eq!(e.code(), Code::Internal);
         assert!(e.message().contains("echo") && e.message().contains("trapped"), "{}", e.message());
@@ -290,7 +332,8 @@ fn streaming_many_requests_and_errors_on_one_stream() {
     runtime().block_on(async {
         let mut c = client(&s).await;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         let mut bad = simple(0, "bad");
         bad.inputs[0].name = "NOPE".into();
         tx.send(simple(1, "a")).await.unwrap();
@@ -321,7 +364,8 @@ fn streamed_responses_arrive_as_they_complete() {
     runtime().block_on(async {
         let mut c = client(&s).await;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         // hold `simple` at the gate: the echo request sent after it must come back first
         s.gate("simple", false);
         tx.send(simple(1, "held")).await.unwrap();
@@ -365,7 +409,10 @@ fn statistics_over_grpc() {
         assert_eq!(m.batch_stats[0].batch_size, 1);
         let all = c.model_statistics(pb::ModelStatisticsRequest::default()).await.unwrap().into_inner();
         assert_eq!(all.model_stats.len(), 4);
-        let e = c.model_statistics(pb::ModelStatisticsRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
+        let e = c
+            .model_statistics(pb::ModelStatisticsRequest { name: "nope".into(), version: String::new() })
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
     });
 }
@@ -408,11 +455,13 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
     runtime().block_on(async {
         let mut c = client(&s).await;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let mut responses = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         // two requests in flight at once (the model has two instances), one with an empty final response
         tx.send(repeat(&[10, 20, 30], &[0, 1, 0], 0, "r1", true)).await.unwrap();
         tx.send(repeat(&[7, 8], &[0, 0], 0, "r2", false)).await.unwrap();
-        let mut seen: std::collections::BTreeMap<String, Vec<(Option<i32>, Option<u32>, Option<bool>)>> = Default::default();
+        let mut seen: std::collections::BTreeMap<String, Vec<(Option<i32>, Option<u32>, Option<bool>)>> =
+            Default::default();
         // r1: 3 responses + 1 empty final; r2: 2 responses (its final flag travels alone, unsent)
         for _ in 0..6 {
             let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
@@ -424,7 +473,12 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
         }
         assert_eq!(
             seen["r1"],
-            vec![(Some(10), Some(0), Some(false)), (Some(20), Some(1), Some(false)), (Some(30), Some(2), Some(false)), (None, None, Some(true))]
+            vec![
+                (Some(10), Some(0), Some(false)),
+                (Some(20), Some(1), Some(false)),
+                (Some(30), Some(2), Some(false)),
+                (None, None, Some(true))
+            ]
         );
         assert_eq!(seen["r2"], vec![(Some(7), Some(0), Some(false)), (Some(8), Some(1), Some(false))]);
         // a request the backend rejects gets its error on the stream, which stays usable
@@ -438,7 +492,11 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
         // decoupled models answer only on the stream, as Triton's
         let e = c.model_infer(repeat(&[1], &[0], 0, "", false)).await.unwrap_err();
         assert_eq!(e.code(), Code::Unimplemented);
-        assert!(e.message().contains("ModelInfer RPC doesn't support models with decoupled transaction policy"), "{}", e.message());
+        assert!(
+            e.message().contains("ModelInfer RPC doesn't support models with decoupled transaction policy"),
+            "{}",
+            e.message()
+        );
     });
     let r = s.post_json(
         "/v2/models/repeat_int32/infer",

@@ -127,7 +127,10 @@ fn bytes_tensors() {
     assert_eq!(v["outputs"][0]["data"], json!(["HÉLLO", "", "WASM"]));
     assert_eq!(v["outputs"][1]["data"], json!([5, 0, 4]));
     let v = s
-        .post_json("/v2/models/string_lower/infer", &json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": ["MiXeD"]}]}))
+        .post_json(
+            "/v2/models/string_lower/infer",
+            &json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": ["MiXeD"]}]}),
+        )
         .json();
     assert_eq!(v["outputs"][0]["data"], json!(["mixed"]));
 
@@ -217,7 +220,10 @@ fn parameters_and_request_id_reach_the_backend() {
     assert_eq!(p["x"], 1.5);
     assert_eq!(p["s"], "str");
     assert_eq!(p["echo_id"], "abc");
-    assert!(p.get("sequence_id").is_none() && p.get("triton_hidden").is_none(), "reserved parameters are not custom: {p}");
+    assert!(
+        p.get("sequence_id").is_none() && p.get("triton_hidden").is_none(),
+        "reserved parameters are not custom: {p}"
+    );
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -231,7 +237,12 @@ fn compression_both_ways() {
     let s = server();
     let body = simple_request(1).to_string();
     let packed = gzip(body.as_bytes());
-    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip")], &packed);
+    let r = s.request(
+        "POST",
+        "/v2/models/simple/infer",
+        &[("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip")],
+        &packed,
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Content-Encoding"), Some("gzip"));
     let mut plain = String::new();
@@ -241,7 +252,12 @@ fn compression_both_ways() {
 
     let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
     e.write_all(body.as_bytes()).unwrap();
-    let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "deflate"), ("Accept-Encoding", "deflate")], &e.finish().unwrap());
+    let r = s.request(
+        "POST",
+        "/v2/models/simple/infer",
+        &[("Content-Encoding", "deflate"), ("Accept-Encoding", "deflate")],
+        &e.finish().unwrap(),
+    );
     assert_eq!(r.header("Content-Encoding"), Some("deflate"));
     let mut plain = String::new();
     flate2::read::ZlibDecoder::new(&r.body[..]).read_to_string(&mut plain).unwrap();
@@ -264,7 +280,10 @@ fn validation_errors() {
     missing["inputs"].as_array_mut().unwrap().pop();
     cases.push((missing, "simple", "Missing required input(s) ['INPUT1']"));
     let mut extra = simple_request(1);
-    extra["inputs"].as_array_mut().unwrap().push(json!({"name": "EXTRA", "shape": [1], "datatype": "INT32", "data": [1]}));
+    extra["inputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "EXTRA", "shape": [1], "datatype": "INT32", "data": [1]}));
     cases.push((extra, "simple", "unexpected inference input 'EXTRA'"));
     let mut dup = simple_request(1);
     let first = dup["inputs"][0].clone();
@@ -307,7 +326,11 @@ fn validation_errors() {
     classification["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"classification": 2}}]);
     cases.push((classification, "simple", "classification"));
     cases.push((json!({"inputs": "nope"}), "simple", "failed to parse the request JSON"));
-    cases.push((json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP16", "data": [1]}]}), "identity_fp32", "no JSON form"));
+    cases.push((
+        json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP16", "data": [1]}]}),
+        "identity_fp32",
+        "no JSON form",
+    ));
     for (body, model, needle) in cases {
         let r = post(model, body.clone());
         let expected = if needle == "classification" { 501 } else { 400 };
@@ -379,7 +402,8 @@ fn instance_group_count_two_executes_two_batches_at_once() {
     let s = Server::start(repo.path(), &[]);
     s.gate("identity_fp32", false);
     let port = s.port;
-    let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]}).to_string();
+    let body =
+        json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]}).to_string();
     let clients: Vec<_> = (0..2)
         .map(|_| {
             let body = body.clone();
@@ -483,7 +507,8 @@ fn statistics_count_exactly_what_was_served() {
         assert_eq!(inf[phase]["count"], 4, "{phase}");
     }
     assert!(inf["compute_infer"]["ns"].as_u64().unwrap() > 0);
-    let sizes: Vec<u64> = m["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect();
+    let sizes: Vec<u64> =
+        m["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect();
     assert_eq!(sizes, vec![1, 2]);
     assert!(m["last_inference"].as_u64().unwrap() > 0);
 

@@ -25,14 +25,24 @@ fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
     let repo = Repo::new();
     repo.example("simple");
     repo.model("syntax", "name: \"syntax\"\nbackend: \"add_sub\"\ninput [ { name: \"X\" data_type: TYPE_INT32 dims: [ 1 ]\n  bogus_field: 3 } ]\n", &["1"]);
-    repo.model("dupe", &format!("backend: \"add_sub\" {ADD_SUB_IO} input [ {{ name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 1 ] }} ]"), &["1"]);
+    repo.model(
+        "dupe",
+        &format!(
+            "backend: \"add_sub\" {ADD_SUB_IO} input [ {{ name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 1 ] }} ]"
+        ),
+        &["1"],
+    );
     repo.model("gpu", &format!("backend: \"add_sub\" {ADD_SUB_IO} instance_group [ {{ kind: KIND_GPU }} ]"), &["1"]);
     repo.model("trt", &format!("platform: \"tensorrt_plan\" {ADD_SUB_IO}"), &["1"]);
     repo.model("missing_backend", &format!("backend: \"nowhere\" {ADD_SUB_IO}"), &["1"]);
     repo.model("no_versions", &format!("backend: \"add_sub\" {ADD_SUB_IO}"), &[]);
     repo.model("no_config", "", &["1"]);
     std::fs::remove_file(repo.path().join("no_config/config.pbtxt")).unwrap();
-    let dir = repo.model("init_fails", &faults_config("init_fails", r#"parameters { key: "init_fault" value: { string_value: "model" } }"#), &["1"]);
+    let dir = repo.model(
+        "init_fails",
+        &faults_config("init_fails", r#"parameters { key: "init_fault" value: { string_value: "model" } }"#),
+        &["1"],
+    );
     install_faults_component(&dir);
     let dir = repo.model("not_a_component", &format!("backend: \"junk\" {ADD_SUB_IO}"), &["1"]);
     std::fs::write(dir.join("junk.wasm"), b"\0asm\x01\0\0\0 not really").unwrap();

@@ -58,7 +58,9 @@ fn a_fault_does_not_disturb_requests_queued_behind_it() {
     s.gate("faulty", false);
     let port = s.port;
     let send = |fault: &'static str| {
-        std::thread::spawn(move || http(port, "POST", "/v2/models/faulty/infer", &[], faults_request(fault).to_string().as_bytes()))
+        std::thread::spawn(move || {
+            http(port, "POST", "/v2/models/faulty/infer", &[], faults_request(fault).to_string().as_bytes())
+        })
     };
     let trap = send("trap");
     s.wait_until("the trap request executing", || s.executions("faulty").0 == 1);
@@ -86,7 +88,10 @@ fn a_failed_rebuild_makes_the_model_unavailable_with_the_reason() {
     let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "faulty").unwrap().clone();
     assert_eq!(entry["state"], "UNAVAILABLE");
     let reason = entry["reason"].as_str().unwrap();
-    assert!(reason.contains("could not be rebuilt after a fault") && reason.contains("refused by a test hook"), "{reason}");
+    assert!(
+        reason.contains("could not be rebuilt after a fault") && reason.contains("refused by a test hook"),
+        "{reason}"
+    );
     // everything else keeps serving
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }

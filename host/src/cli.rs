@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "nereus", version, about = "Inference server speaking Triton's protocols, with sandboxed WebAssembly backends")]
+#[command(
+    name = "nereus",
+    version,
+    about = "Inference server speaking Triton's protocols, with sandboxed WebAssembly backends"
+)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]

@@ -53,20 +53,28 @@ impl LogSettings {
             match (key.as_str(), value) {
                 ("log_file", SettingValue::Text(f)) if f.is_empty() => next.log_file.clear(),
                 ("log_file", SettingValue::Text(_)) => {
-                    return Err(InferError::unsupported("logging to a file is not supported; logs go to standard output"));
+                    return Err(InferError::unsupported(
+                        "logging to a file is not supported; logs go to standard output",
+                    ));
                 }
                 ("log_info", SettingValue::Bool(b)) => next.log_info = *b,
                 ("log_warning", SettingValue::Bool(b)) => next.log_warning = *b,
                 ("log_error", SettingValue::Bool(b)) => next.log_error = *b,
                 ("log_verbose_level", SettingValue::Uint(n)) => next.log_verbose_level = *n,
-                ("log_format", SettingValue::Text(f)) if f == "default" || f == "ISO8601" => next.log_format = f.clone(),
+                ("log_format", SettingValue::Text(f)) if f == "default" || f == "ISO8601" => {
+                    next.log_format = f.clone()
+                }
                 ("log_format", SettingValue::Text(f)) => {
-                    return Err(InferError::invalid(format!("log_format must be \"default\" or \"ISO8601\", not \"{f}\"")));
+                    return Err(InferError::invalid(format!(
+                        "log_format must be \"default\" or \"ISO8601\", not \"{f}\""
+                    )));
                 }
                 ("log_file" | "log_info" | "log_warning" | "log_error" | "log_verbose_level" | "log_format", _) => {
                     return Err(bad());
                 }
-                (other, _) => return Err(InferError::invalid(format!("unknown log setting '{other}'"))),
+                (other, _) => {
+                    return Err(InferError::invalid(format!("unknown log setting '{other}'")));
+                }
             }
         }
         Ok(next)
@@ -132,7 +140,10 @@ mod tests {
     fn updates_are_typed_and_validated() {
         let s = default_settings(0);
         let n = s
-            .updated(&[("log_verbose_level".into(), SettingValue::Uint(2)), ("log_info".into(), SettingValue::Bool(false))])
+            .updated(&[
+                ("log_verbose_level".into(), SettingValue::Uint(2)),
+                ("log_info".into(), SettingValue::Bool(false)),
+            ])
             .unwrap();
         assert_eq!((n.log_verbose_level, n.log_info), (2, false));
         assert!(s.updated(&[("log_info".into(), SettingValue::Uint(1))]).is_err());

@@ -30,7 +30,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
     })?;
     if args.allow_metrics {
-        tracing::warn!("the metrics endpoint is not part of this build yet; --metrics-port {} is not served", args.metrics_port);
+        tracing::warn!(
+            "the metrics endpoint is not part of this build yet; --metrics-port {} is not served",
+            args.metrics_port
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
     runtime.block_on(async {

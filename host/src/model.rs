@@ -8,7 +8,7 @@ use crate::backend::wasm::WasmModelTeardown;
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
-use crate::scheduler::DefaultScheduler;
+use crate::scheduler::{BatchRules, DefaultScheduler, DynamicBatcher, Scheduler, WorkerContext};
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
 
@@ -105,7 +105,7 @@ pub struct ModelVersion {
     pub health: Arc<Health>,
     pub probe: Arc<ExecutionProbe>,
     pub stats: Arc<ModelStats>,
-    scheduler: DefaultScheduler,
+    scheduler: Scheduler,
     teardown: Mutex<Option<WasmModelTeardown>>,
 }
 
@@ -121,8 +121,17 @@ impl ModelVersion {
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
-        let scheduler =
-            DefaultScheduler::start(&config.name, instances, probe.clone(), stats.clone(), config.max_batch_size > 0, instance_poll);
+        let ctx = WorkerContext { probe: probe.clone(), stats: stats.clone(), batching: config.max_batch_size > 0 };
+        use crate::config::schema::model_config::SchedulingChoice;
+        let scheduler = match &config.scheduling_choice {
+            Some(SchedulingChoice::DynamicBatching(batching)) => {
+                let ragged: Vec<String> =
+                    config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
+                let rules = BatchRules::new(batching, &io, &ragged);
+                Scheduler::Dynamic(DynamicBatcher::start(&config.name, instances, ctx, rules, batching))
+            }
+            _ => Scheduler::Default(DefaultScheduler::start(&config.name, instances, ctx, instance_poll)),
+        };
         ModelVersion {
             name: config.name.as_str().into(),
             version,
@@ -166,6 +175,11 @@ impl ModelVersion {
         let (sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
         self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
         Ok(receiver)
+    }
+
+    /// Requests waiting for an instance (a test hook reads it to queue work deterministically).
+    pub fn queued(&self) -> usize {
+        self.scheduler.queued()
     }
 
     fn check_ready(&self) -> Result<(), InferError> {

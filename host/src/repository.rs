@@ -62,7 +62,9 @@ pub fn scan(roots: &[PathBuf]) -> (Vec<(String, PathBuf)>, Vec<(String, String)>
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+                continue;
+            };
             if path.is_dir() && !name.starts_with('.') {
                 found.entry(name).or_default().push(path);
             }
@@ -121,7 +123,8 @@ pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConf
     let path = dir.join("config.pbtxt");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let (config, lines) = parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?;
-    normalize_and_validate(config, name, gpu_count).map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
+    normalize_and_validate(config, name, gpu_count)
+        .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
 
 /// Loads one model: its configuration, then each version the policy selects.
@@ -136,10 +139,6 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
             let reason = "sequence_batching is not supported by this build yet".to_string();
             return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
         }
-        Some(SchedulingChoice::DynamicBatching(_)) => tracing::warn!(
-            "model '{name}': dynamic_batching is not implemented in this build yet; \
-             requests are scheduled one per execution by the default scheduler"
-        ),
         _ => {}
     }
     let prepared = SandboxPolicy::from_config(&config)
@@ -148,7 +147,9 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)));
     let (policy, backend, selected) = match prepared {
         Ok(p) => p,
-        Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
+        Err(reason) => {
+            return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
+        }
     };
     let io = Arc::new(IoSpec::new(&config));
     let instances = instances_of(&config);
@@ -177,12 +178,13 @@ fn load_version(
     io: &Arc<IoSpec>,
     instances: &[crate::backend::InstanceDesc],
 ) -> Result<ModelVersion, String> {
-    let bytes: std::borrow::Cow<'static, [u8]> = match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
-        ComponentSource::File(path) => {
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
-        }
-        ComponentSource::Bundled(bytes) => bytes.into(),
-    };
+    let bytes: std::borrow::Cow<'static, [u8]> =
+        match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
+            ComponentSource::File(path) => {
+                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
+            }
+            ComponentSource::Bundled(bytes) => bytes.into(),
+        };
     let component = ctx
         .runtime
         .load(&bytes)
@@ -202,5 +204,13 @@ fn load_version(
         instances,
         health: health.clone(),
     })?;
-    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, loaded.teardown, ctx.instance_poll))
+    Ok(ModelVersion::new(
+        config.clone(),
+        version,
+        io.clone(),
+        health,
+        loaded.instances,
+        loaded.teardown,
+        ctx.instance_poll,
+    ))
 }

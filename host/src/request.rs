@@ -35,8 +35,9 @@ impl Tensor {
     /// Checks an input's declared datatype name and shape, as a frontend decodes them, before any
     /// of its data is looked at; returns the datatype and the element count the shape describes.
     pub fn parse_header(name: &str, datatype: &str, shape: &[i64]) -> Result<(DataType, u64), InferError> {
-        let dt: DataType =
-            datatype.parse().map_err(|_| InferError::invalid(format!("invalid datatype '{datatype}' for input '{name}'")))?;
+        let dt: DataType = datatype
+            .parse()
+            .map_err(|_| InferError::invalid(format!("invalid datatype '{datatype}' for input '{name}'")))?;
         let elements = crate::tensor::element_count(shape).ok_or_else(|| {
             InferError::invalid(format!("invalid shape {} for input '{name}'", crate::tensor::shape_string(shape)))
         })?;
@@ -82,6 +83,10 @@ pub struct InferenceRequest {
     pub correlation_id: CorrelationId,
     pub sequence_start: bool,
     pub sequence_end: bool,
+    /// Schedule-policy `priority` (0: the model's default level; 1 is the highest).
+    pub priority: u64,
+    /// Schedule-policy `timeout` in microseconds (0: none), honoured where the queue policy allows.
+    pub timeout_us: u64,
     /// Custom parameters for the backend (reserved keys removed by the frontend).
     pub parameters: Vec<(String, ParamValue)>,
     pub inputs: Vec<Tensor>,

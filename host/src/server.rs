@@ -71,12 +71,19 @@ impl Server {
             let entry = repository::load_model(&name, &dir, &ctx);
             match (&entry.reason, entry.is_ready()) {
                 (Some(reason), _) => tracing::error!("model '{name}' is unavailable: {reason}"),
-                (None, true) => tracing::info!("model '{name}' loaded: versions {:?}", entry.versions.keys().collect::<Vec<_>>()),
+                (None, true) => {
+                    tracing::info!("model '{name}' loaded: versions {:?}", entry.versions.keys().collect::<Vec<_>>())
+                }
                 (None, false) => tracing::warn!("model '{name}' loaded with unavailable versions"),
             }
             models.insert(name, Arc::new(entry));
         }
-        Ok(Arc::new(Server { models: RwLock::new(models), options, shutting_down: AtomicBool::new(false), _runtime: runtime }))
+        Ok(Arc::new(Server {
+            models: RwLock::new(models),
+            options,
+            shutting_down: AtomicBool::new(false),
+            _runtime: runtime,
+        }))
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -109,7 +116,9 @@ impl Server {
                 Some(_) => Err(InferError::unavailable(format!(
                     "Request for unknown model: '{name}' version {v} is not at ready state"
                 ))),
-                None => Err(InferError::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))),
+                None => {
+                    Err(InferError::not_found(format!("Request for unknown model: '{name}' version {v} is not found")))
+                }
             },
             None => entry
                 .versions
@@ -121,7 +130,9 @@ impl Server {
                 })
                 .ok_or_else(|| {
                     let why = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
-                    InferError::unavailable(format!("Request for unknown model: '{name}' has no available versions{why}"))
+                    InferError::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions{why}"
+                    ))
                 }),
         }
     }
@@ -174,7 +185,11 @@ impl Server {
     }
 
     /// The statistics extension: every ready version of `name` (or of every model), or one version.
-    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<pb::ModelStatisticsResponse, InferError> {
+    pub fn statistics(
+        &self,
+        name: Option<&str>,
+        version: Option<i64>,
+    ) -> Result<pb::ModelStatisticsResponse, InferError> {
         let mut out = Vec::new();
         let ready_versions = |entry: &ModelEntry, out: &mut Vec<pb::ModelStatistics>| {
             for state in entry.versions.values() {
@@ -227,7 +242,12 @@ impl Server {
                     VersionState::Unavailable(r) => ("UNAVAILABLE", r.clone()),
                 };
                 if !ready_only || state == "READY" {
-                    out.push(ModelIndex { name: entry.name.clone(), version: v.to_string(), state: state.into(), reason });
+                    out.push(ModelIndex {
+                        name: entry.name.clone(),
+                        version: v.to_string(),
+                        state: state.into(),
+                        reason,
+                    });
                 }
             }
         }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
 use crate::proto::inference as pb;
+use parking_lot::Mutex;
 
 /// A `{count, ns}` pair.
 #[derive(Default)]
@@ -159,13 +159,16 @@ impl ModelStats {
                 .lock()
                 .iter()
                 .map(|(index, r)| {
-                    (index.to_string(), pb::InferResponseStatistics {
-                        compute_infer: Some(r.compute_infer.proto()),
-                        compute_output: Some(r.compute_output.proto()),
-                        success: Some(r.success.proto()),
-                        fail: Some(r.fail.proto()),
-                        empty_response: Some(r.empty_response.proto()),
-                    })
+                    (
+                        index.to_string(),
+                        pb::InferResponseStatistics {
+                            compute_infer: Some(r.compute_infer.proto()),
+                            compute_output: Some(r.compute_output.proto()),
+                            success: Some(r.success.proto()),
+                            fail: Some(r.fail.proto()),
+                            empty_response: Some(r.empty_response.proto()),
+                        },
+                    )
                 })
                 .collect(),
         }

@@ -100,7 +100,9 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
 
     let mut batch: Option<i64> = None;
     for input in request.inputs.iter_mut() {
-        let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else { continue };
+        let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else {
+            continue;
+        };
         if input.datatype != s.datatype {
             return Err(InferError::invalid(format!(
                 "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
@@ -167,7 +169,8 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
 
 /// Checks that a tensor's bytes agree with its shape and datatype.
 pub fn check_byte_size(t: &Tensor) -> Result<(), String> {
-    let elements = element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
+    let elements =
+        element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {
         Some(size) => {
             let expected = elements.checked_mul(size as u64);
@@ -224,7 +227,8 @@ pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, S
             shape_string(declared)
         ));
     }
-    check_byte_size(t).map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
+    check_byte_size(t)
+        .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
     if s.reshape.is_some() && !s.dims.contains(&-1) {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };
         shape.extend_from_slice(&s.dims);
@@ -267,7 +271,10 @@ mod tests {
     fn rejects_each_fault() {
         let cases: Vec<(Vec<Tensor>, &str)> = vec![
             (vec![int32("INPUT0", vec![1, 16], 16)], "Missing required input(s) ['INPUT1']"),
-            (vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16), int32("X", vec![1], 1)], "unexpected inference input 'X'"),
+            (
+                vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16), int32("X", vec![1], 1)],
+                "unexpected inference input 'X'",
+            ),
             (vec![int32("INPUT0", vec![1, 15], 15), int32("INPUT1", vec![1, 16], 16)], "Expected [-1,16], got [1,15]"),
             (vec![int32("INPUT0", vec![9, 16], 144), int32("INPUT1", vec![9, 16], 144)], "batch-size must be <= 8"),
             (vec![int32("INPUT0", vec![1, 16], 15), int32("INPUT1", vec![1, 16], 16)], "Expected 64, got 60"),
@@ -283,7 +290,9 @@ mod tests {
         assert!(validate_request(&spec(), &mut fp).unwrap_err().message.contains("data-type is 'FP32'"));
         let mut unknown = request(vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16)]);
         unknown.requested_outputs = vec!["NOPE".into()];
-        assert!(validate_request(&spec(), &mut unknown).unwrap_err().message.contains("unexpected inference output 'NOPE'"));
+        assert!(
+            validate_request(&spec(), &mut unknown).unwrap_err().message.contains("unexpected inference output 'NOPE'")
+        );
     }
 
     #[test]

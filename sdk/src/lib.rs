@@ -60,8 +60,7 @@ pub mod bindings {
 
 pub use bindings::nereus::backend::host::LogLevel;
 pub use bindings::nereus::backend::types::{
-    CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue,
-    SequenceFlags,
+    CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue, SequenceFlags,
 };
 
 /// Writes a line to the server's log, tagged by the host with the model and instance.
@@ -135,20 +134,14 @@ pub mod __private {
         STATE.with(|s| s.borrow_mut().take());
     }
 
-    pub fn execute<B: Backend>(
-        requests: Vec<bindings::nereus::backend::types::Request>,
-    ) -> Result<(), String> {
+    pub fn execute<B: Backend>(requests: Vec<bindings::nereus::backend::types::Request>) -> Result<(), String> {
         STATE.with(|s| {
             let mut slot = s.borrow_mut();
             let state = slot
                 .as_mut()
                 .and_then(|b| b.downcast_mut::<B>())
                 .ok_or_else(|| "execute called before initialize-instance".to_string())?;
-            let requests = requests
-                .into_iter()
-                .enumerate()
-                .map(|(i, raw)| Request::new(i as u32, raw))
-                .collect();
+            let requests = requests.into_iter().enumerate().map(|(i, raw)| Request::new(i as u32, raw)).collect();
             state.execute(requests)
         })
     }

@@ -1,9 +1,9 @@
 //! Requests of a batch and the responses a backend sends for them.
+use crate::Tensor;
 use crate::bindings::nereus::backend::host;
 use crate::bindings::nereus::backend::types::{
     CorrelationId, ErrorKind, Parameter, ParameterValue, Request as RawRequest, Response as RawResponse, SequenceFlags,
 };
-use crate::Tensor;
 
 /// One request of the batch passed to [`Backend::execute`](crate::Backend::execute).
 pub struct Request {
@@ -63,10 +63,7 @@ impl Request {
 
     /// An input by name; a missing optional input is an error naming it.
     pub fn input(&self, name: &str) -> Result<&Tensor, String> {
-        self.inputs
-            .iter()
-            .find(|t| t.name() == name)
-            .ok_or_else(|| format!("request has no input '{name}'"))
+        self.inputs.iter().find(|t| t.name() == name).ok_or_else(|| format!("request has no input '{name}'"))
     }
 
     /// Takes an input out of the request without copying it (e.g. to echo it as an output).
@@ -164,4 +161,3 @@ pub fn gather_batch(requests: &[Request], name: &str) -> Result<Tensor, String> 
     shape.extend(inner);
     Ok(Tensor::from_raw(name, datatype, shape, data))
 }
-

@@ -62,10 +62,7 @@ impl Tensor {
     /// copied otherwise. Fails when the tensor's datatype is not `T`'s.
     pub fn as_slice<T: Element>(&self) -> Result<Cow<'_, [T]>, String> {
         if self.0.datatype != T::DATATYPE {
-            return Err(format!(
-                "tensor '{}' is {:?}, not {:?}",
-                self.0.name, self.0.datatype, T::DATATYPE
-            ));
+            return Err(format!("tensor '{}' is {:?}, not {:?}", self.0.name, self.0.datatype, T::DATATYPE));
         }
         match bytemuck::try_cast_slice(&self.0.data) {
             Ok(slice) => Ok(Cow::Borrowed(slice)),

@@ -105,11 +105,15 @@ impl Server {
             .expect("starting nereus");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel::<(bool, u16)>();
-        for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())] {
+        for stream in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
             let (log, tx) = (log.clone(), tx.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    for (grpc, marker) in [(false, "Started HTTPService at "), (true, "Started GRPCInferenceService at ")] {
+                    for (grpc, marker) in
+                        [(false, "Started HTTPService at "), (true, "Started GRPCInferenceService at ")]
+                    {
                         if let Some(addr) = line.split(marker).nth(1)
                             && let Some(port) = addr.trim().rsplit(':').next().and_then(|p| p.parse().ok())
                         {
@@ -221,7 +225,10 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body:
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.set_read_timeout(Some(WAIT)).unwrap();
     stream.set_write_timeout(Some(WAIT)).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -234,10 +241,8 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body:
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
     let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
     let mut body = raw[split + 4..].to_vec();
     let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
@@ -249,7 +254,9 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body:
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else { return out };
+        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
         let size = usize::from_str_radix(std::str::from_utf8(&data[..pos]).unwrap().trim(), 16).unwrap();
         if size == 0 {
             return out;

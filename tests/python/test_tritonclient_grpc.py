@@ -51,6 +51,17 @@ def main(url: str) -> None:
     assert e is None, e
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
 
+    # the dynamic batcher: concurrent requests with the schedule-policy parameters each get their own answer
+    batched = queue.Queue()
+    for k in range(16):
+        client.async_infer("simple_dyna", simple_inputs(a, np.full((1, 16), k, dtype=np.int32)),
+                           partial(collect, batched), request_id=f"d{k}", priority=1, timeout=10_000_000)
+    for _ in range(16):
+        r, e = batched.get(timeout=TIMEOUT_S)
+        assert e is None, e
+        k = int(r.get_response().id[1:])
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + k)
+
     # streaming: several requests on one stream, one of them failing
     streamed = queue.Queue()
     client.start_stream(callback=partial(collect, streamed))

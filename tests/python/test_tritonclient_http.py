@@ -55,6 +55,18 @@ def main(url: str) -> None:
     assert [x.decode() for x in result.as_numpy("OUTPUT0")] == ["HELLO", "WÖRLD"], result.as_numpy("OUTPUT0")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.array([5, 5], dtype=np.int32))
 
+    # the dynamic batcher: concurrent requests (with the schedule-policy parameters) each get their own answer
+    client_pool = httpclient.InferenceServerClient(url=url, concurrency=8)
+    pending = []
+    for k in range(16):
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(np.full((1, 16), k, dtype=np.int32))
+        pending.append((k, client_pool.async_infer("simple_dyna", inputs, priority=1, timeout=10_000_000)))
+    for k, request in pending:
+        np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), a + k)
+    client_pool.close()
+
     # errors surface as InferenceServerException with the server's message
     try:
         client.infer("simple", [inputs[0]])

@@ -43,7 +43,8 @@ pub fn instances_of(config: &ModelConfig) -> Vec<InstanceDesc> {
             Ok(Kind::Model) => InstanceKind::Model,
             _ => InstanceKind::Cpu,
         };
-        let gpus: Vec<i32> = if kind == InstanceKind::Gpu && !group.gpus.is_empty() { group.gpus.clone() } else { vec![0] };
+        let gpus: Vec<i32> =
+            if kind == InstanceKind::Gpu && !group.gpus.is_empty() { group.gpus.clone() } else { vec![0] };
         let mut index = 0;
         for device_id in gpus {
             for _ in 0..group.count.max(1) {
@@ -88,7 +89,12 @@ pub enum ComponentSource {
 /// Finds backend `name`'s component for a model version, in the order Triton searches for backend
 /// shared libraries: `<model dir>/<version>/`, `<model dir>/`, `<backend dir>/<name>/`; then the
 /// backends bundled into the binary.
-pub fn find_component(name: &str, model_dir: &Path, version: i64, backend_dir: Option<&Path>) -> Result<ComponentSource, String> {
+pub fn find_component(
+    name: &str,
+    model_dir: &Path,
+    version: i64,
+    backend_dir: Option<&Path>,
+) -> Result<ComponentSource, String> {
     let file = format!("{name}.wasm");
     let mut candidates = vec![model_dir.join(version.to_string()).join(&file), model_dir.join(&file)];
     if let Some(dir) = backend_dir {

@@ -110,7 +110,9 @@ fn tokenize(src: &str) -> Result<Vec<Spanned>, ParseError> {
                                     let v = u16::from_str_radix(oct, 8).map_err(|_| err("bad octal escape".into()))?;
                                     value.push(u8::try_from(v).map_err(|_| err("octal escape out of range".into()))?);
                                 }
-                                other => return Err(err(format!("unknown escape '\\{}'", other as char))),
+                                other => {
+                                    return Err(err(format!("unknown escape '\\{}'", other as char)));
+                                }
                             }
                         }
                         _ => {
@@ -131,7 +133,8 @@ fn tokenize(src: &str) -> Result<Vec<Spanned>, ParseError> {
                 i += 1;
                 while i < bytes.len() {
                     let b = bytes[i];
-                    let exp_sign = (b == b'-' || b == b'+') && matches!(bytes[i - 1], b'e' | b'E')
+                    let exp_sign = (b == b'-' || b == b'+')
+                        && matches!(bytes[i - 1], b'e' | b'E')
                         && !bytes[start..i].starts_with(b"0x");
                     if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || exp_sign {
                         i += 1;
@@ -228,7 +231,9 @@ impl Parser {
         loop {
             match (self.peek(), close) {
                 (None, None) => return Ok(()),
-                (None, Some(c)) => return Err(self.error(format!("expected '{c}' before the end of the file"))),
+                (None, Some(c)) => {
+                    return Err(self.error(format!("expected '{c}' before the end of the file")));
+                }
                 (Some(Token::Punct(p)), Some(c)) if *p == c => {
                     self.pos += 1;
                     return Ok(());
@@ -248,7 +253,13 @@ impl Parser {
             Some(Token::Punct('[')) => {
                 return Err(ParseError { line, column, message: "extension and Any fields are not supported".into() });
             }
-            other => return Err(ParseError { line, column, message: format!("expected a field name, found {}", describe(other.as_ref())) }),
+            other => {
+                return Err(ParseError {
+                    line,
+                    column,
+                    message: format!("expected a field name, found {}", describe(other.as_ref())),
+                });
+            }
         };
         let field = desc.get_field_by_name(&name).ok_or_else(|| ParseError {
             line,
@@ -281,7 +292,12 @@ impl Parser {
     }
 
     /// Parses one value of `field` and stores it (appending for repeated and map fields).
-    fn value_into(&mut self, msg: &mut DynamicMessage, field: &FieldDescriptor, depth: usize) -> Result<(), ParseError> {
+    fn value_into(
+        &mut self,
+        msg: &mut DynamicMessage,
+        field: &FieldDescriptor,
+        depth: usize,
+    ) -> Result<(), ParseError> {
         let segment = match msg.get_field(field).as_ref() {
             Value::List(items) if field.is_list() => format!("{}[{}]", field.name(), items.len()),
             _ => field.name().to_string(),
@@ -298,7 +314,12 @@ impl Parser {
         result
     }
 
-    fn value_into_inner(&mut self, msg: &mut DynamicMessage, field: &FieldDescriptor, depth: usize) -> Result<(), ParseError> {
+    fn value_into_inner(
+        &mut self,
+        msg: &mut DynamicMessage,
+        field: &FieldDescriptor,
+        depth: usize,
+    ) -> Result<(), ParseError> {
         let value = match field.kind() {
             Kind::Message(m) => {
                 let close = if self.eat('{') {
@@ -373,17 +394,21 @@ impl Parser {
                 }
                 _ => return Err(bad("an enum value")),
             },
-            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
-                Value::I32(parse_int(&token).and_then(|v| i32::try_from(v).ok()).ok_or_else(|| bad("a 32-bit integer"))?)
-            }
-            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
-                Value::I64(parse_int(&token).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| bad("a 64-bit integer"))?)
-            }
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Value::I32(
+                parse_int(&token).and_then(|v| i32::try_from(v).ok()).ok_or_else(|| bad("a 32-bit integer"))?,
+            ),
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(
+                parse_int(&token).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| bad("a 64-bit integer"))?,
+            ),
             Kind::Uint32 | Kind::Fixed32 => Value::U32(
-                parse_int(&token).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| bad("an unsigned 32-bit integer"))?,
+                parse_int(&token)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| bad("an unsigned 32-bit integer"))?,
             ),
             Kind::Uint64 | Kind::Fixed64 => Value::U64(
-                parse_int(&token).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| bad("an unsigned 64-bit integer"))?,
+                parse_int(&token)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .ok_or_else(|| bad("an unsigned 64-bit integer"))?,
             ),
             Kind::Float => Value::F32(parse_float(&token).ok_or_else(|| bad("a number"))? as f32),
             Kind::Double => Value::F64(parse_float(&token).ok_or_else(|| bad("a number"))?),
@@ -403,7 +428,9 @@ fn describe(token: Option<&Token>) -> String {
 }
 
 fn parse_int(token: &Option<Token>) -> Option<i128> {
-    let Some(Token::Number(s)) = token else { return None };
+    let Some(Token::Number(s)) = token else {
+        return None;
+    };
     let (neg, digits) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, s.strip_prefix('+').unwrap_or(s)),
@@ -458,7 +485,6 @@ pub fn parse(src: &str, desc: MessageDescriptor) -> Result<(DynamicMessage, Sour
     parser.message_body(&mut msg, None, 0)?;
     Ok((msg, parser.lines))
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,8 @@
 use prost_reflect::MessageDescriptor;
 
 pub use crate::proto::inference::{
-    DataType, ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config, model_instance_group,
-    model_version_policy,
+    DataType, ModelConfig, ModelDynamicBatching, ModelInstanceGroup, ModelQueuePolicy, ModelVersionPolicy,
+    model_config, model_instance_group, model_queue_policy, model_version_policy,
 };
 
 /// The descriptor of `inference.ModelConfig`.

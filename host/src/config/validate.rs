@@ -106,25 +106,23 @@ pub fn normalize_and_validate(
             .map_err(|e| e.at(format!("output[{i}]")))?;
     }
 
+    check_dynamic_batching(&mut config)?;
+
+    // As Triton: a model with no instance group gets one named after the model; an unnamed group
+    // is named `<model>_<index>`; a count below 1 means 1.
     if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup { count: 1, ..Default::default() });
+        config.instance_group.push(ModelInstanceGroup { name: config.name.clone(), count: 1, ..Default::default() });
     }
     let model_name = config.name.clone();
-    let single = config.instance_group.len() == 1;
     let mut group_names = HashSet::new();
     for (i, group) in config.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
-            group.name = if single { model_name.clone() } else { format!("{model_name}_{i}") };
+            group.name = format!("{model_name}_{i}");
         }
         if !group_names.insert(group.name.clone()) {
             bail!(at format!("instance_group[{i}]"); "instance_group[{i}]: duplicate group name '{}'", group.name);
         }
-        if group.count < 0 {
-            bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}': 'count' must be at least 1, got {}", group.name, group.count);
-        }
-        if group.count == 0 {
-            group.count = 1;
-        }
+        group.count = group.count.max(1);
         let kind = Kind::try_from(group.kind).unwrap_or(Kind::Auto);
         match kind {
             Kind::Auto => {
@@ -149,6 +147,49 @@ pub fn normalize_and_validate(
         }
     }
     Ok(config)
+}
+
+/// Fills in Triton's default preferred batch size (`[max_batch_size]`) and rejects what Triton's
+/// `ValidateModelConfig` rejects in `dynamic_batching`, with its reasons.
+fn check_dynamic_batching(config: &mut ModelConfig) -> Result<(), ConfigError> {
+    use super::schema::model_config::SchedulingChoice;
+    use super::schema::model_queue_policy::TimeoutAction;
+    let max_batch_size = config.max_batch_size;
+    let Some(SchedulingChoice::DynamicBatching(db)) = &mut config.scheduling_choice else {
+        return Ok(());
+    };
+    if db.preferred_batch_size.is_empty() && max_batch_size > 0 {
+        db.preferred_batch_size.push(max_batch_size);
+    }
+    for size in &db.preferred_batch_size {
+        if *size <= 0 {
+            bail!(at "dynamic_batching"; "dynamic batching preferred size must be positive, got {size}");
+        }
+        if *size > max_batch_size {
+            bail!(at "dynamic_batching"; "dynamic batching preferred size must be <= max batch size ({max_batch_size}), got {size}");
+        }
+    }
+    let levels = db.priority_levels;
+    if levels != 0 {
+        if db.default_priority_level == 0 || db.default_priority_level > levels {
+            bail!(at "dynamic_batching"; "default priority level must be in range [1, {levels}]");
+        }
+        if let Some(level) = db.priority_queue_policy.keys().find(|l| **l == 0 || **l > levels) {
+            bail!(at "dynamic_batching"; "priority queue policy must have priority level in range [1, {levels}], got {level}");
+        }
+    }
+    if db.preserve_ordering {
+        if levels > 1 {
+            bail!(at "dynamic_batching"; "Only one priority level is allowed when 'preserve_ordering' is true");
+        }
+        let delays = |p: &super::schema::ModelQueuePolicy| {
+            p.default_timeout_microseconds != 0 && p.timeout_action == TimeoutAction::Delay as i32
+        };
+        if db.default_queue_policy.as_ref().is_some_and(delays) || db.priority_queue_policy.values().any(delays) {
+            bail!(at "dynamic_batching"; "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true");
+        }
+    }
+    Ok(())
 }
 
 fn check_tensor(what: &str, data_type: i32, dims: &[i64], has_reshape: bool) -> Result<(), ConfigError> {
@@ -185,16 +226,53 @@ mod tests {
     }
 
     #[test]
+    fn instance_groups_and_batching_defaults_follow_triton() {
+        let cfg = check(
+            "max_batch_size: 8 dynamic_batching { } instance_group [ { count: -3 }, { name: \"g\" kind: KIND_CPU } ]",
+        )
+        .unwrap();
+        let groups: Vec<(&str, i32)> = cfg.instance_group.iter().map(|g| (g.name.as_str(), g.count)).collect();
+        assert_eq!(groups, [("m_0", 1), ("g", 1)]);
+        let Some(crate::config::schema::model_config::SchedulingChoice::DynamicBatching(db)) = &cfg.scheduling_choice
+        else {
+            panic!("dynamic_batching lost")
+        };
+        assert_eq!(db.preferred_batch_size, [8]);
+    }
+
+    #[test]
     fn rejects_bad_configs() {
         for (src, needle) in [
             (r#"name: "other""#, "unexpected 'name'"),
             ("max_batch_size: -1", "max_batch_size"),
-            (r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]"#, "duplicate"),
+            (
+                r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]"#,
+                "duplicate",
+            ),
             (r#"input [ { name: "I" dims: [ 4 ] } ]"#, "data_type"),
             (r#"output [ { name: "O" data_type: TYPE_FP32 dims: [ 0 ] } ]"#, "dimension 0"),
             (r#"output [ { name: "O" data_type: TYPE_FP32 } ]"#, "'dims'"),
             ("instance_group [ { kind: KIND_GPU } ]", "no GPUs"),
-            ("instance_group [ { count: -2 } ]", "count"),
+            ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }", "<= max batch size (4)"),
+            ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 0 ] }", "must be positive"),
+            (
+                "max_batch_size: 4 dynamic_batching { priority_levels: 2 }",
+                "default priority level must be in range [1, 2]",
+            ),
+            (
+                "max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 1 \
+                 priority_queue_policy { key: 3 value: { max_queue_size: 1 } } }",
+                "priority level in range [1, 2], got 3",
+            ),
+            (
+                "max_batch_size: 4 dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }",
+                "Only one priority level",
+            ),
+            (
+                "max_batch_size: 4 dynamic_batching { preserve_ordering: true \
+                 default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5 } }",
+                "DELAY",
+            ),
             ("version_policy { latest { num_versions: 0 } }", "num_versions"),
         ] {
             let err = check(src).unwrap_err();

@@ -1,17 +1,15 @@
 //! The default scheduler (a model with no `dynamic_batching` or `sequence_batching`): every
 //! request is its own batch, taken by the first idle instance.
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
+use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
-use crate::model::ExecutionProbe;
 use crate::request::Job;
-use crate::stats::ModelStats;
 
 pub struct DefaultScheduler {
     /// `None` once the model is unloading: new requests are refused, queued ones still run.
@@ -21,26 +19,10 @@ pub struct DefaultScheduler {
 
 impl DefaultScheduler {
     /// Starts one worker thread per instance, all taking from one queue.
-    pub fn start(
-        model: &str,
-        instances: Vec<Box<dyn BackendInstance>>,
-        probe: Arc<ExecutionProbe>,
-        stats: Arc<ModelStats>,
-        batching: bool,
-        poll: Duration,
-    ) -> Self {
+    pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext, poll: Duration) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
-        let workers = instances
-            .into_iter()
-            .enumerate()
-            .map(|(i, instance)| {
-                let (rx, probe, stats) = (rx.clone(), probe.clone(), stats.clone());
-                std::thread::Builder::new()
-                    .name(format!("{model}#{i}"))
-                    .spawn(move || run_instance(rx, instance, probe, stats, batching, poll))
-                    .expect("spawning an instance worker thread")
-            })
-            .collect();
+        let workers =
+            spawn_workers(model, instances, move |instance| run_instance(rx.clone(), instance, ctx.clone(), poll));
         DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers) }
     }
 
@@ -50,6 +32,10 @@ impl DefaultScheduler {
             Some(tx) => tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped")),
             None => Err(InferError::unavailable("the model is being unloaded")),
         }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.read().as_ref().map_or(0, |tx| tx.len())
     }
 
     /// Stops taking requests, lets the instances finish every queued one, then finalises them.
@@ -78,31 +64,11 @@ fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
     }
 }
 
-/// An instance's worker: executes one batch at a time, recording queue and compute statistics.
-/// `batching` says whether requests carry a batch dimension (`max_batch_size` > 0).
-fn run_instance(
-    queue: Receiver<Vec<Job>>,
-    mut instance: Box<dyn BackendInstance>,
-    probe: Arc<ExecutionProbe>,
-    stats: Arc<ModelStats>,
-    batching: bool,
-    poll: Duration,
-) {
+/// An instance's worker: executes one batch at a time.
+fn run_instance(queue: Receiver<Vec<Job>>, mut instance: Box<dyn BackendInstance>, ctx: WorkerContext, poll: Duration) {
     while let Some(mut batch) = next_batch(&queue, poll) {
-        probe.enter();
-        let now = Instant::now();
-        let mut batch_size = 0u64;
-        for job in &batch {
-            stats.record_queue(now - job.enqueued);
-            batch_size += job.request.batch_size(batching) as u64;
-        }
-        let requests = batch.len() as u64;
-        let times = instance.execute(&mut batch);
-        stats.record_execution(requests, batch_size, times);
-        probe.exit();
-        for job in &mut batch {
-            job.sender.flush();
-        }
+        ctx.execute(instance.as_mut(), &mut batch);
+        flush(&mut batch);
     }
     instance.finalize();
 }

@@ -1,5 +1,103 @@
 //! Schedulers: how a model's requests reach its instances. Each instance runs on its own worker
 //! thread and executes one batch at a time; schedulers decide what goes into each batch.
 mod default;
+mod dynamic;
+mod queue;
+
+use std::sync::Arc;
+use std::time::Instant;
 
 pub use default::DefaultScheduler;
+pub use dynamic::{BatchRules, DynamicBatcher};
+
+use crate::backend::BackendInstance;
+use crate::error::InferError;
+use crate::model::ExecutionProbe;
+use crate::request::Job;
+use crate::stats::ModelStats;
+
+/// A model's scheduler, chosen by its configuration's `scheduling_choice`.
+pub enum Scheduler {
+    Default(DefaultScheduler),
+    Dynamic(DynamicBatcher),
+}
+
+impl Scheduler {
+    /// Queues a validated request. An error means it was not queued (the model is unloading).
+    pub fn enqueue(&self, job: Job) -> Result<(), InferError> {
+        match self {
+            Scheduler::Default(s) => s.enqueue(job),
+            Scheduler::Dynamic(s) => s.enqueue(job),
+        }
+    }
+
+    /// Requests waiting for an instance.
+    pub fn queued(&self) -> usize {
+        match self {
+            Scheduler::Default(s) => s.queued(),
+            Scheduler::Dynamic(s) => s.queued(),
+        }
+    }
+
+    /// Stops taking requests, runs every queued one, then finalises the instances. Blocks.
+    pub fn shutdown(&self) {
+        match self {
+            Scheduler::Default(s) => s.shutdown(),
+            Scheduler::Dynamic(s) => s.shutdown(),
+        }
+    }
+}
+
+/// What every instance worker needs besides its instance and its queue.
+#[derive(Clone)]
+pub struct WorkerContext {
+    pub probe: Arc<ExecutionProbe>,
+    pub stats: Arc<ModelStats>,
+    /// Whether requests carry a batch dimension (`max_batch_size` > 0).
+    pub batching: bool,
+}
+
+impl WorkerContext {
+    /// Executes one batch on `instance`, recording each request's queue time and the execution's
+    /// statistics. Responses stay held in their senders: the caller flushes them.
+    fn execute(&self, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
+        self.probe.enter();
+        let now = Instant::now();
+        let mut batch_size = 0u64;
+        for job in batch.iter() {
+            self.stats.record_queue(now - job.enqueued);
+            batch_size += job.request.batch_size(self.batching) as u64;
+        }
+        let requests = batch.len() as u64;
+        let times = instance.execute(batch);
+        self.stats.record_execution(requests, batch_size, times);
+        self.probe.exit();
+    }
+}
+
+/// Starts one worker thread per instance, named `<model>#<index>`, each running `run` on its
+/// instance until the scheduler stops.
+fn spawn_workers(
+    model: &str,
+    instances: Vec<Box<dyn BackendInstance>>,
+    run: impl Fn(Box<dyn BackendInstance>) + Clone + Send + 'static,
+) -> Vec<std::thread::JoinHandle<()>> {
+    instances
+        .into_iter()
+        .enumerate()
+        .map(|(i, instance)| {
+            let run = run.clone();
+            std::thread::Builder::new()
+                .name(format!("{model}#{i}"))
+                .spawn(move || run(instance))
+                .expect("spawning an instance worker thread")
+        })
+        .collect()
+}
+
+/// Delivers every held response of `batch`.
+fn flush(batch: &mut [Job]) {
+    for job in batch {
+        job.sender.flush();
+    }
+}

@@ -4,7 +4,9 @@
 //! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
 //! datatype), "error" (returns an execution error). The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
-use nereus_sdk::{Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter};
+use nereus_sdk::{
+    Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
+};
 
 struct Faults;
 

@@ -9,8 +9,8 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::nereus::backend::types::{
-    CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue,
-    Request, Response, SequenceFlags, Tensor,
+    CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue, Request,
+    Response, SequenceFlags, Tensor,
 };
 
 impl From<HostDataType> for DataType {

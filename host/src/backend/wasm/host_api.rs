@@ -34,10 +34,12 @@ impl SandboxState {
         for t in response.outputs {
             total = total.saturating_add(t.data.len() as u64);
             if total > batch.max_output_bytes {
-                problem = Some(format!("response exceeds the model's output limit of {} bytes", batch.max_output_bytes));
+                problem =
+                    Some(format!("response exceeds the model's output limit of {} bytes", batch.max_output_bytes));
                 break;
             }
-            let tensor = Tensor { name: t.name, datatype: t.datatype.into(), shape: t.shape, data: Bytes::from(t.data) };
+            let tensor =
+                Tensor { name: t.name, datatype: t.datatype.into(), shape: t.shape, data: Bytes::from(t.data) };
             match check_output(io, &tensor, batch_size) {
                 Ok(shape) => {
                     if outputs.iter().any(|o: &Tensor| o.name == tensor.name) {
@@ -92,10 +94,14 @@ impl host::Host for SandboxState {
         }
         let label = &self.label;
         match level {
-            host::LogLevel::Error => tracing::error!(target: "nereus::plugin", "{label}: {message}"),
+            host::LogLevel::Error => {
+                tracing::error!(target: "nereus::plugin", "{label}: {message}")
+            }
             host::LogLevel::Warn => tracing::warn!(target: "nereus::plugin", "{label}: {message}"),
             host::LogLevel::Info => tracing::info!(target: "nereus::plugin", "{label}: {message}"),
-            host::LogLevel::Verbose => tracing::debug!(target: "nereus::plugin", "{label}: {message}"),
+            host::LogLevel::Verbose => {
+                tracing::debug!(target: "nereus::plugin", "{label}: {message}")
+            }
         }
     }
 
@@ -119,7 +125,9 @@ impl host::Host for SandboxState {
     fn send_final_flag(&mut self, request: u32) -> Result<(), String> {
         let batch = self.batch.as_mut().ok_or("send-final-flag called outside execute")?;
         if !batch.decoupled {
-            return Err("send-final-flag is for decoupled models; this model sends one final response per request".into());
+            return Err(
+                "send-final-flag is for decoupled models; this model sends one final response per request".into()
+            );
         }
         let job = batch
             .jobs

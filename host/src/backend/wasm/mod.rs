@@ -31,20 +31,14 @@ pub struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    fn acquire(
-        &self,
-        runtime: &WasmRuntime,
-        component: &CompiledComponent,
-        backend_name: &str,
-    ) -> Result<(), String> {
+    fn acquire(&self, runtime: &WasmRuntime, component: &CompiledComponent, backend_name: &str) -> Result<(), String> {
         let mut live = self.live.lock();
         if let Some((count, _)) = live.get_mut(&component.digest) {
             *count += 1;
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox =
-            Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(|f| f.0)?;
+        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(|f| f.0)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
             return Err(format!("backend '{backend_name}' failed to initialize: {e}"));
@@ -149,17 +143,16 @@ pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
         config_json: params.config_json,
     };
     let label: Arc<str> = format!("model '{}'", params.model_name).into();
-    let model_sandbox = Sandbox::new(params.runtime, &params.component, &params.policy, label)
-        .map_err(|f| f.0)
-        .and_then(|mut s| {
-            match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
+    let model_sandbox =
+        Sandbox::new(params.runtime, &params.component, &params.policy, label).map_err(|f| f.0).and_then(
+            |mut s| match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
                 Ok(()) => Ok(s),
                 Err(e) => {
                     s.finalize();
                     Err(e.to_string())
                 }
-            }
-        });
+            },
+        );
     let teardown = WasmModelTeardown {
         model_sandbox: None,
         registry: params.registry.clone(),
@@ -289,7 +282,10 @@ impl BackendInstance for WasmInstance {
         let Some(sandbox) = self.sandbox.as_mut() else {
             let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
             for job in jobs.iter_mut() {
-                job.fail(InferError::unavailable(format!("model '{}' is unavailable: {reason}", self.factory.model_info.name)));
+                job.fail(InferError::unavailable(format!(
+                    "model '{}' is unavailable: {reason}",
+                    self.factory.model_info.name
+                )));
             }
             return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
@@ -310,7 +306,9 @@ impl BackendInstance for WasmInstance {
         drop(requests);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
-            Ok(Ok(())) => (InferError::internal(format!("model '{model}' returned no response for the request")), false),
+            Ok(Ok(())) => {
+                (InferError::internal(format!("model '{model}' returned no response for the request")), false)
+            }
             Ok(Err(message)) => (InferError::internal(format!("model '{model}' failed to execute: {message}")), false),
             Err(fault) => (InferError::internal(fault.0), true),
         };

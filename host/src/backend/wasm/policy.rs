@@ -36,7 +36,10 @@ impl SandboxPolicy {
             match config.parameters.get(key) {
                 None => Ok(None),
                 Some(p) => p.string_value.trim().parse::<u64>().map(Some).map_err(|_| {
-                    ConfigError::new(format!("parameter '{key}' must be a non-negative integer, got {:?}", p.string_value))
+                    ConfigError::new(format!(
+                        "parameter '{key}' must be a non-negative integer, got {:?}",
+                        p.string_value
+                    ))
                 }),
             }
         };

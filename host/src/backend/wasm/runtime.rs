@@ -122,7 +122,9 @@ impl WasmRuntime {
             #[allow(unsafe_code)]
             match unsafe { Component::deserialize_file(&self.engine, &path) } {
                 Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!("ignoring unusable cached component {}: {e}", path.display()),
+                Err(e) => {
+                    tracing::warn!("ignoring unusable cached component {}: {e}", path.display())
+                }
             }
         }
         let serialized = self.engine.precompile_component(bytes)?;

@@ -184,7 +184,11 @@ impl Sandbox {
     }
 
     /// Runs `execute` over `batch`; the batch comes back with each request answered or not.
-    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch) -> (ActiveBatch, Result<Result<(), String>, Fault>) {
+    pub fn execute(
+        &mut self,
+        requests: &[Request],
+        batch: ActiveBatch,
+    ) -> (ActiveBatch, Result<Result<(), String>, Fault>) {
         self.store.data_mut().batch = Some(batch);
         let outcome = self.lifecycle(|b, s| b.nereus_backend_lifecycle().call_execute(s, requests));
         let batch = self.store.data_mut().batch.take().expect("the batch stays in the store during execute");

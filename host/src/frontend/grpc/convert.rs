@@ -63,14 +63,28 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
     for (key, p) in &m.parameters {
         let value = param_value(p).ok_or_else(|| InferError::invalid(format!("parameter '{key}' has no value")))?;
         match (key.as_str(), value) {
-            ("sequence_id", ParamValue::Int64(i)) if i >= 0 => request.correlation_id = CorrelationId::Numeric(i as u64),
+            ("sequence_id", ParamValue::Int64(i)) if i >= 0 => {
+                request.correlation_id = CorrelationId::Numeric(i as u64)
+            }
             ("sequence_id", ParamValue::Uint64(u)) => request.correlation_id = CorrelationId::Numeric(u),
             ("sequence_id", ParamValue::String(s)) => request.correlation_id = CorrelationId::Text(s),
-            ("sequence_id", _) => return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")),
+            ("sequence_id", _) => {
+                return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string"));
+            }
             ("sequence_start", ParamValue::Bool(b)) => request.sequence_start = b,
             ("sequence_end", ParamValue::Bool(b)) => request.sequence_end = b,
             ("sequence_start" | "sequence_end", _) => {
                 return Err(InferError::invalid(format!("parameter '{key}' must be a boolean")));
+            }
+            ("priority" | "timeout", v) => {
+                let n = match v {
+                    ParamValue::Uint64(u) => u,
+                    ParamValue::Int64(i) if i >= 0 => i as u64,
+                    _ => {
+                        return Err(InferError::invalid(format!("parameter '{key}' must be an unsigned integer")));
+                    }
+                };
+                if key == "priority" { request.priority = n } else { request.timeout_us = n }
             }
             (k, _) if is_reserved_parameter(k) => {}
             (k, v) => request.parameters.push((k.to_string(), v)),
@@ -117,7 +131,12 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
 }
 
 /// Encodes typed `contents` as little-endian bytes, checking the count against the shape.
-fn contents_to_bytes(name: &str, datatype: DataType, expected: u64, c: pb::InferTensorContents) -> Result<Bytes, InferError> {
+fn contents_to_bytes(
+    name: &str,
+    datatype: DataType,
+    expected: u64,
+    c: pb::InferTensorContents,
+) -> Result<Bytes, InferError> {
     let count_error = |n: usize| {
         InferError::invalid(format!("input '{name}' has {n} elements in 'contents' but its shape needs {expected}"))
     };
@@ -138,11 +157,15 @@ fn contents_to_bytes(name: &str, datatype: DataType, expected: u64, c: pb::Infer
     Ok(match datatype {
         DataType::Bool => encode!(c.bool_contents, 1, |b, v| b.put_u8(v as u8)),
         DataType::Int8 => encode!(c.int_contents, 1, |b, v| b.put_i8(i8::try_from(v).map_err(|_| range(v as i64))?)),
-        DataType::Int16 => encode!(c.int_contents, 2, |b, v| b.put_i16_le(i16::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Int16 => {
+            encode!(c.int_contents, 2, |b, v| b.put_i16_le(i16::try_from(v).map_err(|_| range(v as i64))?))
+        }
         DataType::Int32 => encode!(c.int_contents, 4, |b, v| b.put_i32_le(v)),
         DataType::Int64 => encode!(c.int64_contents, 8, |b, v| b.put_i64_le(v)),
         DataType::Uint8 => encode!(c.uint_contents, 1, |b, v| b.put_u8(u8::try_from(v).map_err(|_| range(v as i64))?)),
-        DataType::Uint16 => encode!(c.uint_contents, 2, |b, v| b.put_u16_le(u16::try_from(v).map_err(|_| range(v as i64))?)),
+        DataType::Uint16 => {
+            encode!(c.uint_contents, 2, |b, v| b.put_u16_le(u16::try_from(v).map_err(|_| range(v as i64))?))
+        }
         DataType::Uint32 => encode!(c.uint_contents, 4, |b, v| b.put_u32_le(v)),
         DataType::Uint64 => encode!(c.uint64_contents, 8, |b, v| b.put_u64_le(v)),
         DataType::Fp32 => encode!(c.fp32_contents, 4, |b, v| b.put_f32_le(v)),
@@ -196,7 +219,12 @@ pub fn response(r: InferenceResponse) -> pb::ModelInferResponse {
 mod tests {
     use super::*;
 
-    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: pb::InferTensorContents) -> pb::model_infer_request::InferInputTensor {
+    fn input(
+        name: &str,
+        datatype: &str,
+        shape: Vec<i64>,
+        contents: pb::InferTensorContents,
+    ) -> pb::model_infer_request::InferInputTensor {
         pb::model_infer_request::InferInputTensor {
             name: name.into(),
             datatype: datatype.into(),
@@ -211,8 +239,18 @@ mod tests {
         let m = pb::ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![
-                input("A", "INT16", vec![2], pb::InferTensorContents { int_contents: vec![1, -2], ..Default::default() }),
-                input("B", "BYTES", vec![1], pb::InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() }),
+                input(
+                    "A",
+                    "INT16",
+                    vec![2],
+                    pb::InferTensorContents { int_contents: vec![1, -2], ..Default::default() },
+                ),
+                input(
+                    "B",
+                    "BYTES",
+                    vec![1],
+                    pb::InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() },
+                ),
             ],
             ..Default::default()
         };
@@ -224,12 +262,22 @@ mod tests {
     #[test]
     fn faults_are_invalid_arguments() {
         let bad_count = pb::ModelInferRequest {
-            inputs: vec![input("A", "INT32", vec![3], pb::InferTensorContents { int_contents: vec![1], ..Default::default() })],
+            inputs: vec![input(
+                "A",
+                "INT32",
+                vec![3],
+                pb::InferTensorContents { int_contents: vec![1], ..Default::default() },
+            )],
             ..Default::default()
         };
         assert_eq!(status(request(bad_count).unwrap_err()).code(), Code::InvalidArgument);
         let range = pb::ModelInferRequest {
-            inputs: vec![input("A", "INT8", vec![1], pb::InferTensorContents { int_contents: vec![300], ..Default::default() })],
+            inputs: vec![input(
+                "A",
+                "INT8",
+                vec![1],
+                pb::InferTensorContents { int_contents: vec![300], ..Default::default() },
+            )],
             ..Default::default()
         };
         assert!(request(range).unwrap_err().message.contains("out of range"));

@@ -91,7 +91,10 @@ impl GrpcInferenceService for GrpcFrontend {
     /// Many requests on one stream; each response (or error, in `error_message`) is sent as soon
     /// as it completes, in completion order. The stream ends once the client has finished sending
     /// and every request has been answered.
-    async fn model_stream_infer(&self, r: Request<Streaming<pb::ModelInferRequest>>) -> GrpcResult<Self::ModelStreamInferStream> {
+    async fn model_stream_infer(
+        &self,
+        r: Request<Streaming<pb::ModelInferRequest>>,
+    ) -> GrpcResult<Self::ModelStreamInferStream> {
         let mut incoming = r.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
         let server = self.server.clone();
@@ -118,18 +121,27 @@ impl GrpcInferenceService for GrpcFrontend {
         Ok(Response::new(pb::ModelConfigResponse { config: Some((*model.config).clone()) }))
     }
 
-    async fn model_statistics(&self, r: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
+    async fn model_statistics(
+        &self,
+        r: Request<pb::ModelStatisticsRequest>,
+    ) -> GrpcResult<pb::ModelStatisticsResponse> {
         let r = r.into_inner();
         let version = convert::version(&r.version).map_err(status)?;
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         self.server.statistics(name, version).map(Response::new).map_err(status)
     }
 
-    async fn repository_index(&self, r: Request<pb::RepositoryIndexRequest>) -> GrpcResult<pb::RepositoryIndexResponse> {
+    async fn repository_index(
+        &self,
+        r: Request<pb::RepositoryIndexRequest>,
+    ) -> GrpcResult<pb::RepositoryIndexResponse> {
         Ok(Response::new(pb::RepositoryIndexResponse { models: self.server.index(r.into_inner().ready) }))
     }
 
-    async fn repository_model_load(&self, _: Request<pb::RepositoryModelLoadRequest>) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+    async fn repository_model_load(
+        &self,
+        _: Request<pb::RepositoryModelLoadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
         // tritonserver answers this way whenever the model control mode is not EXPLICIT.
         Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
     }
@@ -196,7 +208,9 @@ impl GrpcInferenceService for GrpcFrontend {
                 Some(In::BoolParam(b)) => SettingValue::Bool(b),
                 Some(In::Uint32Param(n)) => SettingValue::Uint(n),
                 Some(In::StringParam(s)) => SettingValue::Text(s),
-                None => return Err(Status::invalid_argument(format!("log setting '{key}' has no value"))),
+                None => {
+                    return Err(Status::invalid_argument(format!("log setting '{key}' has no value")));
+                }
             };
             updates.push((key, value));
         }
@@ -287,7 +301,12 @@ impl Health for HealthService {
 }
 
 /// Serves gRPC on `listener` until `shutdown` resolves; in-flight calls then finish.
-pub async fn serve(listener: TcpListener, server: Arc<Server>, options: GrpcOptions, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    server: Arc<Server>,
+    options: GrpcOptions,
+    shutdown: impl Future<Output = ()>,
+) {
     let inference = GrpcInferenceServiceServer::new(GrpcFrontend { server: server.clone() })
         .max_decoding_message_size(options.max_message_size)
         .max_encoding_message_size(options.max_message_size)

@@ -70,7 +70,9 @@ fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
                 ParamValue::Double(n.as_f64().unwrap_or(f64::NAN))
             }
         }
-        _ => return Err(InferError::invalid(format!("parameter '{key}' must be a string, number or boolean"))),
+        _ => {
+            return Err(InferError::invalid(format!("parameter '{key}' must be a string, number or boolean")));
+        }
     })
 }
 
@@ -80,6 +82,11 @@ fn bool_param(map: Option<&Map<String, Value>>, key: &str) -> Result<Option<bool
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(InferError::invalid(format!("parameter '{key}' must be a boolean"))),
     }
+}
+
+/// A schedule-policy parameter (`priority`, `timeout`): a non-negative integer.
+fn uint_param(key: &str, value: &Value) -> Result<u64, InferError> {
+    value.as_u64().ok_or_else(|| InferError::invalid(format!("parameter '{key}' must be an unsigned integer")))
 }
 
 /// Decodes an infer request body. `header_len` is `Inference-Header-Content-Length` when present:
@@ -116,19 +123,27 @@ pub fn decode_request(
                             InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")
                         })?,
                         Value::String(s) => CorrelationId::Text(s.clone()),
-                        _ => return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")),
+                        _ => {
+                            return Err(InferError::invalid(
+                                "parameter 'sequence_id' must be an unsigned integer or a string",
+                            ));
+                        }
                     };
                     request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
                 }
                 "sequence_start" => request.sequence_start = bool_param(params, key)?.unwrap_or(false),
                 "sequence_end" => request.sequence_end = bool_param(params, key)?.unwrap_or(false),
+                "priority" => request.priority = uint_param(key, value)?,
+                "timeout" => request.timeout_us = uint_param(key, value)?,
                 k if is_reserved_parameter(k) => {}
                 k => request.parameters.push((k.to_string(), param_value(k, value)?)),
             }
         }
     }
-    let mut options =
-        OutputOptions { binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false), binary: Vec::new() };
+    let mut options = OutputOptions {
+        binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false),
+        binary: Vec::new(),
+    };
 
     for input in parsed.inputs {
         let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
@@ -138,11 +153,17 @@ pub fn decode_request(
         }
         let data = match ip.and_then(|m| m.get("binary_data_size")) {
             Some(size) => {
-                let size = size
-                    .as_u64()
-                    .ok_or_else(|| InferError::invalid(format!("'binary_data_size' of input '{}' must be an unsigned integer", input.name)))?;
+                let size = size.as_u64().ok_or_else(|| {
+                    InferError::invalid(format!(
+                        "'binary_data_size' of input '{}' must be an unsigned integer",
+                        input.name
+                    ))
+                })?;
                 if input.data.is_some() {
-                    return Err(InferError::invalid(format!("input '{}' has both 'data' and 'binary_data_size'", input.name)));
+                    return Err(InferError::invalid(format!(
+                        "input '{}' has both 'data' and 'binary_data_size'",
+                        input.name
+                    )));
                 }
                 if size > binary.len() as u64 {
                     return Err(InferError::invalid(format!(
@@ -154,9 +175,9 @@ pub fn decode_request(
                 binary.split_to(size as usize)
             }
             None => {
-                let data = input
-                    .data
-                    .ok_or_else(|| InferError::invalid(format!("input '{}' has neither 'data' nor 'binary_data_size'", input.name)))?;
+                let data = input.data.ok_or_else(|| {
+                    InferError::invalid(format!("input '{}' has neither 'data' nor 'binary_data_size'", input.name))
+                })?;
                 json_to_bytes(&input.name, datatype, elements, &data)?
             }
         };
@@ -207,7 +228,8 @@ fn decode_raw_binary(
             shape.extend(dims.iter().map(|d| if *d < 0 { fill } else { *d }));
         }
         (None, 1) if dims.len() == 1 => {
-            let count = crate::tensor::count_bytes_elements(&body).map_err(|e| InferError::invalid(format!("input '{name}': {e}")))?;
+            let count = crate::tensor::count_bytes_elements(&body)
+                .map_err(|e| InferError::invalid(format!("input '{name}': {e}")))?;
             shape.push(count as i64);
         }
         _ => {
@@ -256,7 +278,9 @@ fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) ->
             }};
         }
         match datatype {
-            DataType::Bool => out.put_u8(leaf.as_bool().ok_or_else(|| bad(format!("expected a boolean, got {leaf}")))? as u8),
+            DataType::Bool => {
+                out.put_u8(leaf.as_bool().ok_or_else(|| bad(format!("expected a boolean, got {leaf}")))? as u8)
+            }
             DataType::Int8 => out.put_i8(narrow!(int, i8)),
             DataType::Int16 => out.put_i16_le(narrow!(int, i16)),
             DataType::Int32 => out.put_i32_le(narrow!(int, i32)),
@@ -265,8 +289,12 @@ fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) ->
             DataType::Uint16 => out.put_u16_le(narrow!(uint, u16)),
             DataType::Uint32 => out.put_u32_le(narrow!(uint, u32)),
             DataType::Uint64 => out.put_u64_le(uint()?),
-            DataType::Fp32 => out.put_f32_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))? as f32),
-            DataType::Fp64 => out.put_f64_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))?),
+            DataType::Fp32 => {
+                out.put_f32_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))? as f32)
+            }
+            DataType::Fp64 => {
+                out.put_f64_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))?)
+            }
             DataType::Bytes => {
                 let s = leaf.as_str().ok_or_else(|| bad(format!("expected a string, got {leaf}")))?;
                 out.put_u32_le(s.len() as u32);
@@ -369,7 +397,13 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
                     data: None,
                 }
             } else {
-                Out { name: &t.name, datatype: t.datatype.wire_name(), shape: &t.shape, parameters: None, data: Some(JsonData(t)) }
+                Out {
+                    name: &t.name,
+                    datatype: t.datatype.wire_name(),
+                    shape: &t.shape,
+                    parameters: None,
+                    data: Some(JsonData(t)),
+                }
             }
         })
         .collect();
@@ -423,7 +457,8 @@ mod tests {
         let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
         let err = decode_request(Bytes::from_static(json), None, no_raw).unwrap_err();
         assert!(err.message.contains("1 elements given"), "{}", err.message);
-        let json = br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
+        let json =
+            br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
         assert!(decode_request(Bytes::from_static(json), None, no_raw).is_err());
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT8","data":[1,300]}]}"#;
         assert!(decode_request(Bytes::from_static(json), None, no_raw).unwrap_err().message.contains("out of range"));

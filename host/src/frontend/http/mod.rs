@@ -19,7 +19,12 @@ use crate::server::Server;
 
 /// Serves HTTP on `listener` until `shutdown` resolves; then stops accepting and waits for every
 /// open connection's in-flight requests to finish.
-pub async fn serve(listener: TcpListener, server: Arc<Server>, options: HttpOptions, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    server: Arc<Server>,
+    options: HttpOptions,
+    shutdown: impl Future<Output = ()>,
+) {
     let options = Arc::new(options);
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());

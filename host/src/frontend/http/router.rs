@@ -70,8 +70,12 @@ fn percent_decode(s: &str) -> Result<String, InferError> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(|| InferError::invalid("malformed percent-encoding in the path"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| InferError::invalid("malformed percent-encoding in the path"))?);
+            let hex =
+                s.get(i + 1..i + 3).ok_or_else(|| InferError::invalid("malformed percent-encoding in the path"))?;
+            out.push(
+                u8::from_str_radix(hex, 16)
+                    .map_err(|_| InferError::invalid("malformed percent-encoding in the path"))?,
+            );
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -90,7 +94,8 @@ fn parse_model_path(rest: &str) -> Result<ModelPath, InferError> {
             if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(InferError::invalid(format!("version '{v}' in the path is not a number")));
             }
-            let v: i64 = v.parse().map_err(|_| InferError::invalid(format!("version '{v}' in the path is out of range")))?;
+            let v: i64 =
+                v.parse().map_err(|_| InferError::invalid(format!("version '{v}' in the path is out of range")))?;
             (Some(v), &segments[3.min(segments.len())..])
         }
         _ => (None, &segments[1.min(segments.len())..]),
@@ -108,8 +113,10 @@ fn parse_model_path(rest: &str) -> Result<ModelPath, InferError> {
 
 /// Reads the whole body within the size limit, undoing any `Content-Encoding`.
 async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, InferError> {
-    let too_big = || InferError::invalid(format!("request body exceeds the limit of {limit} bytes (--http-max-input-size)"));
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+    let too_big =
+        || InferError::invalid(format!("request body exceeds the limit of {limit} bytes (--http-max-input-size)"));
+    if let Some(len) =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
         && len > limit as u64
     {
         return Err(too_big());
@@ -117,10 +124,18 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<
     let raw = Limited::new(body, limit)
         .collect()
         .await
-        .map_err(|e| if e.is::<http_body_util::LengthLimitError>() { too_big() } else { InferError::invalid(format!("failed to read the request body: {e}")) })?
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_big()
+            } else {
+                InferError::invalid(format!("failed to read the request body: {e}"))
+            }
+        })?
         .to_bytes();
     let encoding = match headers.get(header::CONTENT_ENCODING) {
-        Some(v) => Encoding::from_content_encoding(v.to_str().map_err(|_| InferError::invalid("bad Content-Encoding"))?)?,
+        Some(v) => {
+            Encoding::from_content_encoding(v.to_str().map_err(|_| InferError::invalid("bad Content-Encoding"))?)?
+        }
         None => None,
     };
     match encoding {
@@ -131,13 +146,19 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<
 
 /// Handles one request; never fails (errors become responses).
 pub async fn handle(server: Arc<Server>, options: Arc<HttpOptions>, req: Request<Incoming>) -> HttpResponse {
-    let accept = req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).and_then(Encoding::from_accept_encoding);
+    let accept = req
+        .headers()
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Encoding::from_accept_encoding);
     let response = match route(&server, &options, req).await {
         Ok(r) => r,
         Err(e) => error_reply(&e),
     };
     match accept {
-        Some(enc) if !response.body().size_hint().exact().is_some_and(|n| n == 0) => compress_response(response, enc).await,
+        Some(enc) if !response.body().size_hint().exact().is_some_and(|n| n == 0) => {
+            compress_response(response, enc).await
+        }
         _ => response,
     }
 }
@@ -151,7 +172,11 @@ async fn compress_response(response: HttpResponse, enc: Encoding) -> HttpRespons
     Response::from_parts(parts, Full::new(packed))
 }
 
-async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+async fn route(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let method = req.method().clone();
     let (get, post) = (method == Method::GET, method == Method::POST);
@@ -163,8 +188,12 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
                 "extensions": EXTENSIONS,
             })));
         }
-        "/v2/health/live" if get => return Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
-        "/v2/health/ready" if get => return Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        "/v2/health/live" if get => {
+            return Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST }));
+        }
+        "/v2/health/ready" if get => {
+            return Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST }));
+        }
         "/v2/logging" if get || post => {
             let settings = if post {
                 let (parts, body) = req.into_parts();
@@ -177,12 +206,14 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
                     let value = match v {
                         serde_json::Value::Bool(b) => SettingValue::Bool(*b),
                         serde_json::Value::String(s) => SettingValue::Text(s.clone()),
-                        serde_json::Value::Number(n) => SettingValue::Uint(
-                            n.as_u64()
-                                .and_then(|n| u32::try_from(n).ok())
-                                .ok_or_else(|| InferError::invalid(format!("log setting '{k}' must be a small non-negative integer")))?,
-                        ),
-                        _ => return Err(InferError::invalid(format!("log setting '{k}' has the wrong type"))),
+                        serde_json::Value::Number(n) => {
+                            SettingValue::Uint(n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                                InferError::invalid(format!("log setting '{k}' must be a small non-negative integer"))
+                            })?)
+                        }
+                        _ => {
+                            return Err(InferError::invalid(format!("log setting '{k}' has the wrong type")));
+                        }
                     };
                     updates.push((k.clone(), value));
                 }
@@ -239,9 +270,11 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
             (None, true, _) => {
                 Ok(json_reply(&to_json(&server.metadata(&mp.name, mp.version)?, "inference.ModelMetadataResponse")))
             }
-            (Some("ready"), true, _) => {
-                Ok(empty(if server.is_model_ready(&mp.name, mp.version) { StatusCode::OK } else { StatusCode::BAD_REQUEST }))
-            }
+            (Some("ready"), true, _) => Ok(empty(if server.is_model_ready(&mp.name, mp.version) {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            })),
             (Some("config"), true, _) => Ok(json_reply(&server.config(&mp.name, mp.version)?)),
             (Some("infer"), _, true) => infer(server, options, mp, req).await,
             (Some("stats"), true, _) => Ok(json_reply(&to_json(
@@ -249,7 +282,9 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
                 "inference.ModelStatisticsResponse",
             ))),
             (Some("trace"), _, _) => Err(InferError::unsupported("the trace extension is not implemented")),
-            (Some("generate" | "generate_stream"), _, _) => Err(InferError::unsupported("the generate extension is not implemented")),
+            (Some("generate" | "generate_stream"), _, _) => {
+                Err(InferError::unsupported("the generate extension is not implemented"))
+            }
             (Some(_), _, _) | (None, false, _) => Err(InferError::not_found("Not Found")),
         };
     }
@@ -261,17 +296,20 @@ async fn route(server: &Arc<Server>, options: &HttpOptions, req: Request<Incomin
     Err(InferError::not_found("Not Found"))
 }
 
-async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+async fn infer(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    mp: ModelPath,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
     let (parts, body) = req.into_parts();
-    let header_len = match parts.headers.get(HEADER_LEN) {
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| InferError::invalid("Inference-Header-Content-Length must be a non-negative integer"))?,
-        ),
-        None => None,
-    };
+    let header_len =
+        match parts.headers.get(HEADER_LEN) {
+            Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
+                InferError::invalid("Inference-Header-Content-Length must be a non-negative integer")
+            })?),
+            None => None,
+        };
     let body = read_body(&parts.headers, body, options.max_input_size).await?;
     let (mut request, output_options): (_, OutputOptions) = codec::decode_request(body, header_len, || {
         let model = server.version(&mp.name, mp.version)?;
@@ -287,9 +325,7 @@ async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: 
     request.model_name = mp.name;
     request.model_version = mp.version;
     let receiver = server.infer(request, "HTTP end point")?;
-    let response = receiver
-        .await
-        .map_err(|_| InferError::internal("the request was dropped without a response"))??;
+    let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))??;
     let encoded = codec::encode_response(&response, &output_options);
     Ok(match encoded.header_len {
         Some(n) => {
@@ -303,14 +339,20 @@ async fn infer(server: &Arc<Server>, options: &HttpOptions, mp: ModelPath, req: 
 
 /// Test-only hooks (enabled by `--test-hooks`): hold a model's instances at a gate before they
 /// execute, read how many executions were in flight at once, and make instance rebuilds fail.
-async fn test_hook(server: &Arc<Server>, rest: &str, post: bool, req: Request<Incoming>) -> Result<HttpResponse, InferError> {
+async fn test_hook(
+    server: &Arc<Server>,
+    rest: &str,
+    post: bool,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
     let (name, action) = rest.split_once('/').ok_or_else(|| InferError::not_found("Not Found"))?;
     let model = server.version(name, None)?;
     match (action, post) {
         ("gate", true) => {
             let body = req.into_body().collect().await.map_err(|e| InferError::invalid(e.to_string()))?.to_bytes();
             let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| InferError::invalid(e.to_string()))?;
-            let open = v.get("open").and_then(|o| o.as_bool()).ok_or_else(|| InferError::invalid("need {\"open\": bool}"))?;
+            let open =
+                v.get("open").and_then(|o| o.as_bool()).ok_or_else(|| InferError::invalid("need {\"open\": bool}"))?;
             model.probe.set_gate(open);
             Ok(empty(StatusCode::OK))
         }
@@ -320,7 +362,10 @@ async fn test_hook(server: &Arc<Server>, rest: &str, post: bool, req: Request<In
         }
         ("executions", false) => {
             let (in_flight, max_in_flight, executions) = model.probe.snapshot();
-            Ok(json_reply(&json!({"in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions})))
+            let queued = model.queued();
+            Ok(json_reply(&json!({
+                "in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions, "queued": queued
+            })))
         }
         _ => Err(InferError::not_found("Not Found")),
     }

@@ -1,0 +1,291 @@
+//! The dynamic batcher through the public surface. Every test holds the model's instance at the
+//! test gate, queues requests one at a time (waiting until the server reports each queued, so the
+//! queue order is the sending order), opens the gate, and reads back the batch each request was
+//! executed in: the `batch_probe` backend returns its execution's composition as output `BATCH`.
+mod common;
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A `batch_probe` model: INPUT0 INT32 [-1] (`ragged`: allow_ragged_batch), outputs OUTPUT0 and
+/// BATCH, with the given `dynamic_batching { … }` body and extra config text.
+fn probe_model(repo: &Repo, name: &str, max_batch_size: u32, batching: &str, ragged: bool, extra: &str) {
+    let ragged = if ragged { "allow_ragged_batch: true" } else { "" };
+    repo.model(
+        name,
+        &format!(
+            r#"name: "{name}"
+backend: "batch_probe"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] {ragged} }} ]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "BATCH" data_type: TYPE_INT32 dims: [ -1 ] }}
+]
+dynamic_batching {{ {batching} }}
+{extra}"#
+        ),
+        &["1"],
+    );
+}
+
+/// A request whose rows start with `heads` (one row per head, `width` elements each).
+fn rows(heads: &[i32], width: usize) -> Value {
+    let data: Vec<i32> = heads.iter().flat_map(|h| std::iter::repeat_n(*h, width)).collect();
+    json!({"inputs": [{"name": "INPUT0", "shape": [heads.len(), width], "datatype": "INT32", "data": data}]})
+}
+
+fn with_params(mut body: Value, params: Value) -> Value {
+    body["parameters"] = params;
+    body
+}
+
+struct Probe<'a> {
+    s: &'a Server,
+    model: &'a str,
+}
+
+impl Probe<'_> {
+    fn queued(&self) -> u64 {
+        self.s.get(&format!("/nereus/test/models/{}/executions", self.model)).json()["queued"].as_u64().unwrap()
+    }
+
+    fn send(&self, body: Value) -> JoinHandle<Resp> {
+        let (port, path) = (self.s.port, format!("/v2/models/{}/infer", self.model));
+        std::thread::spawn(move || http(port, "POST", &path, &[], body.to_string().as_bytes()))
+    }
+
+    /// Closes the gate and sends `body`, returning once it is executing (held at the gate).
+    fn block(&self, body: Value) -> JoinHandle<Resp> {
+        self.s.gate(self.model, false);
+        let in_flight = self.s.executions(self.model).0;
+        let h = self.send(body);
+        self.s.wait_until("the blocking request executing", || self.s.executions(self.model).0 == in_flight + 1);
+        h
+    }
+
+    /// Sends `body` and waits until it is queued behind the others.
+    fn enqueue(&self, body: Value) -> JoinHandle<Resp> {
+        let before = self.queued();
+        let h = self.send(body);
+        self.s.wait_until("the request queued", || self.queued() == before + 1);
+        h
+    }
+
+    fn open(&self) {
+        self.s.gate(self.model, true);
+    }
+}
+
+/// The composition of the execution a successful response came from.
+fn batch(h: JoinHandle<Resp>) -> Vec<i32> {
+    let r = h.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let out = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == "BATCH").unwrap().clone();
+    let total = out["shape"][1].as_u64().unwrap() as usize;
+    out["data"].as_array().unwrap()[..total].iter().map(|v| v.as_i64().unwrap() as i32).collect()
+}
+
+fn stats(s: &Server, model: &str) -> Value {
+    s.get(&format!("/v2/models/{model}/stats")).json()["model_stats"][0].clone()
+}
+
+#[test]
+fn the_largest_reachable_preferred_size_goes_first() {
+    let repo = Repo::new();
+    // A delay of ten minutes: anything that executes without reaching a preferred size would hang.
+    probe_model(&repo, "m", 8, "preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 600000000", false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[100, 101], 1)); // a preferred size by itself
+    let queued: Vec<_> = (1..=6).map(|i| p.enqueue(rows(&[i], 1))).collect();
+    p.open();
+    assert_eq!(batch(blocker), [100, 101]);
+    let got: Vec<Vec<i32>> = queued.into_iter().map(batch).collect();
+    assert_eq!(got, [vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![5, 6], vec![5, 6]]);
+}
+
+#[test]
+fn batches_count_requests_by_their_batch_size_and_never_exceed_the_maximum() {
+    let repo = Repo::new();
+    // No preferred size given: Triton's default is max_batch_size (4). No delay.
+    probe_model(&repo, "m", 4, "", false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[1], 1));
+    let a = p.enqueue(rows(&[10, 11, 12], 1));
+    let b = p.enqueue(rows(&[20, 21], 1));
+    let c = p.enqueue(rows(&[30], 1));
+    let d = p.enqueue(rows(&[40], 1));
+    let e = p.enqueue(rows(&[50, 51, 52, 53], 1));
+    p.open();
+    assert_eq!(batch(blocker), [1]);
+    // 3 + 2 would pass the preferred size 4: the 3 goes alone; then 2 + 1 + 1; then the 4.
+    assert_eq!(batch(a), [10, 11, 12]);
+    assert_eq!(batch(b), [20, 21, 30, 40]);
+    assert_eq!(batch(c), [20, 21, 30, 40]);
+    assert_eq!(batch(d), [20, 21, 30, 40]);
+    assert_eq!(batch(e), [50, 51, 52, 53]);
+
+    let m = stats(&s, "m");
+    assert_eq!(m["execution_count"], 4);
+    assert_eq!(m["inference_count"], 12);
+    assert_eq!(m["inference_stats"]["queue"]["count"], 6);
+    let batches: Vec<(u64, u64)> = m["batch_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["batch_size"].as_u64().unwrap(), b["compute_infer"]["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(batches, [(1, 1), (3, 1), (4, 2)]);
+    let config = s.get("/v2/models/m/config").json();
+    assert_eq!(config["dynamic_batching"]["preferred_batch_size"], json!([4]));
+}
+
+#[test]
+fn a_batch_short_of_a_preferred_size_waits_for_the_queue_delay() {
+    let repo = Repo::new();
+    let delay = Duration::from_millis(300);
+    let batching = format!("preferred_batch_size: [ 4 ] max_queue_delay_microseconds: {}", delay.as_micros());
+    probe_model(&repo, "m", 8, &batching, false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[1, 2, 3, 4], 1));
+    let sent = Instant::now();
+    let a = p.enqueue(rows(&[10], 1));
+    let b = p.enqueue(rows(&[20], 1));
+    p.open();
+    assert_eq!(batch(blocker), [1, 2, 3, 4]);
+    // Two requests cannot make the preferred 4: they wait out the delay, then go together.
+    assert_eq!(batch(a), [10, 20]);
+    assert!(sent.elapsed() >= delay, "executed after {:?}, before the {delay:?} queue delay", sent.elapsed());
+    assert_eq!(batch(b), [10, 20]);
+}
+
+#[test]
+fn higher_priority_requests_go_first() {
+    let repo = Repo::new();
+    probe_model(&repo, "m", 8, "priority_levels: 2 default_priority_level: 2", false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[1], 1));
+    let a = p.enqueue(rows(&[10], 1)); // default level (2)
+    let b = p.enqueue(with_params(rows(&[20], 1), json!({"priority": 2})));
+    let c = p.enqueue(with_params(rows(&[30], 1), json!({"priority": 1})));
+    let d = p.enqueue(with_params(rows(&[40], 1), json!({"priority": 7}))); // out of range: default
+    p.open();
+    assert_eq!(batch(blocker), [1]);
+    for h in [a, b, c, d] {
+        assert_eq!(batch(h), [30, 10, 20, 40]);
+    }
+    let bad = s.post_json("/v2/models/m/infer", &with_params(rows(&[1], 1), json!({"priority": "high"})));
+    assert_eq!(bad.status, 400);
+    assert!(bad.error().contains("'priority' must be an unsigned integer"), "{}", bad.error());
+}
+
+#[test]
+fn an_expired_queue_timeout_rejects_or_delays_per_policy() {
+    let repo = Repo::new();
+    for (name, action) in [("reject", "REJECT"), ("delay", "DELAY")] {
+        let batching = format!(
+            "default_queue_policy {{ timeout_action: {action} default_timeout_microseconds: 60000000 allow_timeout_override: true }}"
+        );
+        probe_model(&repo, name, 8, &batching, false, "");
+    }
+    let s = Server::start(repo.path(), &[]);
+    for model in ["reject", "delay"] {
+        let p = Probe { s: &s, model };
+        let blocker = p.block(rows(&[1], 1));
+        // A 1 µs timeout has expired by the time the instance is free; a longer one than the
+        // default cannot lengthen it.
+        let a = p.enqueue(with_params(rows(&[10], 1), json!({"timeout": 1})));
+        let b = p.enqueue(with_params(rows(&[20], 1), json!({"timeout": 120000000})));
+        let c = p.enqueue(rows(&[30], 1));
+        p.open();
+        assert_eq!(batch(blocker), [1]);
+        if model == "reject" {
+            let r = a.join().unwrap();
+            assert_eq!(r.status, 503, "{}", r.text());
+            assert_eq!(r.error(), "Request timeout expired");
+            assert_eq!(batch(b), [20, 30]);
+            assert_eq!(batch(c), [20, 30]);
+            assert_eq!(stats(&s, model)["inference_stats"]["fail"]["count"], 1);
+        } else {
+            // Delayed: it still runs, behind the requests that have not expired.
+            assert_eq!(batch(a), [20, 30, 10]);
+            assert_eq!(batch(b), [20, 30, 10]);
+            assert_eq!(batch(c), [20, 30, 10]);
+        }
+    }
+}
+
+#[test]
+fn a_full_queue_rejects_at_once() {
+    let repo = Repo::new();
+    probe_model(&repo, "m", 8, "default_queue_policy { max_queue_size: 2 }", false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[1], 1));
+    let a = p.enqueue(rows(&[10], 1));
+    let b = p.enqueue(rows(&[20], 1));
+    // Answered while the instance is still held: the rejection does not wait for it.
+    let full = s.post_json("/v2/models/m/infer", &rows(&[30], 1));
+    assert_eq!(full.status, 503, "{}", full.text());
+    assert_eq!(full.error(), "Exceeds maximum queue size");
+    assert_eq!(s.executions("m").0, 1);
+    p.open();
+    assert_eq!(batch(blocker), [1]);
+    assert_eq!(batch(a), [10, 20]);
+    assert_eq!(batch(b), [10, 20]);
+}
+
+#[test]
+fn requests_of_different_shapes_batch_only_when_ragged() {
+    let repo = Repo::new();
+    probe_model(&repo, "fixed", 8, "", false, "");
+    probe_model(&repo, "ragged", 8, "", true, "");
+    let s = Server::start(repo.path(), &[]);
+    for (model, expect) in [
+        ("fixed", [vec![10], vec![20], vec![30, 40]]),
+        ("ragged", [vec![10, 20, 30, 40], vec![10, 20, 30, 40], vec![10, 20, 30, 40]]),
+    ] {
+        let p = Probe { s: &s, model };
+        let blocker = p.block(rows(&[1], 1));
+        let a = p.enqueue(rows(&[10], 2));
+        let b = p.enqueue(rows(&[20], 3));
+        let c = p.enqueue(rows(&[30, 40], 2));
+        p.open();
+        assert_eq!(batch(blocker), [1]);
+        let got = [batch(a), batch(b), batch(c)];
+        assert_eq!(got, expect, "{model}");
+    }
+}
+
+#[test]
+fn two_instances_execute_at_once_and_ordering_is_preserved_when_asked() {
+    let repo = Repo::new();
+    let groups = "instance_group [ { count: 1 kind: KIND_CPU }, { name: \"second\" count: 1 } ]";
+    probe_model(&repo, "ordered", 8, "preserve_ordering: true", false, groups);
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "ordered" };
+    // The first request spins (1 000 200: 200 million iterations) on one instance; the second runs
+    // on the other instance and finishes first, but must be answered second.
+    let first = p.block(rows(&[1_000_200], 1));
+    let second = p.send(rows(&[7], 1));
+    s.wait_until("both instances executing", || s.executions("ordered").0 == 2);
+    p.open();
+    // The second response may leave only after the first request's execution has completed.
+    assert_eq!(batch(second), [7]);
+    let (in_flight, _, executions) = s.executions("ordered");
+    assert_eq!((in_flight, executions), (0, 2), "the second response overtook the first");
+    assert_eq!(batch(first), [1_000_200]);
+    assert_eq!(s.executions("ordered").1, 2, "the two instances executed at once");
+    let config = s.get("/v2/models/ordered/config").json();
+    let groups: Vec<&str> =
+        config["instance_group"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(groups, ["ordered_0", "second"]);
+}
