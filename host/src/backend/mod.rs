@@ -1,5 +1,6 @@
 //! Backends: what executes a model's batches. The scheduler hands batches to instances through
 //! [`BackendInstance`] and never knows which backend runs them.
+pub mod batch;
 pub mod wasm;
 
 use std::path::{Path, PathBuf};
