@@ -4,7 +4,8 @@
 #   bench/run.sh [ROUNDS] [CONCURRENCIES...]      (defaults: 2 rounds, concurrency 1 and 4)
 #   PROTOS="http grpc" (default both) picks the protocols.
 #   MODEL=simple_dyna measures the dynamically batched twin of `simple` on Triton and Nereus (the
-#   ceiling has no batcher and always serves `simple`).
+#   ceiling has no batcher and always serves `simple`). PERF_ARGS adds perf_analyzer arguments for
+#   Triton and Nereus, e.g. MODEL=simple_sequence PROTOS=grpc PERF_ARGS="--sequence-length 20".
 # Prints a markdown table and writes it to bench/results/<UTC date>.md. Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,8 +42,8 @@ for proto in "${protos[@]}"; do
     for r in $(seq 1 "$rounds"); do
       for s in triton nereus limit; do
         case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
-        m=$model; [[ $s == limit ]] && m=simple
-        line=$("$anchors/perf.sh" localhost:$((port + offset)) "$m" "$proto" "$c")
+        m=$model extra=(${PERF_ARGS:-}); [[ $s == limit ]] && { m=simple; extra=(); }
+        line=$("$anchors/perf.sh" localhost:$((port + offset)) "$m" "$proto" "$c" "${extra[@]}")
         echo "round $r $s: $line" >&2
         t=$(sed -n 's/.*throughput=\([0-9.]*\).*/\1/p' <<<"$line")
         a=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
@@ -59,7 +60,7 @@ mkdir -p "$here/results"
 out="$here/results/$(date -u +%Y-%m-%d).md"
 [[ $model != simple ]] && out="$here/results/$(date -u +%Y-%m-%d)-$model.md"
 {
-  echo "perf_analyzer, model \`$model\` (INT32 add/sub, 1×16), median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
+  echo "perf_analyzer ${PERF_ARGS:-}, model \`$model\`, median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
   [[ $model != simple ]] && { echo; echo "The ceiling serves \`simple\` (it has no batcher)."; }
   echo
   echo "| protocol | server | concurrency | infer/s | p50 µs | p99 µs | vs Triton | vs ceiling |"

@@ -19,14 +19,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn client(s: &Server) -> GrpcInferenceServiceClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.grpc_port))
-        .unwrap()
-        .timeout(WAIT)
-        .connect_timeout(WAIT)
-        .connect()
-        .await
-        .unwrap();
-    GrpcInferenceServiceClient::new(channel)
+    grpc_client(s).await
 }
 
 fn examples() -> (Repo, Server) {

@@ -8,7 +8,9 @@ use crate::backend::wasm::WasmModelTeardown;
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
-use crate::scheduler::{BatchRules, DefaultScheduler, DynamicBatcher, Scheduler, WorkerContext};
+use crate::scheduler::{
+    BatchRules, DefaultScheduler, DynamicBatcher, Scheduler, SequenceBatcher, SequenceRules, WorkerContext,
+};
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
 
@@ -95,6 +97,14 @@ impl ExecutionProbe {
     }
 }
 
+/// What a version's scheduler needs beyond its configuration.
+pub struct SchedulerSetup {
+    /// How long an idle default-scheduler worker polls before it parks.
+    pub instance_poll: std::time::Duration,
+    /// The sequence batcher's rules, read at load (they need the model's folder).
+    pub sequence: Option<SequenceRules>,
+}
+
 pub struct ModelVersion {
     pub name: Arc<str>,
     pub version: i64,
@@ -117,14 +127,16 @@ impl ModelVersion {
         health: Arc<Health>,
         instances: Vec<Box<dyn crate::backend::BackendInstance>>,
         teardown: WasmModelTeardown,
-        instance_poll: std::time::Duration,
+        setup: SchedulerSetup,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
         let ctx = WorkerContext { probe: probe.clone(), stats: stats.clone(), batching: config.max_batch_size > 0 };
         use crate::config::schema::model_config::SchedulingChoice;
-        let scheduler = match &config.scheduling_choice {
-            Some(SchedulingChoice::DynamicBatching(batching)) => {
+        let SchedulerSetup { instance_poll, sequence } = setup;
+        let scheduler = match (&config.scheduling_choice, sequence) {
+            (_, Some(rules)) => Scheduler::Sequence(SequenceBatcher::start(&config.name, instances, ctx, rules)),
+            (Some(SchedulingChoice::DynamicBatching(batching)), None) => {
                 let ragged: Vec<String> =
                     config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
                 let rules = BatchRules::new(batching, &io, &ragged);

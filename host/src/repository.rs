@@ -8,7 +8,8 @@ use crate::backend::wasm::{self, BackendRegistry, SandboxPolicy, WasmRuntime};
 use crate::backend::{ComponentSource, backend_name, find_component, instances_of};
 use crate::config::schema::model_version_policy::PolicyChoice;
 use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
-use crate::model::{Health, ModelVersion};
+use crate::model::{Health, ModelVersion, SchedulerSetup};
+use crate::scheduler::SequenceRules;
 use crate::validate::IoSpec;
 
 /// The state of one version, as the repository index reports it.
@@ -133,19 +134,15 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };
-    use crate::config::schema::model_config::SchedulingChoice;
-    match config.scheduling_choice {
-        Some(SchedulingChoice::SequenceBatching(_)) => {
-            let reason = "sequence_batching is not supported by this build yet".to_string();
-            return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
-        }
-        _ => {}
-    }
     let prepared = SandboxPolicy::from_config(&config)
         .map_err(|e| e.message)
         .and_then(|policy| Ok((policy, backend_name(&config)?)))
-        .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)));
-    let (policy, backend, selected) = match prepared {
+        .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)))
+        .and_then(|(policy, backend, selected)| {
+            let sequence = SequenceRules::from_config(&config, dir).map_err(|e| format!("sequence_batching: {e}"))?;
+            Ok((policy, backend, selected, sequence))
+        });
+    let (policy, backend, selected, sequence) = match prepared {
         Ok(p) => p,
         Err(reason) => {
             return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
@@ -155,7 +152,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     let instances = instances_of(&config);
     let mut versions = BTreeMap::new();
     for version in selected {
-        let state = match load_version(ctx, dir, &config, &backend, version, &policy, &io, &instances) {
+        let state = match load_version(ctx, dir, &config, &backend, version, &policy, &io, &instances, &sequence) {
             Ok(m) => VersionState::Ready(Arc::new(m)),
             Err(reason) => {
                 tracing::error!("failed to load '{name}' version {version}: {reason}");
@@ -177,6 +174,7 @@ fn load_version(
     policy: &SandboxPolicy,
     io: &Arc<IoSpec>,
     instances: &[crate::backend::InstanceDesc],
+    sequence: &Option<SequenceRules>,
 ) -> Result<ModelVersion, String> {
     let bytes: std::borrow::Cow<'static, [u8]> =
         match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
@@ -211,6 +209,6 @@ fn load_version(
         health,
         loaded.instances,
         loaded.teardown,
-        ctx.instance_poll,
+        SchedulerSetup { instance_poll: ctx.instance_poll, sequence: sequence.clone() },
     ))
 }

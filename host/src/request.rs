@@ -133,6 +133,8 @@ pub type StreamReceiver = mpsc::UnboundedReceiver<StreamItem>;
 enum Sink {
     Unary(oneshot::Sender<Result<InferenceResponse, InferError>>),
     Stream(mpsc::UnboundedSender<StreamItem>),
+    /// A padding request's (an empty sequence slot's): whatever it is sent goes nowhere.
+    Discard,
 }
 
 /// The final outcome of a request, held until the worker flushes it.
@@ -181,6 +183,26 @@ impl ResponseSender {
         (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses }, rx)
     }
 
+    /// A sender for a padding request the scheduler adds to fill an empty sequence slot: the
+    /// backend answers it like any other, the answer is dropped and counted nowhere.
+    pub fn discard(stats: Arc<ModelStats>) -> Self {
+        ResponseSender { sink: Some(Sink::Discard), held: None, stats, arrived: Instant::now(), responses: None }
+    }
+
+    /// Whether this is a padding request's sender ([`discard`](Self::discard)).
+    pub fn is_padding(&self) -> bool {
+        matches!(self.sink, Some(Sink::Discard))
+    }
+
+    /// The outputs of the final response, while it is held (for the scheduler to take implicit
+    /// state out of it before the client sees it).
+    pub fn held_outputs_mut(&mut self) -> Option<&mut Vec<Tensor>> {
+        match &mut self.held {
+            Some(Final::Outcome(Ok(response))) => Some(&mut response.outputs),
+            _ => None,
+        }
+    }
+
     /// Counts a decoupled model's response in `response_stats`.
     fn count_response(&mut self, kind: ResponseKind) {
         if let Some((index, last)) = &mut self.responses {
@@ -199,6 +221,10 @@ impl ResponseSender {
     fn finish(&mut self, last: Final) -> bool {
         if self.is_complete() {
             return false;
+        }
+        if self.is_padding() {
+            self.held = Some(last);
+            return true;
         }
         let ok = !matches!(last, Final::Outcome(Err(_)));
         self.count_response(match last {
@@ -225,6 +251,10 @@ impl ResponseSender {
                 self.finish(Final::FlagOnly);
                 Ok(())
             }
+            Some(Sink::Discard) if !self.is_complete() => {
+                self.finish(Final::FlagOnly);
+                Ok(())
+            }
             Some(Sink::Unary(_)) => Err("a unary request needs a response"),
             _ => Err("the request is already complete"),
         }
@@ -239,6 +269,7 @@ impl ResponseSender {
                 self.count_response(ResponseKind::Success);
                 Ok(())
             }
+            (Some(Sink::Discard), false) => Ok(()),
             (Some(Sink::Unary(_)), false) => Err("a unary request takes exactly one response"),
             _ => Err("the request is already complete"),
         }
@@ -262,7 +293,7 @@ impl ResponseSender {
                 };
                 let _ = tx.send(StreamItem { response, final_: true });
             }
-            None => {}
+            Some(Sink::Discard) | None => {}
         }
     }
 }

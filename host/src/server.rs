@@ -15,8 +15,16 @@ use crate::repository::{self, LoadContext, ModelEntry, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
-pub const EXTENSIONS: &[&str] =
-    &["binary_tensor_data", "model_configuration", "model_repository", "parameters", "statistics", "logging"];
+pub const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "schedule_policy",
+    "sequence(string_id)",
+    "parameters",
+    "statistics",
+    "logging",
+];
 
 /// How the server is set up (the CLI fills this).
 #[derive(Clone, Debug)]

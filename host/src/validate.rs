@@ -25,6 +25,9 @@ pub struct IoSpec {
     pub max_batch_size: i64,
     pub inputs: Vec<IoTensor>,
     pub outputs: Vec<IoTensor>,
+    /// Implicit-state outputs (`sequence_batching { state […] }`): a backend may produce them
+    /// though the configuration does not list them as outputs; the scheduler keeps them.
+    pub state_outputs: Vec<IoTensor>,
 }
 
 impl IoSpec {
@@ -50,11 +53,29 @@ impl IoSpec {
                 .iter()
                 .map(|o| tensor(&o.name, o.data_type, &o.dims, o.reshape.as_ref().map(|r| &r.shape), false))
                 .collect(),
+            state_outputs: match &config.scheduling_choice {
+                Some(crate::config::schema::model_config::SchedulingChoice::SequenceBatching(sb)) => sb
+                    .state
+                    .iter()
+                    .filter(|st| !config.output.iter().any(|o| o.name == st.output_name))
+                    .map(|st| tensor(&st.output_name, st.data_type, &st.dims, None, false))
+                    .collect(),
+                _ => Vec::new(),
+            },
         }
     }
 
     pub fn output(&self, name: &str) -> Option<&IoTensor> {
         self.outputs.iter().find(|o| o.name == name)
+    }
+
+    /// An output a backend may produce: a configured output or an implicit-state output.
+    pub fn produced(&self, name: &str) -> Option<&IoTensor> {
+        self.output(name).or_else(|| self.state_outputs.iter().find(|o| o.name == name))
+    }
+
+    pub fn is_state_output(&self, name: &str) -> bool {
+        self.state_outputs.iter().any(|o| o.name == name)
     }
 
     fn batching(&self) -> bool {
@@ -200,7 +221,7 @@ pub fn check_byte_size(t: &Tensor) -> Result<(), String> {
 /// Checks one output a backend produced for a request of batch size `batch`. On success returns
 /// the shape the client sees (the configured `dims` when the output has a `reshape`).
 pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, String> {
-    let s = spec.output(&t.name).ok_or_else(|| format!("unknown output '{}'", t.name))?;
+    let s = spec.produced(&t.name).ok_or_else(|| format!("unknown output '{}'", t.name))?;
     if t.datatype != s.datatype {
         return Err(format!("output '{}' has datatype {}, but the model declares {}", t.name, t.datatype, s.datatype));
     }

@@ -7,6 +7,7 @@ use std::process::Command;
 
 /// Every plugin crate: (package name, whether the `nereus` binary bundles it as a built-in backend).
 const PLUGINS: &[(&str, bool)] = &[
+    ("accumulate", true),
     ("add_sub", true),
     ("batch_probe", true),
     ("identity", true),

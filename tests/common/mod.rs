@@ -305,3 +305,17 @@ pub fn faults_request(fault: &str) -> Value {
         "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]
     })
 }
+
+/// A gRPC client connected to `s` (every call bounded by [`WAIT`]).
+pub async fn grpc_client(
+    s: &Server,
+) -> nereus::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.grpc_port))
+        .unwrap()
+        .timeout(WAIT)
+        .connect_timeout(WAIT)
+        .connect()
+        .await
+        .unwrap();
+    nereus::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel)
+}

@@ -62,6 +62,16 @@ def main(url: str) -> None:
         k = int(r.get_response().id[1:])
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + k)
 
+    # a sequence through accumulate_state (implicit state kept by the server), string and integer ids
+    for seq_id in (2002, "grpc-seq"):
+        total = 0
+        for k, value in enumerate((1, 2, 3)):
+            inp = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+            inp.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            r = client.infer("accumulate_state", [inp], sequence_id=seq_id, sequence_start=k == 0, sequence_end=k == 2)
+            total += value
+            assert r.as_numpy("OUTPUT")[0][0] == total, (seq_id, r.as_numpy("OUTPUT"))
+
     # streaming: several requests on one stream, one of them failing
     streamed = queue.Queue()
     client.start_stream(callback=partial(collect, streamed))

@@ -67,6 +67,17 @@ def main(url: str) -> None:
         np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), a + k)
     client_pool.close()
 
+    # sequences: the running sum kept by the plugin per CORRID (a UINT64 id), and by the server as
+    # implicit state (any id)
+    for model, seq_id in (("simple_sequence", 1001), ("accumulate_state", "http-seq")):
+        total = 0
+        for k, value in enumerate((5, 6, 7)):
+            inp = httpclient.InferInput("INPUT", [1, 1], "INT32")
+            inp.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            r = client.infer(model, [inp], sequence_id=seq_id, sequence_start=k == 0, sequence_end=k == 2)
+            total += value
+            assert r.as_numpy("OUTPUT")[0][0] == total, (seq_id, r.as_numpy("OUTPUT"))
+
     # errors surface as InferenceServerException with the server's message
     try:
         client.infer("simple", [inputs[0]])

@@ -22,7 +22,7 @@ impl DefaultScheduler {
     pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext, poll: Duration) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
         let workers =
-            spawn_workers(model, instances, move |instance| run_instance(rx.clone(), instance, ctx.clone(), poll));
+            spawn_workers(model, instances, move |_, instance| run_instance(rx.clone(), instance, ctx.clone(), poll));
         DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers) }
     }
 

@@ -187,7 +187,7 @@ impl DynamicBatcher {
         });
         let workers = spawn_workers(model, instances, {
             let shared = shared.clone();
-            move |instance| run_instance(&shared, instance, &ctx)
+            move |_, instance| run_instance(&shared, instance, &ctx)
         });
         DynamicBatcher { shared, workers: Mutex::new(workers) }
     }

@@ -3,12 +3,14 @@
 mod default;
 mod dynamic;
 mod queue;
+mod sequence;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 pub use default::DefaultScheduler;
 pub use dynamic::{BatchRules, DynamicBatcher};
+pub use sequence::{SequenceBatcher, SequenceRules};
 
 use crate::backend::BackendInstance;
 use crate::error::InferError;
@@ -20,6 +22,7 @@ use crate::stats::ModelStats;
 pub enum Scheduler {
     Default(DefaultScheduler),
     Dynamic(DynamicBatcher),
+    Sequence(SequenceBatcher),
 }
 
 impl Scheduler {
@@ -28,6 +31,7 @@ impl Scheduler {
         match self {
             Scheduler::Default(s) => s.enqueue(job),
             Scheduler::Dynamic(s) => s.enqueue(job),
+            Scheduler::Sequence(s) => s.enqueue(job),
         }
     }
 
@@ -36,6 +40,7 @@ impl Scheduler {
         match self {
             Scheduler::Default(s) => s.queued(),
             Scheduler::Dynamic(s) => s.queued(),
+            Scheduler::Sequence(s) => s.queued(),
         }
     }
 
@@ -44,6 +49,7 @@ impl Scheduler {
         match self {
             Scheduler::Default(s) => s.shutdown(),
             Scheduler::Dynamic(s) => s.shutdown(),
+            Scheduler::Sequence(s) => s.shutdown(),
         }
     }
 }
@@ -64,23 +70,24 @@ impl WorkerContext {
         self.probe.enter();
         let now = Instant::now();
         let mut batch_size = 0u64;
-        for job in batch.iter() {
+        let mut requests = 0u64;
+        for job in batch.iter().filter(|j| !j.sender.is_padding()) {
             self.stats.record_queue(now - job.enqueued);
             batch_size += job.request.batch_size(self.batching) as u64;
+            requests += 1;
         }
-        let requests = batch.len() as u64;
         let times = instance.execute(batch);
         self.stats.record_execution(requests, batch_size, times);
         self.probe.exit();
     }
 }
 
-/// Starts one worker thread per instance, named `<model>#<index>`, each running `run` on its
-/// instance until the scheduler stops.
+/// Starts one worker thread per instance, named `<model>#<index>`, each running `run` on its index
+/// and instance until the scheduler stops.
 fn spawn_workers(
     model: &str,
     instances: Vec<Box<dyn BackendInstance>>,
-    run: impl Fn(Box<dyn BackendInstance>) + Clone + Send + 'static,
+    run: impl Fn(usize, Box<dyn BackendInstance>) + Clone + Send + 'static,
 ) -> Vec<std::thread::JoinHandle<()>> {
     instances
         .into_iter()
@@ -89,7 +96,7 @@ fn spawn_workers(
             let run = run.clone();
             std::thread::Builder::new()
                 .name(format!("{model}#{i}"))
-                .spawn(move || run(instance))
+                .spawn(move || run(i, instance))
                 .expect("spawning an instance worker thread")
         })
         .collect()

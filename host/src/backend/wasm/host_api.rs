@@ -46,7 +46,7 @@ impl SandboxState {
                         problem = Some(format!("output '{}' appears twice", tensor.name));
                         break;
                     }
-                    if job.request.requested_outputs.contains(&tensor.name) {
+                    if job.request.requested_outputs.contains(&tensor.name) || io.is_state_output(&tensor.name) {
                         outputs.push(Tensor { shape, ..tensor });
                     }
                 }

@@ -107,8 +107,10 @@ impl GrpcInferenceService for GrpcFrontend {
                         return;
                     }
                 };
-                let (server, tx) = (server.clone(), tx.clone());
-                tokio::spawn(stream_one(server, tx, message));
+                // Queued here, in stream order (the requests of a sequence must reach the
+                // scheduler in the order they were sent); answered by a task of their own.
+                let started = StreamStart::new(&server, message);
+                tokio::spawn(stream_one(tx.clone(), started));
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -234,23 +236,36 @@ impl GrpcInferenceService for GrpcFrontend {
 /// Runs one request of a stream and forwards each of its responses. For a decoupled model every
 /// response carries `triton_final_response`; a completion without a response is sent as an empty
 /// final response only when the request set `triton_enable_empty_final_response`, as Triton does.
-async fn stream_one(
-    server: Arc<Server>,
-    tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>,
-    message: pb::ModelInferRequest,
-) {
+/// A streamed request, decoded and queued (or refused), with what its replies need.
+struct StreamStart {
+    id: String,
+    empty_final: bool,
+    started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
+}
+
+impl StreamStart {
+    fn new(server: &Server, message: pb::ModelInferRequest) -> Self {
+        use pb::infer_parameter::ParameterChoice;
+        let id = message.id.clone();
+        let empty_final = matches!(
+            message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
+        let started = convert::request(message).and_then(|req| server.infer_stream(req));
+        StreamStart { id, empty_final, started }
+    }
+}
+
+/// Forwards a streamed request's responses (or its error) to the stream.
+async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
     use pb::infer_parameter::ParameterChoice;
-    let id = message.id.clone();
-    let empty_final = matches!(
-        message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
-        Some(ParameterChoice::BoolParam(true))
-    );
+    let StreamStart { id, empty_final, started } = start;
     let error_reply = |e: InferError| pb::ModelStreamInferResponse {
         error_message: e.message,
         // The request id lets the client match the error to its request.
         infer_response: Some(pb::ModelInferResponse { id: id.clone(), ..Default::default() }),
     };
-    let (mut items, model) = match convert::request(message).and_then(|req| server.infer_stream(req)) {
+    let (mut items, model) = match started {
         Ok(started) => started,
         Err(e) => {
             let _ = tx.send(Ok(error_reply(e))).await;

@@ -1,0 +1,447 @@
+//! The sequence batcher (`sequence_batching { … }`): every request of a sequence (one correlation
+//! id, from its START to its END) goes to the same instance and the same slot, in order.
+//!
+//! Each instance has `slots_per_instance` slots. A new sequence takes the free slot with the lowest
+//! index (spreading sequences over instances), or waits in a first-come-first-served backlog with
+//! every request it receives meanwhile; when a sequence's END request has executed, its slot goes at
+//! once to the first backlogged sequence. A sequence idle for `max_sequence_idle_microseconds` loses
+//! its slot and state, and its next request without START fails as Triton's does.
+//!
+//! Each instance's worker forms its batches from the heads of its slots:
+//! - **direct**: batch position = slot index; slots with nothing to run this time (up to the last
+//!   occupied slot) get a padding request with READY false, whose outputs are dropped. With a
+//!   `minimum_slot_utilization`, a batch waits for that share of slots to be ready, at most
+//!   `max_queue_delay_microseconds`;
+//! - **oldest**: a dynamic batch of the oldest heads (preferred sizes, queue delay), never two
+//!   requests of one sequence.
+//!
+//! Before a request reaches the backend the host adds the control tensors (START, END, READY,
+//! CORRID) and each implicit state's input; after it ran, the state output is kept for the
+//! sequence's next request and removed from the response unless the client asked for it.
+mod rules;
+
+pub use rules::SequenceRules;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{WorkerContext, flush, spawn_workers};
+use crate::backend::BackendInstance;
+use crate::error::InferError;
+use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
+use crate::stats::ModelStats;
+use rules::Strategy;
+
+/// Where a sequence runs: (instance, slot).
+type SlotRef = (usize, usize);
+
+#[derive(Default)]
+struct Slot {
+    /// The sequence holding the slot.
+    sequence: Option<CorrelationId>,
+    queue: VecDeque<Job>,
+    /// Implicit state values, one per state spec (without the batch dimension); empty until the
+    /// sequence's first request ran.
+    state: Vec<Tensor>,
+    last_seen: Option<Instant>,
+    /// A request of this slot is executing.
+    busy: bool,
+}
+
+struct Backlogged {
+    id: CorrelationId,
+    queue: VecDeque<Job>,
+    /// Its END request has arrived: later requests with this id belong to another sequence.
+    ended: bool,
+}
+
+struct State {
+    slots: Vec<Vec<Slot>>,
+    /// Free slots as (slot, instance): the lowest slot index first, across instances.
+    free: BTreeSet<(usize, usize)>,
+    /// Sequences holding a slot whose END has not arrived yet.
+    active: HashMap<CorrelationId, SlotRef>,
+    backlog: VecDeque<Backlogged>,
+    closed: bool,
+}
+
+struct Shared {
+    model: Arc<str>,
+    rules: SequenceRules,
+    state: Mutex<State>,
+    /// One per instance: signalled when one of its slots gets a request.
+    work: Vec<Condvar>,
+    reaper: Condvar,
+    /// Statistics sink for padding requests (never reported).
+    padding_stats: Arc<ModelStats>,
+}
+
+pub struct SequenceBatcher {
+    shared: Arc<Shared>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl SequenceBatcher {
+    pub fn start(
+        model: &str,
+        instances: Vec<Box<dyn BackendInstance>>,
+        ctx: WorkerContext,
+        rules: SequenceRules,
+    ) -> Self {
+        let count = instances.len();
+        let per = rules.slots_per_instance;
+        let shared = Arc::new(Shared {
+            model: model.into(),
+            state: Mutex::new(State {
+                slots: (0..count).map(|_| (0..per).map(|_| Slot::default()).collect()).collect(),
+                free: (0..per).flat_map(|s| (0..count).map(move |i| (s, i))).collect(),
+                active: HashMap::new(),
+                backlog: VecDeque::new(),
+                closed: false,
+            }),
+            rules,
+            work: (0..count).map(|_| Condvar::new()).collect(),
+            reaper: Condvar::new(),
+            padding_stats: Arc::new(ModelStats::default()),
+        });
+        let mut workers = spawn_workers(model, instances, {
+            let shared = shared.clone();
+            move |index, instance| run_instance(&shared, index, instance, &ctx)
+        });
+        let reaper = shared.clone();
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("{model}#reaper"))
+                .spawn(move || reaper.reap_idle())
+                .expect("spawning the sequence reaper thread"),
+        );
+        SequenceBatcher { shared, workers: Mutex::new(workers) }
+    }
+
+    /// Routes a validated request to its sequence's slot or backlog. Requests that cannot belong to
+    /// a sequence are refused with Triton's errors.
+    pub fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
+        let model = &self.shared.model;
+        let id = job.request.correlation_id.clone();
+        if id == CorrelationId::None {
+            return Err(InferError::invalid(format!(
+                "inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+            )));
+        }
+        if job.request.batch_size(self.shared.rules.batching) > 1 {
+            return Err(InferError::invalid(format!(
+                "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
+            )));
+        }
+        self.shared.rules.check_id(&id).map_err(InferError::invalid)?;
+        let (start, end) = (job.request.sequence_start, job.request.sequence_end);
+        let now = Instant::now();
+        job.enqueued = now;
+        let mut state = self.shared.state.lock();
+        if state.closed {
+            return Err(InferError::unavailable("the model is being unloaded"));
+        }
+        if let Some(&(instance, slot)) = state.active.get(&id) {
+            if start {
+                tracing::warn!(
+                    "sequence {} for model '{model}' has a conflict: the previous sequence did not end before this \
+                     sequence start; it is ended early",
+                    id_text(&id)
+                );
+            }
+            if end {
+                state.active.remove(&id);
+            }
+            let s = &mut state.slots[instance][slot];
+            s.queue.push_back(job);
+            s.last_seen = Some(now);
+            drop(state);
+            self.shared.work[instance].notify_one();
+            return Ok(());
+        }
+        if let Some(b) = state.backlog.iter_mut().find(|b| b.id == id && !b.ended) {
+            b.queue.push_back(job);
+            b.ended = end;
+            return Ok(());
+        }
+        if !start {
+            return Err(InferError::invalid(format!(
+                "inference request for sequence {} to model '{model}' must specify the START flag on the first request of the sequence",
+                id_text(&id)
+            )));
+        }
+        match state.free.pop_first() {
+            Some((slot, instance)) => {
+                if !end {
+                    state.active.insert(id.clone(), (instance, slot));
+                }
+                let s = &mut state.slots[instance][slot];
+                s.sequence = Some(id);
+                s.state.clear();
+                s.queue.push_back(job);
+                s.last_seen = Some(now);
+                drop(state);
+                self.shared.work[instance].notify_one();
+            }
+            None => state.backlog.push_back(Backlogged { id, queue: VecDeque::from([job]), ended: end }),
+        }
+        Ok(())
+    }
+
+    /// Requests waiting: in slots and in the backlog.
+    pub fn queued(&self) -> usize {
+        let state = self.shared.state.lock();
+        state.slots.iter().flatten().map(|s| s.queue.len()).sum::<usize>()
+            + state.backlog.iter().map(|b| b.queue.len()).sum::<usize>()
+    }
+
+    /// Stops taking requests; runs what is queued in slots, fails what waits in the backlog (it
+    /// would wait for sequences that may never end), then finalises the instances.
+    pub fn shutdown(&self) {
+        let backlog: Vec<Backlogged> = {
+            let mut state = self.shared.state.lock();
+            state.closed = true;
+            state.backlog.drain(..).collect()
+        };
+        for mut b in backlog {
+            for job in &mut b.queue {
+                job.fail(InferError::unavailable("the model is being unloaded"));
+            }
+        }
+        for cv in &self.shared.work {
+            cv.notify_all();
+        }
+        self.shared.reaper.notify_all();
+        for worker in self.workers.lock().drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn id_text(id: &CorrelationId) -> String {
+    match id {
+        CorrelationId::Numeric(n) => n.to_string(),
+        CorrelationId::Text(s) => s.clone(),
+        CorrelationId::None => String::new(),
+    }
+}
+
+/// A request in a formed batch: a real one (with the slot it came from) or padding.
+struct Entry {
+    slot: usize,
+    padding: bool,
+    end: bool,
+}
+
+enum Next {
+    Batch(Vec<Job>, Vec<Entry>),
+    Wait(Option<Instant>),
+    Exit,
+}
+
+impl Shared {
+    /// Decides what instance `i` does next, from its slots as they stand at `now`.
+    fn next(&self, state: &mut State, i: usize, now: Instant) -> Next {
+        let slots = &state.slots[i];
+        let ready: Vec<usize> = (0..slots.len()).filter(|s| !slots[*s].queue.is_empty()).collect();
+        if ready.is_empty() {
+            return if state.closed { Next::Exit } else { Next::Wait(None) };
+        }
+        let head_age = |s: usize| slots[s].queue.front().map_or(now, |j| j.enqueued);
+        let oldest = ready.iter().map(|s| head_age(*s)).min().unwrap_or(now);
+        let take: Vec<usize> = match &self.rules.strategy {
+            Strategy::Direct { min_utilization, max_queue_delay } => {
+                let needed = (min_utilization * slots.len() as f32).ceil() as usize;
+                if *min_utilization > 0.0
+                    && ready.len() < needed
+                    && !state.closed
+                    && now.saturating_duration_since(oldest) < *max_queue_delay
+                {
+                    return Next::Wait(Some(oldest + *max_queue_delay));
+                }
+                ready
+            }
+            Strategy::Oldest { preferred, max_queue_delay } => {
+                let mut by_age = ready;
+                by_age.sort_by_key(|s| head_age(*s));
+                let n = by_age.len().min(self.rules.max_batch_size);
+                let waited_out = max_queue_delay.is_zero()
+                    || state.closed
+                    || now.saturating_duration_since(oldest) >= *max_queue_delay;
+                let size = match preferred.iter().rev().find(|p| **p <= n) {
+                    Some(p) if !waited_out => *p,
+                    _ if waited_out || n >= preferred.last().copied().unwrap_or(n) => n,
+                    _ => return Next::Wait(Some(oldest + *max_queue_delay)),
+                };
+                by_age.truncate(size);
+                by_age
+            }
+        };
+        self.form(state, i, &take)
+    }
+
+    /// Takes the head request of each slot in `take` (direct: padding the other occupied slots
+    /// below the last one taken, so that batch position = slot), adding controls and state.
+    fn form(&self, state: &mut State, i: usize, take: &[usize]) -> Next {
+        let direct = matches!(self.rules.strategy, Strategy::Direct { .. });
+        let positions: Vec<usize> =
+            if direct { (0..=take.iter().copied().max().unwrap_or(0)).collect() } else { take.to_vec() };
+        let template = take.first().and_then(|s| state.slots[i][*s].queue.front()).map(|j| j.request.inputs.clone());
+        let mut jobs = Vec::with_capacity(positions.len());
+        let mut entries = Vec::with_capacity(positions.len());
+        for slot in positions {
+            let s = &mut state.slots[i][slot];
+            let mut job = if take.contains(&slot) {
+                s.busy = true;
+                match s.queue.pop_front() {
+                    Some(job) => job,
+                    None => continue,
+                }
+            } else {
+                self.padding(template.clone().unwrap_or_default())
+            };
+            let padding = job.sender.is_padding();
+            let r = &job.request;
+            let (start, end) = (r.sequence_start && !padding, r.sequence_end && !padding);
+            let controls = self.rules.control_tensors(&r.correlation_id, start, end, !padding);
+            job.request.inputs.extend(controls);
+            for (k, spec) in self.rules.states.iter().enumerate() {
+                let value = if start || padding { None } else { s.state.get(k) };
+                job.request.inputs.push(self.rules.state_input(spec, value.unwrap_or(&spec.initial)));
+            }
+            if start {
+                s.state.clear();
+            }
+            entries.push(Entry { slot, padding, end });
+            jobs.push(job);
+        }
+        Next::Batch(jobs, entries)
+    }
+
+    fn padding(&self, inputs: Vec<Tensor>) -> Job {
+        let request = crate::request::InferenceRequest { inputs, ..Default::default() };
+        Job { request, sender: ResponseSender::discard(self.padding_stats.clone()), enqueued: Instant::now() }
+    }
+
+    /// After an execution: keeps each sequence's state output, drops it from responses that did not
+    /// ask for it, and frees the slots whose sequence ended.
+    fn finish(&self, i: usize, batch: &mut [Job], entries: &[Entry]) {
+        let mut state = self.state.lock();
+        for (job, entry) in batch.iter_mut().zip(entries) {
+            if entry.padding {
+                continue;
+            }
+            let requested = job.request.requested_outputs.clone();
+            let slot = &mut state.slots[i][entry.slot];
+            slot.busy = false;
+            slot.last_seen = Some(Instant::now());
+            if let Some(outputs) = job.sender.held_outputs_mut() {
+                let mut kept = Vec::with_capacity(self.rules.states.len());
+                for spec in &self.rules.states {
+                    if let Some(pos) = outputs.iter().position(|o| o.name == spec.output) {
+                        let value =
+                            if requested.contains(&spec.output) { outputs[pos].clone() } else { outputs.remove(pos) };
+                        kept.push(self.rules.state_value(value));
+                    }
+                }
+                if kept.len() == self.rules.states.len() {
+                    slot.state = kept;
+                }
+            }
+            if entry.end {
+                self.release(&mut state, (i, entry.slot));
+            }
+        }
+    }
+
+    /// Frees a slot: it goes to the first backlogged sequence, or back to the free set.
+    fn release(&self, state: &mut State, (i, s): SlotRef) {
+        let slot = &mut state.slots[i][s];
+        if let Some(id) = slot.sequence.take()
+            && state.active.get(&id) == Some(&(i, s))
+        {
+            state.active.remove(&id);
+        }
+        let slot = &mut state.slots[i][s];
+        slot.state.clear();
+        // Requests still queued here belong to a sequence that restarted without ending; they
+        // were taken over by this slot's next owner in Triton too, so keep them in order.
+        match state.backlog.pop_front() {
+            Some(b) => {
+                let slot = &mut state.slots[i][s];
+                slot.sequence = Some(b.id.clone());
+                slot.queue.extend(b.queue);
+                slot.last_seen = Some(Instant::now());
+                if !b.ended {
+                    state.active.insert(b.id, (i, s));
+                }
+                self.work[i].notify_one();
+            }
+            None if state.slots[i][s].queue.is_empty() => {
+                state.free.insert((s, i));
+            }
+            None => {}
+        }
+    }
+
+    /// Releases sequences idle for longer than `max_sequence_idle_microseconds`: their slot goes to
+    /// the backlog or back to the free set, their state is dropped.
+    fn reap_idle(&self) {
+        let idle = self.rules.idle;
+        let mut state = self.state.lock();
+        while !state.closed {
+            let now = Instant::now();
+            let mut next = now + idle;
+            let mut expired = Vec::new();
+            for (i, slots) in state.slots.iter().enumerate() {
+                for (s, slot) in slots.iter().enumerate() {
+                    let (Some(_), Some(seen)) = (&slot.sequence, slot.last_seen) else { continue };
+                    if slot.busy || !slot.queue.is_empty() {
+                        continue;
+                    }
+                    if now.saturating_duration_since(seen) >= idle {
+                        expired.push((i, s));
+                    } else {
+                        next = next.min(seen + idle);
+                    }
+                }
+            }
+            for r in expired {
+                if let Some(id) = &state.slots[r.0][r.1].sequence {
+                    tracing::info!("model '{}': sequence {} idle for {idle:?}, released", self.model, id_text(id));
+                }
+                self.release(&mut state, r);
+            }
+            self.reaper.wait_until(&mut state, next + Duration::from_millis(1));
+        }
+    }
+}
+
+fn run_instance(shared: &Shared, i: usize, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
+    loop {
+        let (mut batch, entries) = {
+            let mut state = shared.state.lock();
+            loop {
+                match shared.next(&mut state, i, Instant::now()) {
+                    Next::Batch(jobs, entries) => break (jobs, entries),
+                    Next::Exit => {
+                        drop(state);
+                        instance.finalize();
+                        return;
+                    }
+                    Next::Wait(Some(at)) => {
+                        shared.work[i].wait_until(&mut state, at);
+                    }
+                    Next::Wait(None) => shared.work[i].wait(&mut state),
+                }
+            }
+        };
+        ctx.execute(instance.as_mut(), &mut batch);
+        shared.finish(i, &mut batch, &entries);
+        flush(&mut batch);
+    }
+}

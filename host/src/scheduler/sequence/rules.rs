@@ -1,0 +1,317 @@
+//! What a `sequence_batching { … }` configuration asks for, read and checked once at load: the
+//! strategy, the control tensors and the implicit state, with the tensors the scheduler adds to
+//! every request it hands to a backend.
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::ModelConfig;
+use crate::config::schema::model_config::SchedulingChoice;
+use crate::config::schema::model_sequence_batching::{StrategyChoice, control::Kind, initial_state::StateData};
+use crate::request::{CorrelationId, Tensor};
+use crate::tensor::DataType;
+
+/// Triton's default `max_sequence_idle_microseconds`.
+const DEFAULT_IDLE: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug)]
+pub enum Strategy {
+    /// One batch slot per sequence; batch position = slot.
+    Direct { min_utilization: f32, max_queue_delay: Duration },
+    /// Dynamic batches from the oldest requests of each instance's candidate sequences.
+    Oldest { preferred: Vec<usize>, max_queue_delay: Duration },
+}
+
+/// A boolean control tensor (START, END, READY) and the bytes of its false and true values.
+#[derive(Clone, Debug)]
+pub struct BoolControl {
+    pub name: String,
+    pub datatype: DataType,
+    pub values: [Vec<u8>; 2],
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Controls {
+    pub start: Option<BoolControl>,
+    pub end: Option<BoolControl>,
+    pub ready: Option<BoolControl>,
+    pub corrid: Option<(String, DataType)>,
+}
+
+/// One implicit state: fed to the backend as input `input`, read back from its output `output`.
+#[derive(Clone, Debug)]
+pub struct StateSpec {
+    pub input: String,
+    pub output: String,
+    pub datatype: DataType,
+    /// The value a sequence starts with (without the batch dimension).
+    pub initial: Tensor,
+}
+
+#[derive(Clone, Debug)]
+pub struct SequenceRules {
+    pub strategy: Strategy,
+    /// Sequences each instance holds at once: `max_batch_size` slots (direct) or
+    /// `max_candidate_sequences` (oldest).
+    pub slots_per_instance: usize,
+    pub max_batch_size: usize,
+    pub idle: Duration,
+    pub controls: Controls,
+    pub states: Vec<StateSpec>,
+    /// Whether tensors carry a batch dimension (`max_batch_size` > 0).
+    pub batching: bool,
+}
+
+impl SequenceRules {
+    /// Reads the rules of a model with `sequence_batching`; `None` for any other model. An error
+    /// is the reason the model is unavailable.
+    pub fn from_config(config: &ModelConfig, model_dir: &Path) -> Result<Option<Self>, String> {
+        let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { return Ok(None) };
+        let max_batch_size = config.max_batch_size.max(1) as usize;
+        let (strategy, slots_per_instance) = match &sb.strategy_choice {
+            Some(StrategyChoice::Oldest(o)) => {
+                if o.max_candidate_sequences < 0 {
+                    return Err("sequence_batching.oldest.max_candidate_sequences must be positive".into());
+                }
+                let mut preferred: Vec<usize> = o.preferred_batch_size.iter().map(|p| *p as usize).collect();
+                if let Some(p) = preferred.iter().find(|p| **p == 0 || **p > max_batch_size) {
+                    return Err(format!(
+                        "sequence_batching.oldest.preferred_batch_size {p} must be between 1 and max_batch_size"
+                    ));
+                }
+                if preferred.is_empty() {
+                    preferred.push(max_batch_size);
+                }
+                preferred.sort_unstable();
+                let strategy = Strategy::Oldest {
+                    preferred,
+                    max_queue_delay: Duration::from_micros(o.max_queue_delay_microseconds),
+                };
+                (strategy, o.max_candidate_sequences.max(1) as usize)
+            }
+            Some(StrategyChoice::Direct(d)) => (
+                Strategy::Direct {
+                    min_utilization: d.minimum_slot_utilization,
+                    max_queue_delay: Duration::from_micros(d.max_queue_delay_microseconds),
+                },
+                max_batch_size,
+            ),
+            // Neither given: direct, as Triton.
+            None => (Strategy::Direct { min_utilization: 0.0, max_queue_delay: Duration::ZERO }, max_batch_size),
+        };
+        let idle = match sb.max_sequence_idle_microseconds {
+            0 => DEFAULT_IDLE,
+            us => Duration::from_micros(us),
+        };
+
+        let taken = |name: &str| config.input.iter().any(|i| i.name == name);
+        let mut controls = Controls::default();
+        for input in &sb.control_input {
+            if taken(&input.name) {
+                return Err(format!("control input '{}' has the name of a model input", input.name));
+            }
+            let [control] = input.control.as_slice() else {
+                return Err(format!("control input '{}' must have exactly one control", input.name));
+            };
+            let kind =
+                Kind::try_from(control.kind).map_err(|_| format!("control input '{}': unknown kind", input.name))?;
+            let slot = match kind {
+                Kind::ControlSequenceStart => &mut controls.start,
+                Kind::ControlSequenceEnd => &mut controls.end,
+                Kind::ControlSequenceReady => &mut controls.ready,
+                Kind::ControlSequenceCorrid => {
+                    let dt = DataType::from_config(control.data_type)
+                        .filter(|d| {
+                            matches!(
+                                d,
+                                DataType::Uint64
+                                    | DataType::Int64
+                                    | DataType::Uint32
+                                    | DataType::Int32
+                                    | DataType::Bytes
+                            )
+                        })
+                        .ok_or_else(|| {
+                            format!(
+                                "control input '{}': CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, \
+                                 TYPE_UINT32, TYPE_INT32 or TYPE_STRING",
+                                input.name
+                            )
+                        })?;
+                    if controls.corrid.replace((input.name.clone(), dt)).is_some() {
+                        return Err("more than one CONTROL_SEQUENCE_CORRID control".into());
+                    }
+                    continue;
+                }
+            };
+            let (datatype, values) = match (
+                control.int32_false_true.as_slice(),
+                control.fp32_false_true.as_slice(),
+                control.bool_false_true.as_slice(),
+            ) {
+                ([f, t], [], []) => (DataType::Int32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
+                ([], [f, t], []) => (DataType::Fp32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
+                ([], [], [f, t]) => (DataType::Bool, [vec![*f as u8], vec![*t as u8]]),
+                _ => {
+                    return Err(format!(
+                        "control input '{}' must give exactly one of int32_false_true, fp32_false_true or \
+                         bool_false_true, with two values",
+                        input.name
+                    ));
+                }
+            };
+            if slot.replace(BoolControl { name: input.name.clone(), datatype, values }).is_some() {
+                return Err(format!("more than one control of kind {}", kind.as_str_name()));
+            }
+        }
+
+        let mut states = Vec::new();
+        for st in &sb.state {
+            let datatype = DataType::from_config(st.data_type)
+                .ok_or_else(|| format!("state '{}' needs a valid data_type", st.input_name))?;
+            if st.input_name.is_empty() || st.output_name.is_empty() {
+                return Err("a state needs both input_name and output_name".into());
+            }
+            if taken(&st.input_name) {
+                return Err(format!("state input '{}' has the name of a model input", st.input_name));
+            }
+            let initial = initial_state(st, datatype, model_dir)?;
+            states.push(StateSpec { input: st.input_name.clone(), output: st.output_name.clone(), datatype, initial });
+        }
+        Ok(Some(SequenceRules {
+            strategy,
+            slots_per_instance,
+            max_batch_size,
+            idle,
+            controls,
+            states,
+            batching: config.max_batch_size > 0,
+        }))
+    }
+
+    /// The shape of a per-request control tensor: one value per batch slot.
+    fn control_shape(&self) -> Vec<i64> {
+        if self.batching { vec![1, 1] } else { vec![1] }
+    }
+
+    /// The control tensors for one request: `ready` false for padding. `start`/`end` are its flags.
+    pub fn control_tensors(&self, id: &CorrelationId, start: bool, end: bool, ready: bool) -> Vec<Tensor> {
+        let mut out = Vec::with_capacity(4);
+        let shape = self.control_shape();
+        for (control, on) in [(&self.controls.start, start), (&self.controls.end, end), (&self.controls.ready, ready)] {
+            if let Some(c) = control {
+                let data = Bytes::from(c.values[usize::from(on)].clone());
+                out.push(Tensor { name: c.name.clone(), datatype: c.datatype, shape: shape.clone(), data });
+            }
+        }
+        if let Some((name, datatype)) = &self.controls.corrid {
+            let data = corrid_bytes(id, *datatype);
+            out.push(Tensor { name: name.clone(), datatype: *datatype, shape, data });
+        }
+        out
+    }
+
+    /// Checks that a request's sequence id can be given to the CORRID control.
+    pub fn check_id(&self, id: &CorrelationId) -> Result<(), String> {
+        match (&self.controls.corrid, id) {
+            (Some((_, dt)), CorrelationId::Text(s)) if *dt != DataType::Bytes => Err(format!(
+                "sequence id '{s}' is a string, but the model's CONTROL_SEQUENCE_CORRID is {}",
+                dt.wire_name()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A state's input tensor for one request: `value` (kept without a batch dimension) with the
+    /// batch dimension added when the model batches.
+    pub fn state_input(&self, spec: &StateSpec, value: &Tensor) -> Tensor {
+        let mut shape = if self.batching { vec![1] } else { Vec::new() };
+        shape.extend_from_slice(&value.shape);
+        Tensor { name: spec.input.clone(), datatype: spec.datatype, shape, data: value.data.clone() }
+    }
+
+    /// Turns a state output a backend produced for one request into the value kept for the next
+    /// request (the batch dimension dropped).
+    pub fn state_value(&self, mut output: Tensor) -> Tensor {
+        if self.batching && !output.shape.is_empty() {
+            output.shape.remove(0);
+        }
+        output
+    }
+}
+
+/// The CORRID control's value: the id in the configured type (a string id as a BYTES element; a
+/// numeric id as its decimal text when the control is TYPE_STRING).
+fn corrid_bytes(id: &CorrelationId, datatype: DataType) -> Bytes {
+    let n = match id {
+        CorrelationId::Numeric(n) => *n,
+        _ => 0,
+    };
+    let bytes = match datatype {
+        DataType::Uint64 => n.to_le_bytes().to_vec(),
+        DataType::Int64 => (n as i64).to_le_bytes().to_vec(),
+        DataType::Uint32 => (n as u32).to_le_bytes().to_vec(),
+        DataType::Int32 => (n as i32).to_le_bytes().to_vec(),
+        _ => {
+            let text = match id {
+                CorrelationId::Text(s) => s.clone(),
+                CorrelationId::Numeric(n) => n.to_string(),
+                CorrelationId::None => String::new(),
+            };
+            let mut b = (text.len() as u32).to_le_bytes().to_vec();
+            b.extend_from_slice(text.as_bytes());
+            b
+        }
+    };
+    Bytes::from(bytes)
+}
+
+/// A state's initial value: `initial_state` from `zero_data` or a `data_file` under the model's
+/// `initial_state/` folder, else zeros with every variable dimension taken as 1.
+fn initial_state(
+    st: &crate::config::schema::model_sequence_batching::State,
+    datatype: DataType,
+    model_dir: &Path,
+) -> Result<Tensor, String> {
+    let (dims, data_file) = match st.initial_state.as_slice() {
+        [] => (st.dims.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<i64>>(), None),
+        [init] => {
+            if init.dims.iter().any(|d| *d < 0) {
+                return Err(format!("initial_state of state '{}' must have fixed dims", st.input_name));
+            }
+            match &init.state_data {
+                Some(StateData::DataFile(f)) => (init.dims.clone(), Some(f.clone())),
+                Some(StateData::ZeroData(_)) => (init.dims.clone(), None),
+                None => return Err(format!("initial_state of state '{}' needs zero_data or data_file", st.input_name)),
+            }
+        }
+        _ => return Err(format!("state '{}' may have only one initial_state", st.input_name)),
+    };
+    let count: usize = dims.iter().product::<i64>().max(0) as usize;
+    let data = match data_file {
+        Some(file) => {
+            if file.contains("..") || Path::new(&file).is_absolute() {
+                return Err(format!("initial_state data_file '{file}' must be a file under initial_state/"));
+            }
+            let path = model_dir.join("initial_state").join(&file);
+            let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let expected = datatype.element_size().map(|s| s * count);
+            if let Some(expected) = expected
+                && bytes.len() != expected
+            {
+                return Err(format!(
+                    "initial_state data_file {} holds {} bytes, but dims {:?} of {} need {expected}",
+                    path.display(),
+                    bytes.len(),
+                    dims,
+                    datatype.wire_name()
+                ));
+            }
+            bytes
+        }
+        // Zeros; a BYTES element of zeros is an empty string (its 4-byte length prefix).
+        None => vec![0u8; datatype.element_size().unwrap_or(4) * count],
+    };
+    Ok(Tensor { name: st.input_name.clone(), datatype, shape: dims, data: Bytes::from(data) })
+}
