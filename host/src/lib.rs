@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod ensemble;
 pub mod error;
 pub mod frontend;
 pub mod logging;

@@ -9,7 +9,8 @@ use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
 use crate::scheduler::{
-    BatchRules, DefaultScheduler, DynamicBatcher, Scheduler, SequenceBatcher, SequenceRules, WorkerContext,
+    BatchRules, DefaultScheduler, DynamicBatcher, EnsembleScheduler, Scheduler, SequenceBatcher, SequenceRules,
+    WorkerContext,
 };
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
@@ -155,6 +156,31 @@ impl ModelVersion {
             stats,
             scheduler,
             teardown: Mutex::new(Some(teardown)),
+        }
+    }
+
+    /// A version of an ensemble: no instances; requests run `ensemble`'s steps on the models of
+    /// `models`.
+    pub fn ensemble(
+        config: Arc<ModelConfig>,
+        version: i64,
+        io: Arc<IoSpec>,
+        ensemble: Arc<crate::ensemble::Ensemble>,
+        models: Arc<crate::repository::ModelTable>,
+    ) -> Self {
+        let stats = Arc::new(ModelStats::default());
+        let scheduler = Scheduler::Ensemble(EnsembleScheduler { ensemble, version, models, stats: stats.clone() });
+        ModelVersion {
+            name: config.name.as_str().into(),
+            version,
+            config_json: crate::config::to_json(&config),
+            config,
+            io,
+            health: Arc::new(Health::default()),
+            probe: Arc::new(ExecutionProbe::default()),
+            stats,
+            scheduler,
+            teardown: Mutex::new(None),
         }
     }
 

@@ -4,10 +4,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
 use crate::backend::wasm::{self, BackendRegistry, SandboxPolicy, WasmRuntime};
 use crate::backend::{ComponentSource, backend_name, find_component, instances_of};
 use crate::config::schema::model_version_policy::PolicyChoice;
 use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
+use crate::error::InferError;
 use crate::model::{Health, ModelVersion, SchedulerSetup};
 use crate::scheduler::SequenceRules;
 use crate::validate::IoSpec;
@@ -42,6 +45,59 @@ impl ModelEntry {
     }
 }
 
+/// Every model of the repository by name, shared by the server and the ensembles that call into
+/// their composing models.
+#[derive(Default)]
+pub struct ModelTable(RwLock<BTreeMap<String, Arc<ModelEntry>>>);
+
+impl ModelTable {
+    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, BTreeMap<String, Arc<ModelEntry>>> {
+        self.0.read()
+    }
+
+    pub fn write(&self) -> parking_lot::RwLockWriteGuard<'_, BTreeMap<String, Arc<ModelEntry>>> {
+        self.0.write()
+    }
+
+    pub fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
+        self.0
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{name}' is not found")))
+    }
+
+    /// The model version a request addresses: the given one, or the highest ready one.
+    pub fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError> {
+        let entry = self.entry(name)?;
+        match version {
+            Some(v) => match entry.versions.get(&v) {
+                Some(VersionState::Ready(m)) if m.health.is_ready() => Ok(m.clone()),
+                Some(_) => Err(InferError::unavailable(format!(
+                    "Request for unknown model: '{name}' version {v} is not at ready state"
+                ))),
+                None => {
+                    Err(InferError::not_found(format!("Request for unknown model: '{name}' version {v} is not found")))
+                }
+            },
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|v| match v {
+                    VersionState::Ready(m) if m.health.is_ready() => Some(m.clone()),
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    let why = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                    InferError::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions{why}"
+                    ))
+                }),
+        }
+    }
+}
+
 /// What loading needs besides the model's own folder.
 pub struct LoadContext {
     pub runtime: Arc<WasmRuntime>,
@@ -50,6 +106,8 @@ pub struct LoadContext {
     pub gpu_count: usize,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
+    /// The models loaded so far (an ensemble's composing models load before it).
+    pub models: Arc<ModelTable>,
 }
 
 /// Lists `(model name, folder)` for every model folder in the repositories. A name that appears in
@@ -128,12 +186,31 @@ pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConf
         .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
 
+/// Whether the model in `dir` is an ensemble (judged from its configuration; unreadable ones are
+/// not, and report their error when loaded).
+pub fn is_ensemble(name: &str, dir: &Path) -> bool {
+    read_config(name, dir, 0).is_ok_and(|c| c.platform == "ensemble")
+}
+
+/// The models an ensemble's steps name.
+pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
+    read_config(name, dir, 0)
+        .ok()
+        .and_then(|c| {
+            crate::config::ensemble_scheduling(&c).map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+        })
+        .unwrap_or_default()
+}
+
 /// Loads one model: its configuration, then each version the policy selects.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     let config = match read_config(name, dir, ctx.gpu_count) {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };
+    if config.platform == "ensemble" {
+        return load_ensemble(name, dir, config, ctx);
+    }
     let prepared = SandboxPolicy::from_config(&config)
         .map_err(|e| e.message)
         .and_then(|policy| Ok((policy, backend_name(&config)?)))
@@ -161,6 +238,27 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         };
         versions.insert(version, state);
     }
+    ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
+}
+
+/// Loads an ensemble: its steps are checked against the composing models already loaded; every
+/// version the policy selects serves the same pipeline.
+fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadContext) -> ModelEntry {
+    let prepared = select_versions(&config, &version_dirs(dir))
+        .and_then(|selected| Ok((selected, crate::ensemble::Ensemble::build(&config, &ctx.models)?)));
+    let (selected, ensemble) = match prepared {
+        Ok(p) => p,
+        Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
+    };
+    let ensemble = Arc::new(ensemble);
+    let io = Arc::new(IoSpec::new(&config));
+    let versions = selected
+        .into_iter()
+        .map(|v| {
+            let model = ModelVersion::ensemble(config.clone(), v, io.clone(), ensemble.clone(), ctx.models.clone());
+            (v, VersionState::Ready(Arc::new(model)))
+        })
+        .collect();
     ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
 }
 

@@ -5,13 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::RwLock;
-
 use crate::backend::wasm::{BackendRegistry, WasmRuntime};
 use crate::error::InferError;
 use crate::model::ModelVersion;
 use crate::proto::inference as pb;
-use crate::repository::{self, LoadContext, ModelEntry, VersionState};
+use crate::repository::{self, LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
@@ -42,7 +40,7 @@ pub struct ServerOptions {
 }
 
 pub struct Server {
-    models: RwLock<BTreeMap<String, Arc<ModelEntry>>>,
+    models: Arc<ModelTable>,
     options: ServerOptions,
     shutting_down: AtomicBool,
     _runtime: Arc<WasmRuntime>,
@@ -53,29 +51,31 @@ impl Server {
     /// kept as UNAVAILABLE with their reason.
     pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
         let runtime = WasmRuntime::new(options.cache_directory.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let models = Arc::new(ModelTable::default());
         let ctx = LoadContext {
             runtime: runtime.clone(),
             registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
             gpu_count: 0,
             instance_poll: options.instance_poll,
+            models: models.clone(),
         };
         let (found, conflicts) = repository::scan(&options.model_repositories);
-        let mut models = BTreeMap::new();
         for (name, reason) in conflicts {
             tracing::error!("model '{name}' is unavailable: {reason}");
-            models.insert(
-                name.clone(),
-                Arc::new(ModelEntry {
-                    name,
-                    dir: PathBuf::new(),
-                    config: None,
-                    versions: BTreeMap::new(),
-                    reason: Some(reason),
-                }),
-            );
+            let entry = ModelEntry {
+                name: name.clone(),
+                dir: PathBuf::new(),
+                config: None,
+                versions: BTreeMap::new(),
+                reason: Some(reason),
+            };
+            models.write().insert(name, Arc::new(entry));
         }
-        for (name, dir) in found {
+        // Ensembles load after the models they compose (nested ones after their inner ensembles).
+        let (mut ensembles, plain): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
+        let load = |name: String, dir: PathBuf| {
             let entry = repository::load_model(&name, &dir, &ctx);
             match (&entry.reason, entry.is_ready()) {
                 (Some(reason), _) => tracing::error!("model '{name}' is unavailable: {reason}"),
@@ -84,14 +84,21 @@ impl Server {
                 }
                 (None, false) => tracing::warn!("model '{name}' loaded with unavailable versions"),
             }
-            models.insert(name, Arc::new(entry));
+            models.write().insert(name, Arc::new(entry));
+        };
+        for (name, dir) in plain {
+            load(name, dir);
         }
-        Ok(Arc::new(Server {
-            models: RwLock::new(models),
-            options,
-            shutting_down: AtomicBool::new(false),
-            _runtime: runtime,
-        }))
+        while !ensembles.is_empty() {
+            let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
+            let ready = ensembles.iter().position(|(name, dir)| {
+                repository::ensemble_steps(name, dir).iter().all(|m| !waiting.contains(m) || m == name)
+            });
+            // A cycle between ensembles: load the first anyway; it reports the missing model.
+            let (name, dir) = ensembles.remove(ready.unwrap_or(0));
+            load(name, dir);
+        }
+        Ok(Arc::new(Server { models, options, shutting_down: AtomicBool::new(false), _runtime: runtime }))
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -108,41 +115,12 @@ impl Server {
     }
 
     fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
-        self.models
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{name}' is not found")))
+        self.models.entry(name)
     }
 
     /// The model version a request addresses: the given one, or the highest ready one.
     pub fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError> {
-        let entry = self.entry(name)?;
-        match version {
-            Some(v) => match entry.versions.get(&v) {
-                Some(VersionState::Ready(m)) if m.health.is_ready() => Ok(m.clone()),
-                Some(_) => Err(InferError::unavailable(format!(
-                    "Request for unknown model: '{name}' version {v} is not at ready state"
-                ))),
-                None => {
-                    Err(InferError::not_found(format!("Request for unknown model: '{name}' version {v} is not found")))
-                }
-            },
-            None => entry
-                .versions
-                .values()
-                .rev()
-                .find_map(|v| match v {
-                    VersionState::Ready(m) if m.health.is_ready() => Some(m.clone()),
-                    _ => None,
-                })
-                .ok_or_else(|| {
-                    let why = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
-                    InferError::unavailable(format!(
-                        "Request for unknown model: '{name}' has no available versions{why}"
-                    ))
-                }),
-        }
+        self.models.version(name, version)
     }
 
     pub fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool {
@@ -291,7 +269,10 @@ impl Server {
     /// finalised in that order. Blocks.
     pub fn unload_all(&self) {
         let models = std::mem::take(&mut *self.models.write());
-        for entry in models.values() {
+        // Ensembles first: their in-flight requests still need the composing models.
+        let (ensembles, plain): (Vec<_>, Vec<_>) =
+            models.values().partition(|e| e.config.as_ref().is_some_and(|c| c.platform == "ensemble"));
+        for entry in ensembles.into_iter().chain(plain) {
             for state in entry.versions.values() {
                 if let VersionState::Ready(m) = state {
                     m.unload();

@@ -74,7 +74,7 @@ pub fn backend_name(config: &ModelConfig) -> Result<String, String> {
         "pytorch_libtorch" => "pytorch",
         "tensorflow_graphdef" | "tensorflow_savedmodel" => "tensorflow",
         "custom" => "custom",
-        "ensemble" => return Err("platform 'ensemble' is not supported yet".into()),
+        "ensemble" => return Err("an ensemble has no backend".into()),
         other => return Err(format!("unknown platform '{other}'")),
     };
     Ok(mapped.to_string())

@@ -22,3 +22,11 @@ pub fn parse_pbtxt_with_lines(src: &str) -> Result<(ModelConfig, SourceLines), P
         msg.transcode_to::<ModelConfig>().map_err(|e| ParseError { line: 1, column: 1, message: e.to_string() })?;
     Ok((config, lines))
 }
+
+/// The ensemble's steps (`ensemble_scheduling`), if the configuration has them.
+pub fn ensemble_scheduling(config: &ModelConfig) -> Option<&crate::proto::inference::ModelEnsembling> {
+    match &config.scheduling_choice {
+        Some(schema::model_config::SchedulingChoice::EnsembleScheduling(e)) => Some(e),
+        _ => None,
+    }
+}

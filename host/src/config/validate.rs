@@ -110,6 +110,15 @@ pub fn normalize_and_validate(
 
     // As Triton: a model with no instance group gets one named after the model; an unnamed group
     // is named `<model>_<index>`; a count below 1 means 1.
+    // As Triton's normalisation: every configuration states its transaction policy.
+    config.model_transaction_policy.get_or_insert_default();
+    if config.platform == "ensemble" {
+        // An ensemble has no instances of its own; its steps' models do.
+        if super::ensemble_scheduling(&config).is_none_or(|e| e.step.is_empty()) {
+            bail!(at "ensemble_scheduling"; "an ensemble needs 'ensemble_scheduling' with at least one step");
+        }
+        return Ok(config);
+    }
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup { name: config.name.clone(), count: 1, ..Default::default() });
     }

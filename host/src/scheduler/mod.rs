@@ -23,6 +23,15 @@ pub enum Scheduler {
     Default(DefaultScheduler),
     Dynamic(DynamicBatcher),
     Sequence(SequenceBatcher),
+    /// An ensemble has no instances: each request runs its steps on the composing models.
+    Ensemble(EnsembleScheduler),
+}
+
+pub struct EnsembleScheduler {
+    pub ensemble: Arc<crate::ensemble::Ensemble>,
+    pub version: i64,
+    pub models: Arc<crate::repository::ModelTable>,
+    pub stats: Arc<ModelStats>,
 }
 
 impl Scheduler {
@@ -32,6 +41,7 @@ impl Scheduler {
             Scheduler::Default(s) => s.enqueue(job),
             Scheduler::Dynamic(s) => s.enqueue(job),
             Scheduler::Sequence(s) => s.enqueue(job),
+            Scheduler::Ensemble(e) => e.ensemble.enqueue(job, e.version, e.models.clone(), e.stats.clone()),
         }
     }
 
@@ -41,6 +51,7 @@ impl Scheduler {
             Scheduler::Default(s) => s.queued(),
             Scheduler::Dynamic(s) => s.queued(),
             Scheduler::Sequence(s) => s.queued(),
+            Scheduler::Ensemble(_) => 0,
         }
     }
 
@@ -50,6 +61,7 @@ impl Scheduler {
             Scheduler::Default(s) => s.shutdown(),
             Scheduler::Dynamic(s) => s.shutdown(),
             Scheduler::Sequence(s) => s.shutdown(),
+            Scheduler::Ensemble(e) => e.ensemble.drain(),
         }
     }
 }

@@ -1,0 +1,133 @@
+//! Building an ensemble's step graph from `ensemble_scheduling`, with the checks Triton makes at
+//! load: known and available composing models, known step inputs and outputs, every consumed tensor
+//! produced exactly once, no cycles, matching datatypes and shapes, every ensemble output produced.
+use std::collections::HashMap;
+
+use super::{Ensemble, Step};
+use crate::config::ModelConfig;
+use crate::repository::ModelTable;
+use crate::tensor::{DataType, shape_string};
+
+/// A tensor of the graph: its datatype and dims (without the batch dimension), and who makes it.
+struct Produced {
+    datatype: DataType,
+    dims: Vec<i64>,
+    /// `None`: an ensemble input.
+    step: Option<usize>,
+}
+
+fn dims_compatible(a: &[i64], b: &[i64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x == -1 || *y == -1 || x == y)
+}
+
+impl Ensemble {
+    /// Builds and checks the graph; an error is the reason the ensemble is unavailable, naming the
+    /// step at fault.
+    pub fn build(config: &ModelConfig, models: &ModelTable) -> Result<Ensemble, String> {
+        let scheduling = crate::config::ensemble_scheduling(config).ok_or("missing ensemble_scheduling")?;
+        let mut tensors: HashMap<String, Produced> = HashMap::new();
+        for input in &config.input {
+            let datatype = DataType::from_config(input.data_type).ok_or("invalid input datatype")?;
+            tensors.insert(input.name.clone(), Produced { datatype, dims: input.dims.clone(), step: None });
+        }
+        let mut steps = Vec::with_capacity(scheduling.step.len());
+        for (i, s) in scheduling.step.iter().enumerate() {
+            let at = format!("step {i} (model '{}')", s.model_name);
+            if s.model_name == config.name {
+                return Err(format!("{at}: an ensemble cannot contain itself"));
+            }
+            // -1 (and 0, which no version folder can have) means the latest version.
+            let version = (s.model_version > 0).then_some(s.model_version);
+            let model = models.version(&s.model_name, version).map_err(|e| format!("{at}: {}", e.message))?;
+            let mut inputs: Vec<(String, String)> = s.input_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut outputs: Vec<(String, String)> = s.output_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            inputs.sort();
+            outputs.sort();
+            for (step_input, _) in &inputs {
+                if !model.io.inputs.iter().any(|t| &t.name == step_input) {
+                    return Err(format!("{at}: the model has no input '{step_input}'"));
+                }
+            }
+            if let Some(missing) =
+                model.io.inputs.iter().find(|t| !t.optional && !inputs.iter().any(|(k, _)| k == &t.name))
+            {
+                return Err(format!("{at}: the model's input '{}' is not mapped", missing.name));
+            }
+            for (step_output, tensor) in &outputs {
+                let out = model
+                    .io
+                    .output(step_output)
+                    .ok_or_else(|| format!("{at}: the model has no output '{step_output}'"))?;
+                let produced = Produced { datatype: out.datatype, dims: out.dims.clone(), step: Some(i) };
+                if let Some(previous) = tensors.insert(tensor.clone(), produced) {
+                    let by = match previous.step {
+                        Some(p) => format!("step {p}"),
+                        None => "an ensemble input".into(),
+                    };
+                    return Err(format!("{at}: tensor '{tensor}' is already produced by {by}"));
+                }
+            }
+            steps.push(Step { model: s.model_name.clone(), version, inputs, outputs, depends_on: Vec::new() });
+        }
+        // Every consumed tensor is produced, with a matching datatype and shape.
+        for (i, step) in steps.iter_mut().enumerate() {
+            let at = format!("step {i} (model '{}')", step.model);
+            let model = models.version(&step.model, step.version).map_err(|e| e.message)?;
+            for (step_input, tensor) in &step.inputs {
+                let p = tensors.get(tensor).ok_or_else(|| {
+                    format!("{at}: input '{step_input}' consumes tensor '{tensor}', which nothing produces")
+                })?;
+                let wanted = model.io.inputs.iter().find(|t| &t.name == step_input).ok_or("unreachable")?;
+                if p.datatype != wanted.datatype {
+                    return Err(format!(
+                        "{at}: tensor '{tensor}' is {} but input '{step_input}' expects {}",
+                        p.datatype, wanted.datatype
+                    ));
+                }
+                if !dims_compatible(&p.dims, &wanted.dims) {
+                    return Err(format!(
+                        "{at}: tensor '{tensor}' has dims {} but input '{step_input}' expects {}",
+                        shape_string(&p.dims),
+                        shape_string(&wanted.dims)
+                    ));
+                }
+                if let Some(producer) = p.step
+                    && !step.depends_on.contains(&producer)
+                {
+                    step.depends_on.push(producer);
+                }
+            }
+        }
+        check_acyclic(&steps)?;
+        for output in &config.output {
+            let p = tensors
+                .get(&output.name)
+                .ok_or_else(|| format!("ensemble output '{}' is not produced by any step", output.name))?;
+            let datatype = DataType::from_config(output.data_type).ok_or("invalid output datatype")?;
+            if p.datatype != datatype {
+                return Err(format!(
+                    "ensemble output '{}' is {} but a step produces {}",
+                    output.name, datatype, p.datatype
+                ));
+            }
+        }
+        Ok(Ensemble::new(config, steps))
+    }
+}
+
+/// Rejects steps that depend on each other in a circle, naming them.
+fn check_acyclic(steps: &[Step]) -> Result<(), String> {
+    let mut done = vec![false; steps.len()];
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for (i, step) in steps.iter().enumerate() {
+            if !done[i] && step.depends_on.iter().all(|d| done[*d]) {
+                done[i] = true;
+                progress = true;
+            }
+        }
+    }
+    let stuck: Vec<String> = (0..steps.len()).filter(|i| !done[*i]).map(|i| i.to_string()).collect();
+    if stuck.is_empty() { Ok(()) } else { Err(format!("steps {} depend on each other in a cycle", stuck.join(", "))) }
+}

@@ -1,0 +1,309 @@
+//! Ensembles through the public surface: chained and fan-out/fan-in DAGs, steps running in
+//! parallel, batching across ensemble requests inside a step, a stateful step, nested ensembles,
+//! a failing step, load-time validation and statistics.
+mod common;
+
+use std::thread::JoinHandle;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// Triton's `ensemble_add_sub`: two chained `simple` steps, A, B → SUM2 = 2A, DIFF2 = 2B.
+const ADD_SUB_TWICE: &str = r#"name: "add_sub_twice"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM2" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF2" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
+    { model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
+      output_map { key: "OUTPUT0" value: "SUM2" } output_map { key: "OUTPUT1" value: "DIFF2" } }
+  ]
+}"#;
+
+fn ab(a: i32, b: i32) -> Value {
+    json!({"inputs": [
+        {"name": "A", "shape": [1, 16], "datatype": "INT32", "data": vec![a; 16]},
+        {"name": "B", "shape": [1, 16], "datatype": "INT32", "data": vec![b; 16]}
+    ]})
+}
+
+fn out(r: &Resp, name: &str) -> Vec<i64> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let o = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap_or_else(|| panic!("{name}"));
+    o["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
+}
+
+fn post(s: &Server, model: &str, body: Value) -> JoinHandle<Resp> {
+    let (port, path) = (s.port, format!("/v2/models/{model}/infer"));
+    std::thread::spawn(move || http(port, "POST", &path, &[], body.to_string().as_bytes()))
+}
+
+fn stats(s: &Server, model: &str) -> Value {
+    s.get(&format!("/v2/models/{model}/stats")).json()["model_stats"][0].clone()
+}
+
+#[test]
+fn chained_and_nested_ensembles_with_statistics() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.model("add_sub_twice", ADD_SUB_TWICE, &["1"]);
+    // Nested: the outer ensemble runs the inner one, then `simple` once more.
+    repo.model(
+        "outer",
+        r#"name: "outer"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "Y" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "Z" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "add_sub_twice" model_version: -1
+      input_map { key: "A" value: "X" } input_map { key: "B" value: "Y" }
+      output_map { key: "SUM2" value: "two_x" } output_map { key: "DIFF2" value: "two_y" } },
+    { model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "two_x" } input_map { key: "INPUT1" value: "two_y" }
+      output_map { key: "OUTPUT0" value: "Z" } }
+  ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let r = s.post_json("/v2/models/add_sub_twice/infer", &ab(5, 3));
+    assert_eq!(out(&r, "SUM2"), vec![10; 16]);
+    assert_eq!(out(&r, "DIFF2"), vec![6; 16]);
+    // Only the outputs asked for.
+    let mut only = ab(1, 2);
+    only["outputs"] = json!([{"name": "DIFF2"}]);
+    let r = s.post_json("/v2/models/add_sub_twice/infer", &only);
+    assert_eq!(r.json()["outputs"].as_array().unwrap().len(), 1);
+    assert_eq!(out(&r, "DIFF2"), vec![4; 16]);
+    let body = json!({"inputs": [
+        {"name": "X", "shape": [1, 16], "datatype": "INT32", "data": vec![5; 16]},
+        {"name": "Y", "shape": [1, 16], "datatype": "INT32", "data": vec![3; 16]}
+    ]});
+    let r = s.post_json("/v2/models/outer/infer", &body);
+    assert_eq!(out(&r, "Z"), vec![16; 16], "2x + 2y");
+
+    // One model to clients: metadata, config, readiness, statistics.
+    let meta = s.get("/v2/models/add_sub_twice").json();
+    assert_eq!(meta["platform"], "ensemble");
+    assert_eq!(s.get("/v2/models/add_sub_twice/ready").status, 200);
+    let config = s.get("/v2/models/add_sub_twice/config").json();
+    assert_eq!(config["ensemble_scheduling"]["step"].as_array().unwrap().len(), 2);
+    let e = stats(&s, "add_sub_twice");
+    assert_eq!(e["inference_stats"]["success"]["count"], 3, "two direct requests and one from `outer`");
+    let simple = stats(&s, "simple");
+    assert_eq!(simple["inference_stats"]["success"]["count"], 7, "two steps per add_sub_twice, one more per outer");
+    assert_eq!(stats(&s, "outer")["inference_stats"]["success"]["count"], 1);
+}
+
+#[test]
+fn independent_steps_run_in_parallel_and_fan_in() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.model(
+        "ident",
+        r#"name: "ident"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+instance_group [ { count: 2 } ]"#,
+        &["1"],
+    );
+    repo.model(
+        "fan",
+        r#"name: "fan"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple" input_map { key: "INPUT0" value: "left" } input_map { key: "INPUT1" value: "right" }
+      output_map { key: "OUTPUT0" value: "SUM" } output_map { key: "OUTPUT1" value: "DIFF" } },
+    { model_name: "ident" model_version: 1 input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "left" } },
+    { model_name: "ident" input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "right" } }
+  ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    s.gate("ident", false);
+    let h =
+        post(&s, "fan", json!({"inputs": [{"name": "A", "shape": [1, 16], "datatype": "INT32", "data": vec![7; 16]}]}));
+    // Both identity steps are inside the model at once: they were sent in parallel.
+    s.wait_until("both branches executing", || s.executions("ident").0 == 2);
+    s.gate("ident", true);
+    let r = h.join().unwrap();
+    assert_eq!(out(&r, "SUM"), vec![14; 16]);
+    assert_eq!(out(&r, "DIFF"), vec![0; 16]);
+}
+
+#[test]
+fn requests_of_several_ensemble_requests_batch_inside_a_step() {
+    let repo = Repo::new();
+    repo.model(
+        "probe",
+        r#"name: "probe"
+backend: "batch_probe"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "BATCH" data_type: TYPE_INT32 dims: [ -1 ] } ]
+dynamic_batching { }"#,
+        &["1"],
+    );
+    repo.model(
+        "pipe",
+        r#"name: "pipe"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "COMPOSITION" data_type: TYPE_INT32 dims: [ -1 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "probe" input_map { key: "INPUT0" value: "IN" } output_map { key: "BATCH" value: "COMPOSITION" } } ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let body = |v: i32| json!({"inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [v]}]});
+    let queued = || s.get("/nereus/test/models/probe/executions").json()["queued"].as_u64().unwrap();
+    s.gate("probe", false);
+    let first = post(&s, "pipe", body(1));
+    s.wait_until("the first executing", || s.executions("probe").0 == 1);
+    let second = post(&s, "pipe", body(2));
+    s.wait_until("second queued", || queued() == 1);
+    let third = post(&s, "pipe", body(3));
+    s.wait_until("third queued", || queued() == 2);
+    s.gate("probe", true);
+    assert_eq!(out(&first.join().unwrap(), "COMPOSITION"), [1]);
+    assert_eq!(out(&second.join().unwrap(), "COMPOSITION"), [2, 3]);
+    assert_eq!(out(&third.join().unwrap(), "COMPOSITION"), [2, 3]);
+}
+
+#[test]
+fn a_stateful_step_gets_the_sequence_and_a_failing_step_is_named() {
+    let repo = Repo::new();
+    repo.example("accumulate_state");
+    repo.model(
+        "running",
+        r#"name: "running"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TOTAL" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "accumulate_state" input_map { key: "INPUT" value: "V" } output_map { key: "OUTPUT" value: "TOTAL" } } ]
+}"#,
+        &["1"],
+    );
+    let dir = repo.model("faulty", &faults_config("faulty", ""), &["1"]);
+    install_faults_component(&dir);
+    repo.model(
+        "wrapped",
+        r#"name: "wrapped"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "I" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "O" data_type: TYPE_INT32 dims: [ -1 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "faulty" input_map { key: "INPUT0" value: "I" } output_map { key: "OUTPUT0" value: "O" } } ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let mut total = 0;
+    for (k, v) in [4, 5, 6].into_iter().enumerate() {
+        let body = json!({
+            "parameters": {"sequence_id": 31, "sequence_start": k == 0, "sequence_end": k == 2},
+            "inputs": [{"name": "V", "shape": [1, 1], "datatype": "INT32", "data": [v]}]
+        });
+        total += v;
+        assert_eq!(out(&s.post_json("/v2/models/running/infer", &body), "TOTAL"), [total as i64]);
+    }
+    let mut bad = faults_request("trap");
+    bad["inputs"][0]["name"] = json!("I");
+    let r = s.post_json("/v2/models/wrapped/infer", &bad);
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.error().starts_with("in ensemble 'wrapped', step 0 (model 'faulty'): "), "{}", r.error());
+    assert_eq!(stats(&s, "wrapped")["inference_stats"]["fail"]["count"], 1);
+    // The model behind the failed step keeps serving.
+    let mut fine = faults_request("none");
+    fine["inputs"][0]["name"] = json!("I");
+    assert_eq!(out(&s.post_json("/v2/models/wrapped/infer", &fine), "O"), [1, 2, 3]);
+}
+
+#[test]
+fn invalid_ensembles_are_unavailable_with_the_step_named() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let ensemble = |name: &str, outputs: &str, steps: &str| {
+        repo.model(
+            name,
+            &format!(
+                r#"name: "{name}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "F" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {outputs} ]
+ensemble_scheduling {{ step [ {steps} ] }}"#
+            ),
+            &["1"],
+        );
+    };
+    let out0 = r#"{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }"#;
+    let good_map = r#"output_map { key: "OUTPUT0" value: "S" }"#;
+    ensemble(
+        "unknown_model",
+        out0,
+        &format!(r#"{{ model_name: "nope" input_map {{ key: "INPUT0" value: "A" }} {good_map} }}"#),
+    );
+    ensemble(
+        "unknown_tensor",
+        out0,
+        &format!(
+            r#"{{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }} input_map {{ key: "INPUT1" value: "ghost" }} {good_map} }}"#
+        ),
+    );
+    ensemble(
+        "cycle",
+        out0,
+        r#"{ model_name: "simple" input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "t2" } output_map { key: "OUTPUT0" value: "S" } output_map { key: "OUTPUT1" value: "t1" } },
+           { model_name: "simple" input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "t1" } output_map { key: "OUTPUT1" value: "t2" } }"#,
+    );
+    ensemble(
+        "wrong_type",
+        out0,
+        &format!(
+            r#"{{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }} input_map {{ key: "INPUT1" value: "F" }} {good_map} }}"#
+        ),
+    );
+    ensemble(
+        "unproduced",
+        r#"{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "MISSING" data_type: TYPE_INT32 dims: [ 16 ] }"#,
+        &format!(
+            r#"{{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }} input_map {{ key: "INPUT1" value: "A" }} {good_map} }}"#
+        ),
+    );
+    let s = Server::start(repo.path(), &[]);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    for (model, needle) in [
+        ("unknown_model", "step 0 (model 'nope'): Request for unknown model: 'nope' is not found"),
+        ("unknown_tensor", "step 0 (model 'simple'): input 'INPUT1' consumes tensor 'ghost', which nothing produces"),
+        ("cycle", "steps 0, 1 depend on each other in a cycle"),
+        ("wrong_type", "step 0 (model 'simple'): tensor 'F' is FP32 but input 'INPUT1' expects INT32"),
+        ("unproduced", "ensemble output 'MISSING' is not produced by any step"),
+    ] {
+        let entry = index.as_array().unwrap().iter().find(|m| m["name"] == model).unwrap();
+        assert_eq!(entry["state"], "UNAVAILABLE", "{model}");
+        assert!(entry["reason"].as_str().unwrap().contains(needle), "{model}: {}", entry["reason"]);
+    }
+    // The composing model still serves.
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}
