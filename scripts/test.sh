@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the integration tests that drive the real `nereus` binary, and Triton's
 # own Python HTTP client against `nereus` serving model_repository/. Works on a fresh machine with
-# rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target, pip brings the client.
+# rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target, pip brings the client
+# and ONNX Runtime's library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 target=${CARGO_TARGET_DIR:-$root/target}
+
+echo "== ONNX Runtime (its CPU library from the PyPI wheel, for the onnxruntime backend's tests)"
+NEREUS_ONNXRUNTIME_LIB=${NEREUS_ONNXRUNTIME_LIB:-$(scripts/setup-onnxruntime.sh)}
+export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
 
 echo "== cargo test (unit + integration)"
 cargo test --release --locked

@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Where backend components live as `<dir>/<backend>/<backend>.wasm`.
     #[arg(long = "backend-directory", value_name = "DIR")]
     pub backend_directory: Option<PathBuf>,
+    /// The ONNX Runtime shared library for `onnxruntime` models (default: $NEREUS_ONNXRUNTIME_LIB,
+    /// else ~/.cache/nereus/onnxruntime/libonnxruntime.so as scripts/setup-onnxruntime.sh installs it).
+    #[arg(long = "onnxruntime-library", value_name = "PATH")]
+    pub onnxruntime_library: Option<PathBuf>,
     /// Folder for precompiled components (default: $XDG_CACHE_HOME/nereus or ~/.cache/nereus).
     #[arg(long = "cache-directory", value_name = "DIR")]
     pub cache_directory: Option<PathBuf>,

@@ -24,6 +24,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let server = Server::start(ServerOptions {
         model_repositories: args.model_repository.clone(),
         backend_directory: args.backend_directory.clone(),
+        onnxruntime_library: args
+            .onnxruntime_library
+            .clone()
+            .or_else(|| std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(Into::into))
+            .or_else(nereus::backend::onnx::default_library),
         cache_directory: args.cache_directory(),
         strict_readiness: args.strict_readiness,
         test_hooks: args.test_hooks,

@@ -127,7 +127,7 @@ impl ModelVersion {
         io: Arc<IoSpec>,
         health: Arc<Health>,
         instances: Vec<Box<dyn crate::backend::BackendInstance>>,
-        teardown: WasmModelTeardown,
+        teardown: Option<WasmModelTeardown>,
         setup: SchedulerSetup,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
@@ -155,7 +155,7 @@ impl ModelVersion {
             probe,
             stats,
             scheduler,
-            teardown: Mutex::new(Some(teardown)),
+            teardown: Mutex::new(teardown),
         }
     }
 

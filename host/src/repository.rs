@@ -103,6 +103,7 @@ pub struct LoadContext {
     pub runtime: Arc<WasmRuntime>,
     pub registry: Arc<BackendRegistry>,
     pub backend_dir: Option<PathBuf>,
+    pub onnxruntime_library: Option<PathBuf>,
     pub gpu_count: usize,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
@@ -274,6 +275,19 @@ fn load_version(
     instances: &[crate::backend::InstanceDesc],
     sequence: &Option<SequenceRules>,
 ) -> Result<ModelVersion, String> {
+    let setup = SchedulerSetup { instance_poll: ctx.instance_poll, sequence: sequence.clone() };
+    if backend == "onnxruntime" {
+        let file = match config.default_model_filename.as_str() {
+            "" => "model.onnx",
+            name => name,
+        };
+        let model_file = dir.join(version.to_string()).join(file);
+        let library = ctx.onnxruntime_library.as_deref();
+        let instances =
+            crate::backend::onnx::load_instances(config, version, &model_file, library, instances, io.clone())?;
+        let health = Arc::new(Health::default());
+        return Ok(ModelVersion::new(config.clone(), version, io.clone(), health, instances, None, setup));
+    }
     let bytes: std::borrow::Cow<'static, [u8]> =
         match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
             ComponentSource::File(path) => {
@@ -300,13 +314,5 @@ fn load_version(
         instances,
         health: health.clone(),
     })?;
-    Ok(ModelVersion::new(
-        config.clone(),
-        version,
-        io.clone(),
-        health,
-        loaded.instances,
-        loaded.teardown,
-        SchedulerSetup { instance_poll: ctx.instance_poll, sequence: sequence.clone() },
-    ))
+    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, Some(loaded.teardown), setup))
 }

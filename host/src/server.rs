@@ -29,6 +29,8 @@ pub const EXTENSIONS: &[&str] = &[
 pub struct ServerOptions {
     pub model_repositories: Vec<PathBuf>,
     pub backend_directory: Option<PathBuf>,
+    /// The ONNX Runtime library `onnxruntime` models load (none: they are UNAVAILABLE).
+    pub onnxruntime_library: Option<PathBuf>,
     /// Where compiled components are cached; `None` disables the disk cache.
     pub cache_directory: Option<PathBuf>,
     /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
@@ -56,6 +58,7 @@ impl Server {
             runtime: runtime.clone(),
             registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
+            onnxruntime_library: options.onnxruntime_library.clone(),
             gpu_count: 0,
             instance_poll: options.instance_poll,
             models: models.clone(),

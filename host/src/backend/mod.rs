@@ -1,6 +1,7 @@
 //! Backends: what executes a model's batches. The scheduler hands batches to instances through
 //! [`BackendInstance`] and never knows which backend runs them.
 pub mod batch;
+pub mod onnx;
 pub mod wasm;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,281 @@
+//! The ONNX Runtime backend (backend `onnxruntime`, platform `onnxruntime_onnx`), native in the
+//! host. ONNX Runtime is loaded at run time from a shared library (never downloaded at build time):
+//! `--onnxruntime-library`, else `NEREUS_ONNXRUNTIME_LIB`, else the one `scripts/setup-onnxruntime.sh`
+//! installs. Without it, ONNX models are UNAVAILABLE with the reason and everything else serves.
+//!
+//! Each instance owns an ORT session. A batch's inputs are gathered along the batch dimension
+//! with one copy ([`super::batch`]), run once, and the outputs split back per request without
+//! copying. Session options follow Triton's ORT backend: `parameters` `intra_op_thread_count` and
+//! `inter_op_thread_count`, and `optimization { graph { level } }` (-1 disables graph
+//! optimisations, 1 enables the basic ones, anything else all of them).
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use bytes::Bytes;
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::{DynValue, TensorElementType, ValueType};
+
+use super::batch::{gather, scatter};
+use super::{BackendInstance, InstanceDesc};
+use crate::config::ModelConfig;
+use crate::error::InferError;
+use crate::request::{InferenceResponse, Job, Tensor};
+use crate::stats::ExecutionTimes;
+use crate::tensor::{DataType, bytes_elements};
+use crate::validate::{IoSpec, check_output};
+
+/// Where `scripts/setup-onnxruntime.sh` installs the library, under the user's cache.
+pub fn default_library() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    Some(PathBuf::from(home).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
+}
+
+static RUNTIME: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+
+/// Loads ONNX Runtime once per process; later calls return the first outcome.
+fn runtime(library: Option<&Path>) -> Result<&'static ort::environment::Environment, String> {
+    let outcome = RUNTIME.get_or_init(|| {
+        let path = library.ok_or(
+            "no ONNX Runtime library: pass --onnxruntime-library or set NEREUS_ONNXRUNTIME_LIB \
+             (scripts/setup-onnxruntime.sh installs one)",
+        )?;
+        if !path.is_file() {
+            return Err(format!("the ONNX Runtime library {} does not exist", path.display()));
+        }
+        let builder =
+            ort::init_from(path).map_err(|e| format!("cannot load ONNX Runtime from {}: {e}", path.display()))?;
+        builder.with_name("nereus").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))
+    });
+    outcome.as_ref().map_err(Clone::clone)
+}
+
+/// Creates one session per instance for `model_file`.
+pub fn load_instances(
+    config: &ModelConfig,
+    version: i64,
+    model_file: &Path,
+    library: Option<&Path>,
+    instances: &[InstanceDesc],
+    io: Arc<IoSpec>,
+) -> Result<Vec<Box<dyn BackendInstance>>, String> {
+    let environment = runtime(library)?;
+    if !model_file.is_file() {
+        return Err(format!("model file {} does not exist", model_file.display()));
+    }
+    let threads = |key: &str| -> Result<Option<usize>, String> {
+        match config.parameters.get(key) {
+            None => Ok(None),
+            Some(p) => p
+                .string_value
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("parameter '{key}' must be a non-negative integer")),
+        }
+    };
+    let (intra, inter) = (threads("intra_op_thread_count")?, threads("inter_op_thread_count")?);
+    let level = match config.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level) {
+        Some(-1) => GraphOptimizationLevel::Disable,
+        Some(1) => GraphOptimizationLevel::Level1,
+        _ => GraphOptimizationLevel::All,
+    };
+    let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
+    let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
+    for desc in instances {
+        let fail = |e: String| format!("instance '{}': {e}", desc.name);
+        let mut builder = Session::builder(environment).map_err(|e| fail(e.to_string()))?;
+        if let Some(n) = intra {
+            builder = builder.with_intra_threads(n).map_err(|e| fail(e.to_string()))?;
+        }
+        if let Some(n) = inter {
+            builder = builder.with_inter_threads(n).map_err(|e| fail(e.to_string()))?;
+        }
+        builder = builder.with_optimization_level(level).map_err(|e| fail(e.to_string()))?;
+        let session = builder
+            .commit_from_file(model_file)
+            .map_err(|e| fail(format!("cannot load {}: {e}", model_file.display())))?;
+        let session_inputs: Vec<String> = session.inputs().iter().map(|i| i.name().to_string()).collect();
+        for input in &io.inputs {
+            if !session_inputs.contains(&input.name) {
+                return Err(format!("the model has no input '{}' (it has {:?})", input.name, session_inputs));
+            }
+        }
+        out.push(Box::new(OnnxInstance {
+            session,
+            io: io.clone(),
+            version,
+            ragged: ragged.clone(),
+            label: format!("model '{}' instance '{}'", config.name, desc.name),
+        }));
+    }
+    Ok(out)
+}
+
+struct OnnxInstance {
+    session: Session,
+    io: Arc<IoSpec>,
+    version: i64,
+    ragged: Vec<String>,
+    label: String,
+}
+
+impl BackendInstance for OnnxInstance {
+    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
+        let start = Instant::now();
+        let mut times = ExecutionTimes::default();
+        if let Err(message) = self.run(jobs, &mut times) {
+            let error = InferError::internal(format!("{}: {message}", self.label));
+            for job in jobs.iter_mut() {
+                job.fail(error.clone());
+            }
+        }
+        if times.infer.is_zero() {
+            times.infer = start.elapsed();
+        }
+        times
+    }
+
+    fn finalize(self: Box<Self>) {}
+}
+
+impl OnnxInstance {
+    fn run(&mut self, jobs: &mut [Job], times: &mut ExecutionTimes) -> Result<(), String> {
+        let t0 = Instant::now();
+        let batching = self.io.max_batch_size > 0;
+        // Every input the requests carry (model inputs, and control and state tensors the sequence
+        // batcher added), gathered along the batch dimension.
+        let names: Vec<String> =
+            jobs.first().map(|j| j.request.inputs.iter().map(|t| t.name.clone()).collect()).unwrap_or_default();
+        let mut inputs: Vec<(String, DynValue)> = Vec::with_capacity(names.len());
+        for name in &names {
+            let ragged = self.ragged.contains(name);
+            let tensor = gather(jobs, name, ragged).map_err(|e| e.message)?;
+            inputs.push((name.clone(), to_value(&tensor)?));
+        }
+        let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
+        let t1 = Instant::now();
+        let outputs = self.session.run(inputs).map_err(|e| e.to_string())?;
+        let t2 = Instant::now();
+        let mut per_job: Vec<Vec<Tensor>> = vec![Vec::new(); jobs.len()];
+        for (name, value) in outputs.iter() {
+            let wanted = jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
+                || self.io.is_state_output(name);
+            if !wanted {
+                continue;
+            }
+            let tensor = from_value(name, &value)?;
+            let parts = if batching { scatter(&tensor, &batch_sizes).map_err(|e| e.message)? } else { vec![tensor] };
+            for ((out, job), part) in per_job.iter_mut().zip(jobs.iter()).zip(parts) {
+                if job.request.requested_outputs.iter().any(|o| o == name) || self.io.is_state_output(name) {
+                    out.push(part);
+                }
+            }
+        }
+        drop(outputs);
+        for ((job, outputs), batch) in jobs.iter_mut().zip(per_job).zip(&batch_sizes) {
+            let mut checked = Vec::with_capacity(outputs.len());
+            for t in outputs {
+                let shape = check_output(&self.io, &t, *batch)?;
+                checked.push(Tensor { shape, ..t });
+            }
+            let response = InferenceResponse {
+                model_name: self.io.model_name.clone(),
+                model_version: self.version,
+                id: job.request.id.clone(),
+                parameters: Vec::new(),
+                outputs: checked,
+            };
+            job.sender.send_final(Ok(response));
+        }
+        *times = ExecutionTimes { input: t1 - t0, infer: t2 - t1, output: t2.elapsed() };
+        Ok(())
+    }
+}
+
+/// Little-endian element bytes as a typed vector.
+fn numbers<T, const N: usize>(data: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    data.chunks_exact(N)
+        .map(|c| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            from(b)
+        })
+        .collect()
+}
+
+/// A host tensor as an ORT value (one copy into ORT-owned memory).
+fn to_value(t: &Tensor) -> Result<DynValue, String> {
+    use ort::value::Tensor as OrtTensor;
+    let shape = t.shape.clone();
+    let d = &t.data[..];
+    let value = match t.datatype {
+        DataType::Bool => {
+            OrtTensor::from_array((shape, d.iter().map(|b| *b != 0).collect::<Vec<bool>>())).map(|v| v.into_dyn())
+        }
+        DataType::Uint8 => OrtTensor::from_array((shape, d.to_vec())).map(|v| v.into_dyn()),
+        DataType::Int8 => OrtTensor::from_array((shape, numbers(d, i8::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint16 => OrtTensor::from_array((shape, numbers(d, u16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int16 => OrtTensor::from_array((shape, numbers(d, i16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint32 => OrtTensor::from_array((shape, numbers(d, u32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int32 => OrtTensor::from_array((shape, numbers(d, i32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint64 => OrtTensor::from_array((shape, numbers(d, u64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int64 => OrtTensor::from_array((shape, numbers(d, i64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp32 => OrtTensor::from_array((shape, numbers(d, f32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp64 => OrtTensor::from_array((shape, numbers(d, f64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Bytes => {
+            let strings = bytes_elements(d)
+                .map(|e| {
+                    let e = e.map_err(str::to_string)?;
+                    String::from_utf8(e.to_vec()).map_err(|_| format!("input '{}' holds a non-UTF-8 string", t.name))
+                })
+                .collect::<Result<Vec<String>, String>>()?;
+            OrtTensor::from_string_array((shape, strings.as_slice())).map(|v| v.into_dyn())
+        }
+        other => return Err(format!("input '{}': datatype {other} is not supported by this backend yet", t.name)),
+    };
+    value.map_err(|e| format!("input '{}': {e}", t.name))
+}
+
+/// An ORT output as a host tensor.
+fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
+    let ValueType::Tensor { ty, .. } = value.dtype() else {
+        return Err(format!("output '{name}' is not a tensor"));
+    };
+    let err = |e: ort::Error| format!("output '{name}': {e}");
+    macro_rules! num {
+        ($t:ty, $dt:expr) => {{
+            let (shape, data) = value.try_extract_tensor::<$t>().map_err(err)?;
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (shape.iter().copied().collect::<Vec<i64>>(), $dt, bytes)
+        }};
+    }
+    let (shape, datatype, bytes) = match ty {
+        TensorElementType::Bool => {
+            let (shape, data) = value.try_extract_tensor::<bool>().map_err(err)?;
+            (shape.iter().copied().collect(), DataType::Bool, data.iter().map(|b| u8::from(*b)).collect())
+        }
+        TensorElementType::Uint8 => num!(u8, DataType::Uint8),
+        TensorElementType::Int8 => num!(i8, DataType::Int8),
+        TensorElementType::Uint16 => num!(u16, DataType::Uint16),
+        TensorElementType::Int16 => num!(i16, DataType::Int16),
+        TensorElementType::Uint32 => num!(u32, DataType::Uint32),
+        TensorElementType::Int32 => num!(i32, DataType::Int32),
+        TensorElementType::Uint64 => num!(u64, DataType::Uint64),
+        TensorElementType::Int64 => num!(i64, DataType::Int64),
+        TensorElementType::Float32 => num!(f32, DataType::Fp32),
+        TensorElementType::Float64 => num!(f64, DataType::Fp64),
+        TensorElementType::String => {
+            let (shape, strings) = value.try_extract_strings().map_err(err)?;
+            let mut bytes = Vec::new();
+            for s in strings {
+                bytes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(s.as_bytes());
+            }
+            (shape.iter().copied().collect(), DataType::Bytes, bytes)
+        }
+        other => return Err(format!("output '{name}': element type {other:?} is not supported by this backend yet")),
+    };
+    Ok(Tensor { name: name.to_string(), datatype, shape, data: Bytes::from(bytes) })
+}

@@ -1,0 +1,159 @@
+//! The ONNX Runtime backend on Triton's own example models (../shared/triton_example_models, copied
+//! into `tests/onnx_models`), served unchanged: plain, INT8, the dynamic batcher gathering a batch,
+//! and the sequence batcher feeding control tensors. `scripts/test.sh` installs ONNX Runtime and sets
+//! NEREUS_ONNXRUNTIME_LIB; without it these tests say so and skip, unless NEREUS_REQUIRE_ONNXRUNTIME
+//! is set (as the test script does), when they fail.
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn library() -> Option<PathBuf> {
+    let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
+        })
+        .filter(|p| p.exists());
+    if lib.is_none() {
+        assert!(
+            std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(),
+            "NEREUS_REQUIRE_ONNXRUNTIME is set but no ONNX Runtime library was found (run scripts/setup-onnxruntime.sh)"
+        );
+        eprintln!("skipping: no ONNX Runtime library (scripts/setup-onnxruntime.sh installs one)");
+    }
+    lib
+}
+
+fn models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/onnx_models")
+}
+
+/// Copies an example model, optionally appending to its configuration.
+fn example(repo: &Repo, name: &str, extra: &str) {
+    let src = models().join(name);
+    let config = std::fs::read_to_string(src.join("config.pbtxt")).unwrap() + extra;
+    let dir = repo.model(name, &config, &["1"]);
+    std::fs::copy(src.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+}
+
+fn data(r: &Resp, name: &str) -> Vec<i64> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let o = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap().clone();
+    o["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
+}
+
+fn pair(datatype: &str, a: &[i64], b: &[i64]) -> Value {
+    json!({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": datatype, "data": a},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": datatype, "data": b}
+    ]})
+}
+
+#[test]
+fn tritons_example_models_run_unchanged() {
+    let Some(lib) = library() else { return };
+    let repo = Repo::new();
+    example(&repo, "simple", "");
+    example(&repo, "simple_int8", "");
+    example(&repo, "simple_string", "");
+    example(&repo, "simple_sequence", "");
+    example(&repo, "simple_dyna_sequence", "");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let a: Vec<i64> = (0..16).collect();
+    let b = vec![3; 16];
+    for (model, dt) in [("simple", "INT32"), ("simple_int8", "INT8")] {
+        let r = s.post_json(&format!("/v2/models/{model}/infer"), &pair(dt, &a, &b));
+        assert_eq!(data(&r, "OUTPUT0"), a.iter().map(|x| x + 3).collect::<Vec<_>>(), "{model}");
+        assert_eq!(data(&r, "OUTPUT1"), a.iter().map(|x| x - 3).collect::<Vec<_>>(), "{model}");
+    }
+    // BYTES (TYPE_STRING) tensors: decimal integers as strings.
+    let text = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let body = json!({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "BYTES", "data": text(&a)},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "BYTES", "data": text(&b)}
+    ]});
+    let r = s.post_json("/v2/models/simple_string/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sums: Vec<String> =
+        r.json()["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert_eq!(sums, text(&a.iter().map(|x| x + 3).collect::<Vec<_>>()));
+    // Only the outputs asked for.
+    let mut one = pair("INT32", &a, &b);
+    one["outputs"] = json!([{"name": "OUTPUT1"}]);
+    let r = s.post_json("/v2/models/simple/infer", &one);
+    assert_eq!(r.json()["outputs"].as_array().unwrap().len(), 1);
+    // A wrong datatype is the client's error, before ONNX Runtime sees it.
+    assert_eq!(s.post_json("/v2/models/simple/infer", &pair("INT8", &a, &b)).status, 400);
+
+    // simple_sequence: OUTPUT = (INPUT + START) × READY, per request.
+    let seq = |model: &str, id: u64, v: i64, start: bool, end: bool| {
+        let body = json!({
+            "parameters": {"sequence_id": id, "sequence_start": start, "sequence_end": end},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [v]}]
+        });
+        data(&s.post_json(&format!("/v2/models/{model}/infer"), &body), "OUTPUT")[0]
+    };
+    assert_eq!(seq("simple_sequence", 11, 5, true, false), 6);
+    assert_eq!(seq("simple_sequence", 11, 5, false, false), 5);
+    assert_eq!(seq("simple_sequence", 11, 2, false, true), 2);
+    // simple_dyna_sequence (oldest): OUTPUT = (INPUT + START + END × CORRID) × READY.
+    assert_eq!(seq("simple_dyna_sequence", 1000, 5, true, false), 6);
+    assert_eq!(seq("simple_dyna_sequence", 1000, 5, false, false), 5);
+    assert_eq!(seq("simple_dyna_sequence", 1000, 5, false, true), 1005);
+}
+
+#[test]
+fn the_dynamic_batcher_gathers_requests_into_one_execution() {
+    let Some(lib) = library() else { return };
+    let repo = Repo::new();
+    example(&repo, "simple", "dynamic_batching { }");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    s.gate("simple", false);
+    let port = s.port;
+    let send = move |k: i64| {
+        std::thread::spawn(move || {
+            let body = pair("INT32", &[k; 16], &[1; 16]);
+            http(port, "POST", "/v2/models/simple/infer", &[], body.to_string().as_bytes())
+        })
+    };
+    let queued = || s.get("/nereus/test/models/simple/executions").json()["queued"].as_u64().unwrap();
+    let first = send(100);
+    s.wait_until("first executing", || s.executions("simple").0 == 1);
+    let others: Vec<_> = (1..=3)
+        .map(|k| {
+            let h = send(k);
+            s.wait_until("queued", || queued() == k as u64);
+            h
+        })
+        .collect();
+    s.gate("simple", true);
+    assert_eq!(data(&first.join().unwrap(), "OUTPUT0"), vec![101; 16]);
+    for (k, h) in (1..=3).zip(others) {
+        assert_eq!(data(&h.join().unwrap(), "OUTPUT0"), vec![k + 1; 16]);
+    }
+    let stats = s.get("/v2/models/simple/stats").json()["model_stats"][0].clone();
+    let sizes: Vec<u64> =
+        stats["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [1, 3], "one execution of 1, then one of the 3 queued requests");
+}
+
+#[test]
+fn without_the_library_onnx_models_are_unavailable_and_the_rest_serve() {
+    let repo = Repo::new();
+    example(&repo, "simple", "");
+    repo.example("add_sub_fp32");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", "/nonexistent/libonnxruntime.so"]);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "simple").unwrap().clone();
+    assert_eq!(entry["state"], "UNAVAILABLE");
+    assert!(entry["reason"].as_str().unwrap().contains("/nonexistent/libonnxruntime.so"), "{}", entry["reason"]);
+    let body = json!({"inputs": [
+        {"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]},
+        {"name": "INPUT1", "shape": [2], "datatype": "FP32", "data": [1.0, 1.0]}
+    ]});
+    assert_eq!(s.post_json("/v2/models/add_sub_fp32/infer", &body).status, 200);
+}
