@@ -13,8 +13,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{OutputSelector, RunOptions, Session};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
 use super::batch::{gather, scatter};
@@ -155,8 +155,19 @@ impl OnnxInstance {
             inputs.push((name.clone(), to_value(&tensor)?));
         }
         let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
+        // Only the outputs some request asks for (and implicit state) are computed.
+        let mut selector = OutputSelector::no_default();
+        for output in self.session.outputs() {
+            let name = output.name();
+            if self.io.is_state_output(name)
+                || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
+            {
+                selector = selector.with(name);
+            }
+        }
+        let options = RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector);
         let t1 = Instant::now();
-        let outputs = self.session.run(inputs).map_err(|e| e.to_string())?;
+        let outputs = self.session.run_with_options(inputs, &options).map_err(|e| e.to_string())?;
         let t2 = Instant::now();
         let mut per_job: Vec<Vec<Tensor>> = vec![Vec::new(); jobs.len()];
         for (name, value) in outputs.iter() {
@@ -224,6 +235,8 @@ fn to_value(t: &Tensor) -> Result<DynValue, String> {
         DataType::Int64 => OrtTensor::from_array((shape, numbers(d, i64::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Fp32 => OrtTensor::from_array((shape, numbers(d, f32::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Fp64 => OrtTensor::from_array((shape, numbers(d, f64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp16 => OrtTensor::from_array((shape, numbers(d, half::f16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Bf16 => OrtTensor::from_array((shape, numbers(d, half::bf16::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Bytes => {
             let strings = bytes_elements(d)
                 .map(|e| {
@@ -233,7 +246,6 @@ fn to_value(t: &Tensor) -> Result<DynValue, String> {
                 .collect::<Result<Vec<String>, String>>()?;
             OrtTensor::from_string_array((shape, strings.as_slice())).map(|v| v.into_dyn())
         }
-        other => return Err(format!("input '{}': datatype {other} is not supported by this backend yet", t.name)),
     };
     value.map_err(|e| format!("input '{}': {e}", t.name))
 }
@@ -266,6 +278,8 @@ fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor,
         TensorElementType::Int64 => num!(i64, DataType::Int64),
         TensorElementType::Float32 => num!(f32, DataType::Fp32),
         TensorElementType::Float64 => num!(f64, DataType::Fp64),
+        TensorElementType::Float16 => num!(half::f16, DataType::Fp16),
+        TensorElementType::Bfloat16 => num!(half::bf16, DataType::Bf16),
         TensorElementType::String => {
             let (shape, strings) = value.try_extract_strings().map_err(err)?;
             let mut bytes = Vec::new();
@@ -278,4 +292,62 @@ fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor,
         other => return Err(format!("output '{name}': element type {other:?} is not supported by this backend yet")),
     };
     Ok(Tensor { name: name.to_string(), datatype, shape, data: Bytes::from(bytes) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library the test script installs, if present (required when NEREUS_REQUIRE_ONNXRUNTIME is set).
+    fn environment() -> Option<&'static ort::environment::Environment> {
+        let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(PathBuf::from).or_else(default_library)?;
+        match runtime(Some(&lib)) {
+            Ok(env) => Some(env),
+            Err(e) => {
+                assert!(std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(), "{e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_ort_values() {
+        if environment().is_none() {
+            eprintln!("skipping: no ONNX Runtime library");
+            return;
+        }
+        let mut strings = Vec::new();
+        for s in ["", "héllo", "42"] {
+            strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            strings.extend_from_slice(s.as_bytes());
+        }
+        let cases: Vec<(DataType, Vec<u8>)> = vec![
+            (DataType::Bool, vec![0, 1, 1]),
+            (DataType::Uint8, vec![0, 7, 255]),
+            (DataType::Int8, vec![0x80, 0, 0x7f]),
+            (DataType::Int16, [-2i16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint16, [2u16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Int32, [-5i32, 0, 1 << 30].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint32, [5u32, 0, u32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Int64, [-5i64, 0, i64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint64, [5u64, 0, u64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (
+                DataType::Fp16,
+                [0.5f32, -2.0, 65504.0].iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+            ),
+            (
+                DataType::Bf16,
+                [0.5f32, -2.0, 1e30].iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
+            ),
+            (DataType::Fp32, [0.5f32, -2.0, f32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Fp64, [0.5f64, -2.0, f64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Bytes, strings),
+        ];
+        for (datatype, data) in cases {
+            let t = Tensor { name: "T".into(), datatype, shape: vec![1, 3], data: Bytes::from(data) };
+            let value = to_value(&t).unwrap();
+            let back = from_value("T", &value.view()).unwrap();
+            assert_eq!(back, t, "{datatype}");
+        }
+    }
 }
