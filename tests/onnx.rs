@@ -157,3 +157,46 @@ fn without_the_library_onnx_models_are_unavailable_and_the_rest_serve() {
     ]});
     assert_eq!(s.post_json("/v2/models/add_sub_fp32/infer", &body).status, 200);
 }
+
+#[test]
+fn configurations_are_completed_from_the_model_unless_strict() {
+    let Some(lib) = library() else { return };
+    let repo = Repo::new();
+    // No config.pbtxt at all, and one that gives only the platform and max_batch_size.
+    for (name, config) in [("bare", None), ("partial", Some("platform: \"onnxruntime_onnx\"\nmax_batch_size: 8\n"))] {
+        let dir = repo.path().join(name);
+        std::fs::create_dir_all(dir.join("1")).unwrap();
+        std::fs::copy(models().join("simple/1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+        if let Some(text) = config {
+            std::fs::write(dir.join("config.pbtxt"), text).unwrap();
+        }
+    }
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let a: Vec<i64> = (0..16).collect();
+    for (name, max_batch_size) in [("bare", 4), ("partial", 8)] {
+        let config = s.get(&format!("/v2/models/{name}/config")).json();
+        assert_eq!(config["platform"], "onnxruntime_onnx", "{name}");
+        assert_eq!(config["max_batch_size"], max_batch_size, "{name}");
+        let inputs: Vec<(String, String, Value)> = config["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (i["name"].as_str().unwrap().into(), i["data_type"].as_str().unwrap().into(), i["dims"].clone()))
+            .collect();
+        assert_eq!(
+            inputs,
+            [("INPUT0".into(), "TYPE_INT32".into(), json!([16])), ("INPUT1".into(), "TYPE_INT32".into(), json!([16]))],
+            "{name}"
+        );
+        assert!(config["dynamic_batching"].is_object(), "max_batch_size > 1 and no scheduler: dynamic batching on");
+        let r = s.post_json(&format!("/v2/models/{name}/infer"), &pair("INT32", &a, &[1; 16]));
+        assert_eq!(data(&r, "OUTPUT0"), a.iter().map(|x| x + 1).collect::<Vec<_>>(), "{name}");
+    }
+    drop(s);
+    let strict =
+        Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap(), "--strict-model-config=true"]);
+    let index = strict.post_json("/v2/repository/index", &json!({})).json();
+    let bare = index.as_array().unwrap().iter().find(|m| m["name"] == "bare").unwrap().clone();
+    assert_eq!(bare["state"], "UNAVAILABLE");
+    assert!(bare["reason"].as_str().unwrap().contains("config.pbtxt"), "{}", bare["reason"]);
+}

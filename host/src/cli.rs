@@ -37,6 +37,12 @@ pub struct ServeArgs {
     /// else ~/.cache/nereus/onnxruntime/libonnxruntime.so as scripts/setup-onnxruntime.sh installs it).
     #[arg(long = "onnxruntime-library", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
+    /// tritonserver's flag: with `true`, configurations are not auto-completed from the models.
+    #[arg(long = "strict-model-config", default_value_t = false, action = ArgAction::Set)]
+    pub strict_model_config: bool,
+    /// Do not auto-complete configurations from the models (instance groups are still filled in).
+    #[arg(long = "disable-auto-complete-config")]
+    pub disable_auto_complete_config: bool,
     /// Folder for precompiled components (default: $XDG_CACHE_HOME/nereus or ~/.cache/nereus).
     #[arg(long = "cache-directory", value_name = "DIR")]
     pub cache_directory: Option<PathBuf>,

@@ -29,6 +29,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(Into::into))
             .or_else(nereus::backend::onnx::default_library),
+        autocomplete: !args.strict_model_config && !args.disable_auto_complete_config,
         cache_directory: args.cache_directory(),
         strict_readiness: args.strict_readiness,
         test_hooks: args.test_hooks,

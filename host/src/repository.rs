@@ -104,6 +104,8 @@ pub struct LoadContext {
     pub registry: Arc<BackendRegistry>,
     pub backend_dir: Option<PathBuf>,
     pub onnxruntime_library: Option<PathBuf>,
+    /// Complete configurations from the models (ONNX) where they leave things out.
+    pub autocomplete: bool,
     pub gpu_count: usize,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
@@ -180,9 +182,41 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
 
 /// Reads and validates `<dir>/config.pbtxt`.
 pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
+    read_config_with(name, dir, gpu_count, None)
+}
+
+/// How to auto-complete configurations while loading (`None`: off).
+pub struct AutoComplete<'a> {
+    pub onnxruntime_library: Option<&'a Path>,
+}
+
+/// Reads `<dir>/config.pbtxt`, auto-completes it from the model where that is on and the model is
+/// ONNX (an ONNX model may then have no `config.pbtxt` at all), and validates it.
+fn read_config_with(
+    name: &str,
+    dir: &Path,
+    gpu_count: usize,
+    auto: Option<&AutoComplete>,
+) -> Result<ModelConfig, String> {
     let path = dir.join("config.pbtxt");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (config, lines) = parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?;
+    let latest = version_dirs(dir).last().copied();
+    let onnx_file = |config: &ModelConfig| {
+        let file = if config.default_model_filename.is_empty() { "model.onnx" } else { &config.default_model_filename };
+        latest.map(|v| dir.join(v.to_string()).join(file)).filter(|p| p.is_file())
+    };
+    let (mut config, lines) = match std::fs::read_to_string(&path) {
+        Ok(text) => parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?,
+        Err(_) if auto.is_some() && onnx_file(&ModelConfig::default()).is_some() => {
+            (ModelConfig { platform: "onnxruntime_onnx".into(), ..Default::default() }, Default::default())
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
+    if let (Some(auto), true) = (auto, is_onnx)
+        && let Some(file) = onnx_file(&config)
+    {
+        crate::backend::onnx_autocomplete::complete(&mut config, &file, auto.onnxruntime_library)?;
+    }
     normalize_and_validate(config, name, gpu_count)
         .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
@@ -205,7 +239,8 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
 
 /// Loads one model: its configuration, then each version the policy selects.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
-    let config = match read_config(name, dir, ctx.gpu_count) {
+    let auto = ctx.autocomplete.then(|| AutoComplete { onnxruntime_library: ctx.onnxruntime_library.as_deref() });
+    let config = match read_config_with(name, dir, ctx.gpu_count, auto.as_ref()) {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };

@@ -31,6 +31,9 @@ pub struct ServerOptions {
     pub backend_directory: Option<PathBuf>,
     /// The ONNX Runtime library `onnxruntime` models load (none: they are UNAVAILABLE).
     pub onnxruntime_library: Option<PathBuf>,
+    /// Complete ONNX models' configurations from the models (`--disable-auto-complete-config` and
+    /// `--strict-model-config=true` turn it off).
+    pub autocomplete: bool,
     /// Where compiled components are cached; `None` disables the disk cache.
     pub cache_directory: Option<PathBuf>,
     /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
@@ -59,6 +62,7 @@ impl Server {
             registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
             onnxruntime_library: options.onnxruntime_library.clone(),
+            autocomplete: options.autocomplete,
             gpu_count: 0,
             instance_poll: options.instance_poll,
             models: models.clone(),

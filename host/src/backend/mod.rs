@@ -2,6 +2,7 @@
 //! [`BackendInstance`] and never knows which backend runs them.
 pub mod batch;
 pub mod onnx;
+pub mod onnx_autocomplete;
 pub mod wasm;
 
 use std::path::{Path, PathBuf};

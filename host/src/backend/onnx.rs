@@ -35,7 +35,7 @@ pub fn default_library() -> Option<PathBuf> {
 static RUNTIME: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
 
 /// Loads ONNX Runtime once per process; later calls return the first outcome.
-fn runtime(library: Option<&Path>) -> Result<&'static ort::environment::Environment, String> {
+pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environment::Environment, String> {
     let outcome = RUNTIME.get_or_init(|| {
         let path = library.ok_or(
             "no ONNX Runtime library: pass --onnxruntime-library or set NEREUS_ONNXRUNTIME_LIB \
