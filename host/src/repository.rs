@@ -239,7 +239,7 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
 
 /// Loads one model: its configuration, then each version the policy selects.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
-    let auto = ctx.autocomplete.then(|| AutoComplete { onnxruntime_library: ctx.onnxruntime_library.as_deref() });
+    let auto = ctx.autocomplete.then_some(AutoComplete { onnxruntime_library: ctx.onnxruntime_library.as_deref() });
     let config = match read_config_with(name, dir, ctx.gpu_count, auto.as_ref()) {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
