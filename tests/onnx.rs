@@ -100,6 +100,16 @@ fn tritons_example_models_run_unchanged() {
     assert_eq!(seq("simple_sequence", 11, 5, true, false), 6);
     assert_eq!(seq("simple_sequence", 11, 5, false, false), 5);
     assert_eq!(seq("simple_sequence", 11, 2, false, true), 2);
+    // String ids (simple_sequence has no CORRID control).
+    let text_seq = |v: i64, start: bool, end: bool| {
+        let body = json!({
+            "parameters": {"sequence_id": "seq-a", "sequence_start": start, "sequence_end": end},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [v]}]
+        });
+        data(&s.post_json("/v2/models/simple_sequence/infer", &body), "OUTPUT")[0]
+    };
+    assert_eq!(text_seq(4, true, false), 5);
+    assert_eq!(text_seq(4, false, true), 4);
     // simple_dyna_sequence (oldest): OUTPUT = (INPUT + START + END × CORRID) × READY.
     assert_eq!(seq("simple_dyna_sequence", 1000, 5, true, false), 6);
     assert_eq!(seq("simple_dyna_sequence", 1000, 5, false, false), 5);

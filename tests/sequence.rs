@@ -206,6 +206,17 @@ fn implicit_state_is_kept_per_sequence_and_starts_fresh() {
     std::fs::create_dir_all(repo.path().join("filed/initial_state")).unwrap();
     std::fs::write(repo.path().join("filed/initial_state/init"), le_i32(&[100])).unwrap();
     state_model(&repo, "shown", "", r#", { name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] }"#);
+    // Variable state dims and no initial state: zeros with each variable dimension taken as 1.
+    repo.model(
+        "variable",
+        r#"name: "variable"
+backend: "accumulate"
+max_batch_size: 2
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching { state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ -1 ] } ] }"#,
+        &["1"],
+    );
     let s = Server::start(repo.path(), &[]);
     let sum = |model: &str, id: u64, v: i32, start: bool, end: bool| {
         output(&s.post_json(&format!("/v2/models/{model}/infer"), &seq(json!(id), v, start, end)), "OUTPUT")[0]
@@ -222,6 +233,8 @@ fn implicit_state_is_kept_per_sequence_and_starts_fresh() {
     assert_eq!(sum("zero", 3, 5, true, false), 5);
     // START on a live sequence restarts its state too.
     assert_eq!(sum("zero", 2, 1, true, false), 1);
+    assert_eq!(sum("variable", 1, 9, true, false), 9);
+    assert_eq!(sum("variable", 1, 1, false, true), 10);
     // Initial state from a file.
     assert_eq!(sum("filed", 1, 5, true, false), 105);
     assert_eq!(sum("filed", 1, 5, false, true), 110);
@@ -418,4 +431,56 @@ sequence_batching {
     assert_eq!(stats["inference_count"], SEQUENCES * LENGTH);
     let executions = stats["execution_count"].as_u64().unwrap();
     assert!(executions < SEQUENCES * LENGTH, "the oldest strategy batched ({executions} executions)");
+}
+
+#[test]
+fn direct_waits_for_the_minimum_slot_utilization() {
+    let repo = Repo::new();
+    // Half of the 4 slots must be ready before a batch goes (the delay is ten minutes).
+    let batcher = format!(
+        "direct {{ minimum_slot_utilization: 0.5 max_queue_delay_microseconds: 600000000 }} control_input [ {CONTROLS} ]"
+    );
+    accumulate(&repo, "half", 4, &batcher, "");
+    let s = Server::start(repo.path(), &[]);
+    let one = send(&s, "half", seq(json!(1), 1, true, false));
+    s.wait_until("sequence 1 queued", || queued(&s, "half") == 1);
+    assert_eq!(s.executions("half").2, 0, "one ready slot of four does not make a batch");
+    let two = send(&s, "half", seq(json!(2), 10, true, false));
+    assert_eq!(sum_and_slots(one.join().unwrap()), (1, vec![1, 1]));
+    assert_eq!(sum_and_slots(two.join().unwrap()), (10, vec![1, 1]));
+}
+
+#[test]
+fn oldest_preserves_response_order_across_instances_when_asked() {
+    let repo = Repo::new();
+    repo.model(
+        "ordered",
+        r#"name: "ordered"
+backend: "batch_probe"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "BATCH" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 2 } ]
+sequence_batching { oldest { max_candidate_sequences: 1 preserve_ordering: true } }"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let body = |id: u64, v: i32| {
+        json!({
+            "parameters": {"sequence_id": id, "sequence_start": true, "sequence_end": true},
+            "inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [v]}]
+        })
+    };
+    s.gate("ordered", false);
+    // Sequence 1 spins (200 million iterations) on one instance; sequence 2 on the other finishes
+    // first but is answered second.
+    let first = send(&s, "ordered", body(1, 1_000_200));
+    s.wait_until("first executing", || s.executions("ordered").0 == 1);
+    let second = send(&s, "ordered", body(2, 7));
+    s.wait_until("both executing", || s.executions("ordered").0 == 2);
+    s.gate("ordered", true);
+    assert_eq!(second.join().unwrap().status, 200);
+    let (in_flight, _, executions) = s.executions("ordered");
+    assert_eq!((in_flight, executions), (0, 2), "the second response overtook the first");
+    assert_eq!(first.join().unwrap().status, 200);
 }

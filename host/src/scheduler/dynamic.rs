@@ -15,13 +15,13 @@
 //! lock, so the batch goes to the first idle instance and grows for as long as every instance is
 //! busy. With `preserve_ordering`, responses are delivered in the order the batches were formed,
 //! whichever instance finishes first.
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
 use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
@@ -150,19 +150,12 @@ struct State {
     next_ticket: u64,
 }
 
-/// Responses of batches that finished ahead of an earlier batch, held for `preserve_ordering`.
-#[derive(Default)]
-struct Reorder {
-    next: u64,
-    finished: BTreeMap<u64, Vec<Job>>,
-}
-
 struct Shared {
     rules: BatchRules,
     state: Mutex<State>,
     /// Signalled when a request arrives, when a batch leaves requests behind, and on shutdown.
     work: Condvar,
-    reorder: Mutex<Reorder>,
+    ordering: OrderedDelivery,
 }
 
 pub struct DynamicBatcher {
@@ -183,7 +176,7 @@ impl DynamicBatcher {
             rules,
             state: Mutex::new(State { queues: PriorityQueues::new(config), closed: false, next_ticket: 0 }),
             work: Condvar::new(),
-            reorder: Mutex::new(Reorder::default()),
+            ordering: OrderedDelivery::default(),
         });
         let workers = spawn_workers(model, instances, {
             let shared = shared.clone();
@@ -272,19 +265,10 @@ impl Shared {
     /// Delivers a finished batch's responses: at once, or — with `preserve_ordering` — after those
     /// of every batch formed before it.
     fn deliver(&self, ticket: u64, mut batch: Vec<Job>) {
-        if !self.rules.preserve_ordering {
+        if self.rules.preserve_ordering {
+            self.ordering.deliver(ticket, batch);
+        } else {
             flush(&mut batch);
-            return;
-        }
-        let mut reorder = self.reorder.lock();
-        reorder.finished.insert(ticket, batch);
-        loop {
-            let next = reorder.next;
-            let Some(mut ready) = reorder.finished.remove(&next) else {
-                break;
-            };
-            flush(&mut ready);
-            reorder.next += 1;
         }
     }
 }

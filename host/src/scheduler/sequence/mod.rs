@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::ordering::OrderedDelivery;
 use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
@@ -67,6 +68,8 @@ struct State {
     active: HashMap<CorrelationId, SlotRef>,
     backlog: VecDeque<Backlogged>,
     closed: bool,
+    /// The ticket of the next formed batch (for `preserve_ordering`).
+    next_ticket: u64,
 }
 
 struct Shared {
@@ -78,6 +81,7 @@ struct Shared {
     reaper: Condvar,
     /// Statistics sink for padding requests (never reported).
     padding_stats: Arc<ModelStats>,
+    ordering: OrderedDelivery,
 }
 
 pub struct SequenceBatcher {
@@ -102,11 +106,13 @@ impl SequenceBatcher {
                 active: HashMap::new(),
                 backlog: VecDeque::new(),
                 closed: false,
+                next_ticket: 0,
             }),
             rules,
             work: (0..count).map(|_| Condvar::new()).collect(),
             reaper: Condvar::new(),
             padding_stats: Arc::new(ModelStats::default()),
+            ordering: OrderedDelivery::default(),
         });
         let mut workers = spawn_workers(model, instances, {
             let shared = shared.clone();
@@ -238,7 +244,8 @@ struct Entry {
 }
 
 enum Next {
-    Batch(Vec<Job>, Vec<Entry>),
+    /// The batch, what each of its requests is, and its ticket.
+    Batch(Vec<Job>, Vec<Entry>, u64),
     Wait(Option<Instant>),
     Exit,
 }
@@ -265,7 +272,7 @@ impl Shared {
                 }
                 ready
             }
-            Strategy::Oldest { preferred, max_queue_delay } => {
+            Strategy::Oldest { preferred, max_queue_delay, .. } => {
                 let mut by_age = ready;
                 by_age.sort_by_key(|s| head_age(*s));
                 let n = by_age.len().min(self.rules.max_batch_size);
@@ -319,7 +326,9 @@ impl Shared {
             entries.push(Entry { slot, padding, end });
             jobs.push(job);
         }
-        Next::Batch(jobs, entries)
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        Next::Batch(jobs, entries, ticket)
     }
 
     fn padding(&self, inputs: Vec<Tensor>) -> Job {
@@ -423,11 +432,11 @@ impl Shared {
 
 fn run_instance(shared: &Shared, i: usize, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
     loop {
-        let (mut batch, entries) = {
+        let (mut batch, entries, ticket) = {
             let mut state = shared.state.lock();
             loop {
                 match shared.next(&mut state, i, Instant::now()) {
-                    Next::Batch(jobs, entries) => break (jobs, entries),
+                    Next::Batch(jobs, entries, ticket) => break (jobs, entries, ticket),
                     Next::Exit => {
                         drop(state);
                         instance.finalize();
@@ -442,6 +451,10 @@ fn run_instance(shared: &Shared, i: usize, mut instance: Box<dyn BackendInstance
         };
         ctx.execute(instance.as_mut(), &mut batch);
         shared.finish(i, &mut batch, &entries);
-        flush(&mut batch);
+        if matches!(shared.rules.strategy, Strategy::Oldest { preserve_ordering: true, .. }) {
+            shared.ordering.deliver(ticket, batch);
+        } else {
+            flush(&mut batch);
+        }
     }
 }

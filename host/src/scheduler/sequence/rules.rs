@@ -20,7 +20,7 @@ pub enum Strategy {
     /// One batch slot per sequence; batch position = slot.
     Direct { min_utilization: f32, max_queue_delay: Duration },
     /// Dynamic batches from the oldest requests of each instance's candidate sequences.
-    Oldest { preferred: Vec<usize>, max_queue_delay: Duration },
+    Oldest { preferred: Vec<usize>, max_queue_delay: Duration, preserve_ordering: bool },
 }
 
 /// A boolean control tensor (START, END, READY) and the bytes of its false and true values.
@@ -87,6 +87,7 @@ impl SequenceRules {
                 let strategy = Strategy::Oldest {
                     preferred,
                     max_queue_delay: Duration::from_micros(o.max_queue_delay_microseconds),
+                    preserve_ordering: o.preserve_ordering,
                 };
                 (strategy, o.max_candidate_sequences.max(1) as usize)
             }
