@@ -21,22 +21,37 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.h
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http,grpc]' numpy
 fi
-log=$(mktemp)
-"$target/release/nereus" serve --model-repository model_repository --http-address 127.0.0.1 --http-port 0 \
-  --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port= grpc_port=
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
-  grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
-  [[ -n $port && -n $grpc_port ]] && break
-  kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
-  sleep 0.1
-done
-[[ -n $port && -n $grpc_port ]] || { echo "nereus did not start"; cat "$log"; exit 1; }
+# Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port.
+start_nereus() {
+  local log
+  log=$(mktemp)
+  logs+=("$log")
+  "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
+    --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false "${@:2}" >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  port= grpc_port=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+    grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+    [[ -n $port && -n $grpc_port ]] && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 0.1
+  done
+  echo "nereus did not start"; cat "$log"; exit 1
+}
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "${logs[@]}"' EXIT
+
+start_nereus model_repository
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
 "$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
-kill -TERM $pid
-wait $pid
+kill -TERM "$pid"
+wait "$pid"
+
+echo "== Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
+start_nereus tests/onnx_models --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
+"$venv/bin/python" tests/python/test_tritonclient_onnx.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+kill -TERM "$pid"
+wait "$pid"
 echo "all tests passed"
