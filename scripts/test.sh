@@ -17,9 +17,9 @@ cargo test --release --locked
 
 echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy' 2>/dev/null; then
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy, onnx, onnxruntime' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http,grpc]' numpy
+  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http,grpc]' numpy onnx onnxruntime
 fi
 # Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port.
 start_nereus() {
@@ -41,7 +41,7 @@ start_nereus() {
   echo "nereus did not start"; cat "$log"; exit 1
 }
 pids=() logs=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "${logs[@]}"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "${logs[@]}"' EXIT
 
 start_nereus model_repository
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
@@ -52,6 +52,15 @@ wait "$pid"
 echo "== Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
 start_nereus tests/onnx_models --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_tritonclient_onnx.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+kill -TERM "$pid"
+wait "$pid"
+
+echo "== an MLP and a CNN built with the onnx package (configs auto-completed) against onnxruntime in Python"
+generated=$(mktemp -d)
+logs+=("$generated")
+"$venv/bin/python" tests/python/test_onnx_vs_ort.py build "$generated"
+start_nereus "$generated" --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
+"$venv/bin/python" tests/python/test_onnx_vs_ort.py check "$generated" "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 kill -TERM "$pid"
 wait "$pid"
 echo "all tests passed"
