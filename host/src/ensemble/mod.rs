@@ -115,9 +115,9 @@ impl Ensemble {
             ..
         } = request;
         let mut tensors: HashMap<String, Tensor> = inputs.into_iter().map(|t| (t.name.clone(), t)).collect();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Result<InferenceResponse, InferError>)>();
         let mut launched = vec![false; self.steps.len()];
-        let mut running = 0usize;
+        // Steps in flight: (step, the receiver of its outcome), awaited together in place.
+        let mut running: Vec<(usize, crate::request::ResponseReceiver)> = Vec::new();
         loop {
             for (i, step) in self.steps.iter().enumerate() {
                 if launched[i] || !step.inputs.iter().all(|(_, t)| tensors.contains_key(t)) {
@@ -153,20 +153,12 @@ impl Ensemble {
                     .version(&step.model, step.version)
                     .and_then(|model| model.infer(step_request, "ensemble"))
                     .map_err(fail)?;
-                let tx = tx.clone();
-                running += 1;
-                tokio::spawn(async move {
-                    let outcome = receiver
-                        .await
-                        .unwrap_or_else(|_| Err(InferError::internal("the step ended without a response")));
-                    let _ = tx.send((i, outcome));
-                });
+                running.push((i, receiver));
             }
-            if running == 0 {
+            if running.is_empty() {
                 break;
             }
-            let Some((i, outcome)) = rx.recv().await else { break };
-            running -= 1;
+            let (i, outcome) = next_finished(&mut running).await;
             let step = &self.steps[i];
             let response = outcome.map_err(|e| {
                 InferError::new(
@@ -200,4 +192,25 @@ impl Ensemble {
             outputs,
         })
     }
+}
+
+/// Waits for whichever running step finishes first and removes it from `running`.
+async fn next_finished(
+    running: &mut Vec<(usize, crate::request::ResponseReceiver)>,
+) -> (usize, Result<InferenceResponse, InferError>) {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    std::future::poll_fn(|cx| {
+        for k in 0..running.len() {
+            if let Poll::Ready(outcome) = Pin::new(&mut running[k].1).poll(cx) {
+                let (i, _) = running.swap_remove(k);
+                let outcome =
+                    outcome.unwrap_or_else(|_| Err(InferError::internal("the step ended without a response")));
+                return Poll::Ready((i, outcome));
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
