@@ -132,9 +132,14 @@ impl ModelVersion {
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
-        let ctx = WorkerContext { probe: probe.clone(), stats: stats.clone(), batching: config.max_batch_size > 0 };
         use crate::config::schema::model_config::SchedulingChoice;
         let SchedulerSetup { instance_poll, sequence } = setup;
+        let ctx = WorkerContext {
+            probe: probe.clone(),
+            stats: stats.clone(),
+            batching: config.max_batch_size > 0,
+            poll: instance_poll,
+        };
         let scheduler = match (&config.scheduling_choice, sequence) {
             (_, Some(rules)) => Scheduler::Sequence(SequenceBatcher::start(&config.name, instances, ctx, rules)),
             (Some(SchedulingChoice::DynamicBatching(batching)), None) => {
@@ -143,7 +148,7 @@ impl ModelVersion {
                 let rules = BatchRules::new(batching, &io, &ragged);
                 Scheduler::Dynamic(DynamicBatcher::start(&config.name, instances, ctx, rules, batching))
             }
-            _ => Scheduler::Default(DefaultScheduler::start(&config.name, instances, ctx, instance_poll)),
+            _ => Scheduler::Default(DefaultScheduler::start(&config.name, instances, ctx)),
         };
         ModelVersion {
             name: config.name.as_str().into(),

@@ -155,19 +155,29 @@ impl OnnxInstance {
             inputs.push((name.clone(), to_value(&tensor)?));
         }
         let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
-        // Only the outputs some request asks for (and implicit state) are computed.
-        let mut selector = OutputSelector::no_default();
-        for output in self.session.outputs() {
-            let name = output.name();
-            if self.io.is_state_output(name)
-                || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
-            {
-                selector = selector.with(name);
-            }
-        }
-        let options = RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector);
+        // Only the outputs some request asks for (and implicit state) are computed; when that is all
+        // of them, the plain run saves creating run options for every execution.
+        let wanted = |name: &str| {
+            self.io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
+        };
+        let all = self.session.outputs().iter().all(|o| wanted(o.name()));
+        let options = if all {
+            None
+        } else {
+            let selector = self
+                .session
+                .outputs()
+                .iter()
+                .filter(|o| wanted(o.name()))
+                .fold(OutputSelector::no_default(), |s, o| s.with(o.name()));
+            Some(RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector))
+        };
         let t1 = Instant::now();
-        let outputs = self.session.run_with_options(inputs, &options).map_err(|e| e.to_string())?;
+        let outputs = match &options {
+            None => self.session.run(inputs),
+            Some(options) => self.session.run_with_options(inputs, options),
+        }
+        .map_err(|e| e.to_string())?;
         let t2 = Instant::now();
         let mut per_job: Vec<Vec<Tensor>> = vec![Vec::new(); jobs.len()];
         for (name, value) in outputs.iter() {

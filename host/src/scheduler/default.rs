@@ -19,7 +19,8 @@ pub struct DefaultScheduler {
 
 impl DefaultScheduler {
     /// Starts one worker thread per instance, all taking from one queue.
-    pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext, poll: Duration) -> Self {
+    pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext) -> Self {
+        let poll = ctx.poll;
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
         let workers =
             spawn_workers(model, instances, move |_, instance| run_instance(rx.clone(), instance, ctx.clone(), poll));

@@ -232,7 +232,8 @@ impl DynamicBatcher {
 impl Shared {
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
-    fn next_batch(&self) -> Option<(Vec<Job>, u64)> {
+    fn next_batch(&self, poll: Duration) -> Option<(Vec<Job>, u64)> {
+        let idle_since = Instant::now();
         let mut state = self.state.lock();
         loop {
             let now = Instant::now();
@@ -254,6 +255,11 @@ impl Shared {
                     return Some((batch, ticket));
                 }
                 Decision::Wait(_) if state.closed => return None,
+                // Poll for a while before sleeping, as the default scheduler does: waking a sleeping
+                // thread costs about as much as a small execution.
+                Decision::Wait(_) if now < idle_since + poll => {
+                    MutexGuard::unlocked(&mut state, std::thread::yield_now);
+                }
                 Decision::Wait(Some(at)) => {
                     self.work.wait_until(&mut state, at);
                 }
@@ -280,7 +286,7 @@ fn reject(rejected: Vec<Queued>) {
 }
 
 fn run_instance(shared: &Shared, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
-    while let Some((mut batch, ticket)) = shared.next_batch() {
+    while let Some((mut batch, ticket)) = shared.next_batch(ctx.poll) {
         ctx.execute(instance.as_mut(), &mut batch);
         shared.deliver(ticket, batch);
     }

@@ -74,6 +74,8 @@ pub struct WorkerContext {
     pub stats: Arc<ModelStats>,
     /// Whether requests carry a batch dimension (`max_batch_size` > 0).
     pub batching: bool,
+    /// How long an idle worker polls for work before it sleeps (`--instance-poll-us`).
+    pub poll: std::time::Duration,
 }
 
 impl WorkerContext {

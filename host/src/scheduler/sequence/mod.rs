@@ -433,14 +433,20 @@ impl Shared {
 fn run_instance(shared: &Shared, i: usize, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
     loop {
         let (mut batch, entries, ticket) = {
+            let idle_since = Instant::now();
             let mut state = shared.state.lock();
             loop {
-                match shared.next(&mut state, i, Instant::now()) {
+                let now = Instant::now();
+                match shared.next(&mut state, i, now) {
                     Next::Batch(jobs, entries, ticket) => break (jobs, entries, ticket),
                     Next::Exit => {
                         drop(state);
                         instance.finalize();
                         return;
+                    }
+                    // Poll before sleeping, as the other schedulers do.
+                    Next::Wait(_) if now < idle_since + ctx.poll => {
+                        parking_lot::MutexGuard::unlocked(&mut state, std::thread::yield_now);
                     }
                     Next::Wait(Some(at)) => {
                         shared.work[i].wait_until(&mut state, at);
