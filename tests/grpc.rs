@@ -453,8 +453,9 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
         // two requests in flight at once (the model has two instances), one with an empty final response
         tx.send(repeat(&[10, 20, 30], &[0, 1, 0], 0, "r1", true)).await.unwrap();
         tx.send(repeat(&[7, 8], &[0, 0], 0, "r2", false)).await.unwrap();
-        let mut seen: std::collections::BTreeMap<String, Vec<(Option<i32>, Option<u32>, Option<bool>)>> =
-            Default::default();
+        // per request id: (OUT, IDX, final flag) of each response
+        type Seen = std::collections::BTreeMap<String, Vec<(Option<i32>, Option<u32>, Option<bool>)>>;
+        let mut seen: Seen = Default::default();
         // r1: 3 responses + 1 empty final; r2: 2 responses (its final flag travels alone, unsent)
         for _ in 0..6 {
             let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();

@@ -113,9 +113,13 @@ pub struct LoadContext {
     pub models: Arc<ModelTable>,
 }
 
+/// What [`scan`] finds: `(model name, folder)` pairs, and `(model name, reason)` for names that
+/// cannot be served.
+pub type ScanResult = (Vec<(String, PathBuf)>, Vec<(String, String)>);
+
 /// Lists `(model name, folder)` for every model folder in the repositories. A name that appears in
 /// more than one repository is reported as an error for that name.
-pub fn scan(roots: &[PathBuf]) -> (Vec<(String, PathBuf)>, Vec<(String, String)>) {
+pub fn scan(roots: &[PathBuf]) -> ScanResult {
     let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for root in roots {
         let Ok(entries) = std::fs::read_dir(root) else {

@@ -13,6 +13,9 @@ use super::runtime::{CompiledComponent, EPOCH_TICK, WasmRuntime};
 use crate::request::Job;
 use crate::validate::IoSpec;
 
+/// One finalisation export of the component, called with its store.
+type FinalizeCall = fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>;
+
 /// Caps a sandbox's linear memory and tables, remembering whether it refused a growth so that a
 /// resulting trap can be reported as the memory limit it is.
 pub struct Limiter {
@@ -199,7 +202,7 @@ impl Sandbox {
     /// deadline. Errors are logged: finalisation cannot fail a load that is going away.
     pub fn finalize(mut self) {
         let label = self.store.data().label.clone();
-        let steps: [(Level, fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>); 3] = [
+        let steps: [(Level, FinalizeCall); 3] = [
             (Level::Instance, |b, s| b.nereus_backend_lifecycle().call_finalize_instance(s)),
             (Level::Model, |b, s| b.nereus_backend_lifecycle().call_finalize_model(s)),
             (Level::Backend, |b, s| b.nereus_backend_lifecycle().call_finalize_backend(s)),

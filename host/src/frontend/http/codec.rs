@@ -217,7 +217,7 @@ fn decode_raw_binary(
         (Some(size), 1) => {
             let known: i64 = dims.iter().filter(|d| **d > 0).product();
             let unit = known as usize * size;
-            if unit == 0 || body.len() % unit != 0 {
+            if unit == 0 || !body.len().is_multiple_of(unit) {
                 return Err(InferError::invalid(format!(
                     "raw binary request of {} bytes does not fit input '{name}' with dims {}",
                     body.len(),

@@ -156,7 +156,7 @@ pub async fn handle(server: Arc<Server>, options: Arc<HttpOptions>, req: Request
         Err(e) => error_reply(&e),
     };
     match accept {
-        Some(enc) if !response.body().size_hint().exact().is_some_and(|n| n == 0) => {
+        Some(enc) if response.body().size_hint().exact().is_none_or(|n| n != 0) => {
             compress_response(response, enc).await
         }
         _ => response,
@@ -255,11 +255,12 @@ async fn route(
         }
         _ => {}
     }
-    if let Some(rest) = path.strip_prefix("/v2/repository/models/") {
-        if post && (rest.ends_with("/load") || rest.ends_with("/unload")) {
-            // tritonserver answers this way whenever the model control mode is not EXPLICIT.
-            return Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"));
-        }
+    if let Some(rest) = path.strip_prefix("/v2/repository/models/")
+        && post
+        && (rest.ends_with("/load") || rest.ends_with("/unload"))
+    {
+        // tritonserver answers this way whenever the model control mode is not EXPLICIT.
+        return Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"));
     }
     if path == "/v2/models/stats" && get {
         return Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")));
