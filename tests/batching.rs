@@ -49,10 +49,6 @@ struct Probe<'a> {
 }
 
 impl Probe<'_> {
-    fn queued(&self) -> u64 {
-        self.s.get(&format!("/nereus/test/models/{}/executions", self.model)).json()["queued"].as_u64().unwrap()
-    }
-
     fn send(&self, body: Value) -> JoinHandle<Resp> {
         let (port, path) = (self.s.port, format!("/v2/models/{}/infer", self.model));
         std::thread::spawn(move || http(port, "POST", &path, &[], body.to_string().as_bytes()))
@@ -69,9 +65,9 @@ impl Probe<'_> {
 
     /// Sends `body` and waits until it is queued behind the others.
     fn enqueue(&self, body: Value) -> JoinHandle<Resp> {
-        let before = self.queued();
+        let before = self.s.queued(self.model);
         let h = self.send(body);
-        self.s.wait_until("the request queued", || self.queued() == before + 1);
+        self.s.wait_until("the request queued", || self.s.queued(self.model) == before + 1);
         h
     }
 

@@ -173,14 +173,13 @@ ensemble_scheduling {
     );
     let s = Server::start(repo.path(), &[]);
     let body = |v: i32| json!({"inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [v]}]});
-    let queued = || s.get("/nereus/test/models/probe/executions").json()["queued"].as_u64().unwrap();
     s.gate("probe", false);
     let first = post(&s, "pipe", body(1));
     s.wait_until("the first executing", || s.executions("probe").0 == 1);
     let second = post(&s, "pipe", body(2));
-    s.wait_until("second queued", || queued() == 1);
+    s.wait_until("second queued", || s.queued("probe") == 1);
     let third = post(&s, "pipe", body(3));
-    s.wait_until("third queued", || queued() == 2);
+    s.wait_until("third queued", || s.queued("probe") == 2);
     s.gate("probe", true);
     assert_eq!(out(&first.join().unwrap(), "COMPOSITION"), [1]);
     assert_eq!(out(&second.join().unwrap(), "COMPOSITION"), [2, 3]);

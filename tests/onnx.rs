@@ -130,13 +130,12 @@ fn the_dynamic_batcher_gathers_requests_into_one_execution() {
             http(port, "POST", "/v2/models/simple/infer", &[], body.to_string().as_bytes())
         })
     };
-    let queued = || s.get("/nereus/test/models/simple/executions").json()["queued"].as_u64().unwrap();
     let first = send(100);
     s.wait_until("first executing", || s.executions("simple").0 == 1);
     let others: Vec<_> = (1..=3)
         .map(|k| {
             let h = send(k);
-            s.wait_until("queued", || queued() == k as u64);
+            s.wait_until("queued", || s.queued("simple") == k as u64);
             h
         })
         .collect();

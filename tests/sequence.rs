@@ -50,10 +50,6 @@ fn send(s: &Server, model: &str, body: Value) -> JoinHandle<Resp> {
     std::thread::spawn(move || http(port, "POST", &path, &[], body.to_string().as_bytes()))
 }
 
-fn queued(s: &Server, model: &str) -> u64 {
-    s.get(&format!("/nereus/test/models/{model}/executions")).json()["queued"].as_u64().unwrap()
-}
-
 fn output(r: &Resp, name: &str) -> Vec<Value> {
     assert_eq!(r.status, 200, "{}", r.text());
     let body = r.json();
@@ -82,13 +78,13 @@ fn direct_slots_backlog_padding_and_reuse() {
     assert_eq!(infer(&s, "acc", seq(json!(2), 10, true, false)), (10, vec![0, 1]));
     // No free slot: sequences 3 then 4 wait in the backlog, first come first served.
     let three = send(&s, "acc", seq(json!(3), 100, true, false));
-    s.wait_until("sequence 3 backlogged", || queued(&s, "acc") == 1);
+    s.wait_until("sequence 3 backlogged", || s.queued("acc") == 1);
     let four = send(&s, "acc", seq(json!(4), 1000, true, false));
-    s.wait_until("sequence 4 backlogged", || queued(&s, "acc") == 2);
+    s.wait_until("sequence 4 backlogged", || s.queued("acc") == 2);
     // Ending sequence 1 hands its slot (0) to sequence 3 at once.
     assert_eq!(infer(&s, "acc", seq(json!(1), 2, false, true)), (3, vec![1]));
     assert_eq!(sum_and_slots(three.join().unwrap()), (100, vec![1]));
-    assert_eq!(queued(&s, "acc"), 1, "sequence 4 still waits");
+    assert_eq!(s.queued("acc"), 1, "sequence 4 still waits");
     assert_eq!(infer(&s, "acc", seq(json!(2), 5, false, true)), (15, vec![0, 1]));
     assert_eq!(sum_and_slots(four.join().unwrap()), (1000, vec![0, 1]));
     assert_eq!(infer(&s, "acc", seq(json!(3), 1, false, false)), (101, vec![1]));
@@ -295,9 +291,9 @@ fn oldest_batches_the_oldest_request_of_each_sequence() {
     s.wait_until("a1 executing", || s.executions("oldest").0 == 1);
     let mut waiting = Vec::new();
     for (id, v, start) in [(1, 2, false), (1, 3, false), (2, 10, true), (3, 100, true)] {
-        let before = queued(&s, "oldest");
+        let before = s.queued("oldest");
         waiting.push(send(&s, "oldest", seq(json!(id), v, start, false)));
-        s.wait_until("queued", || queued(&s, "oldest") == before + 1);
+        s.wait_until("queued", || s.queued("oldest") == before + 1);
     }
     s.gate("oldest", true);
     assert_eq!(sum_and_slots(a1.join().unwrap()), (1, vec![1]));
@@ -443,7 +439,7 @@ fn direct_waits_for_the_minimum_slot_utilization() {
     accumulate(&repo, "half", 4, &batcher, "");
     let s = Server::start(repo.path(), &[]);
     let one = send(&s, "half", seq(json!(1), 1, true, false));
-    s.wait_until("sequence 1 queued", || queued(&s, "half") == 1);
+    s.wait_until("sequence 1 queued", || s.queued("half") == 1);
     assert_eq!(s.executions("half").2, 0, "one ready slot of four does not make a batch");
     let two = send(&s, "half", seq(json!(2), 10, true, false));
     assert_eq!(sum_and_slots(one.join().unwrap()), (1, vec![1, 1]));

@@ -183,6 +183,11 @@ impl Server {
         (v["in_flight"].as_u64().unwrap(), v["max_in_flight"].as_u64().unwrap(), v["executions"].as_u64().unwrap())
     }
 
+    /// The test hook's count of `model`'s requests waiting for an instance.
+    pub fn queued(&self, model: &str) -> u64 {
+        self.get(&format!("/nereus/test/models/{model}/executions")).json()["queued"].as_u64().unwrap()
+    }
+
     pub fn gate(&self, model: &str, open: bool) {
         let r = self.post_json(&format!("/nereus/test/models/{model}/gate"), &serde_json::json!({ "open": open }));
         assert_eq!(r.status, 200, "{}", r.text());

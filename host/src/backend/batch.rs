@@ -1,18 +1,29 @@
 //! Batch assembly for native framework backends, which run one tensor per input for a whole batch:
-//! the inputs of the batch's requests gathered along the batch dimension with one copy, and a
-//! batched output split back into per-request tensors without copying. (Wasm backends receive the
-//! requests of a batch instead, as Triton's backend API hands them over.)
-use bytes::BytesMut;
+//! the inputs of the batch's requests gathered along the batch dimension (the backend copies them
+//! once, into its own tensor), and a batched output split back into per-request tensors without
+//! copying. (Wasm backends receive the requests of a batch instead, as Triton's backend API hands
+//! them over.)
+use bytes::Bytes;
 
 use crate::error::InferError;
 use crate::request::{Job, Tensor};
-use crate::tensor::bytes_elements;
+use crate::tensor::{DataType, bytes_elements};
+
+/// One input of a batch: the batched shape, and each request's bytes in batch order — not yet
+/// copied, so that a backend converting them into its own tensor copies them exactly once.
+#[derive(Debug)]
+pub struct Gathered {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub parts: Vec<Bytes>,
+}
 
 /// Gathers input `name` of every job along the batch dimension. Every request must have it with
 /// the same datatype; its non-batch dimensions must match unless `ragged` (`allow_ragged_batch`),
 /// in which case the elements are concatenated into a 1-D tensor, as Triton hands ragged inputs to
-/// a backend. A batch of one request is returned without copying.
-pub fn gather(jobs: &[Job], name: &str, ragged: bool) -> Result<Tensor, InferError> {
+/// a backend.
+pub fn gather(jobs: &[Job], name: &str, ragged: bool) -> Result<Gathered, InferError> {
     fn input<'j>(job: &'j Job, name: &str) -> Result<&'j Tensor, InferError> {
         job.request
             .inputs
@@ -21,11 +32,8 @@ pub fn gather(jobs: &[Job], name: &str, ragged: bool) -> Result<Tensor, InferErr
             .ok_or_else(|| InferError::invalid(format!("input '{name}' is missing from a request of the batch")))
     }
     let first = input(jobs.first().ok_or_else(|| InferError::internal("gathering an empty batch"))?, name)?;
-    if jobs.len() == 1 && !ragged {
-        return Ok(first.clone());
-    }
     let inner = first.shape.get(1..).unwrap_or(&[]);
-    let mut data = BytesMut::with_capacity(jobs.iter().map(|j| input(j, name).map_or(0, |t| t.data.len())).sum());
+    let mut parts = Vec::with_capacity(jobs.len());
     let (mut rows, mut elements) = (0i64, 0i64);
     for job in jobs {
         let t = input(job, name)?;
@@ -37,10 +45,14 @@ pub fn gather(jobs: &[Job], name: &str, ragged: bool) -> Result<Tensor, InferErr
         }
         rows += t.shape.first().copied().unwrap_or(1);
         elements += t.shape.iter().product::<i64>();
-        data.extend_from_slice(&t.data);
+        parts.push(t.data.clone());
     }
-    let shape = if ragged { vec![elements] } else { std::iter::once(rows).chain(inner.iter().copied()).collect() };
-    Ok(Tensor { name: name.to_string(), datatype: first.datatype, shape, data: data.freeze() })
+    let shape = match (ragged, jobs.len()) {
+        (true, _) => vec![elements],
+        (false, 1) => first.shape.clone(),
+        (false, _) => std::iter::once(rows).chain(inner.iter().copied()).collect(),
+    };
+    Ok(Gathered { name: name.to_string(), datatype: first.datatype, shape, parts })
 }
 
 /// Splits a batched `output` (first dimension = the batch's total batch size) into one tensor per
@@ -107,8 +119,7 @@ mod tests {
     use super::*;
     use crate::request::{InferenceRequest, ResponseSender};
     use crate::stats::ModelStats;
-    use crate::tensor::DataType;
-    use bytes::Bytes;
+    use bytes::BytesMut;
     use std::sync::Arc;
     use std::time::Instant;
 
@@ -123,6 +134,14 @@ mod tests {
         }
     }
 
+    /// The gathered parts as one tensor, to look at.
+    fn concat(g: Gathered) -> Tensor {
+        let mut data = BytesMut::new();
+        g.parts.iter().for_each(|p| data.extend_from_slice(p));
+        let data = if g.parts.len() == 1 { g.parts[0].clone() } else { data.freeze() };
+        Tensor { name: g.name, datatype: g.datatype, shape: g.shape, data }
+    }
+
     fn i32s(b: &[u8]) -> Vec<i32> {
         b.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
@@ -130,7 +149,7 @@ mod tests {
     #[test]
     fn gathers_along_the_batch_dimension_and_scatters_back() {
         let jobs = [job(vec![1, 2], &[1, 2]), job(vec![2, 2], &[3, 4, 5, 6])];
-        let g = gather(&jobs, "X", false).unwrap();
+        let g = gather(&jobs, "X", false).map(concat).unwrap();
         assert_eq!(g.shape, [3, 2]);
         assert_eq!(i32s(&g.data), [1, 2, 3, 4, 5, 6]);
         let parts = scatter(&g, &[1, 2]).unwrap();
@@ -144,7 +163,7 @@ mod tests {
     fn different_shapes_need_ragged_batching() {
         let jobs = [job(vec![1, 2], &[1, 2]), job(vec![1, 3], &[3, 4, 5])];
         assert!(gather(&jobs, "X", false).unwrap_err().message.contains("different shapes"));
-        let g = gather(&jobs, "X", true).unwrap();
+        let g = gather(&jobs, "X", true).map(concat).unwrap();
         assert_eq!(g.shape, [5]);
         assert_eq!(i32s(&g.data), [1, 2, 3, 4, 5]);
     }
@@ -152,7 +171,7 @@ mod tests {
     #[test]
     fn a_single_request_is_not_copied_and_bytes_outputs_split_by_element() {
         let jobs = [job(vec![1, 2], &[7, 8])];
-        let g = gather(&jobs, "X", false).unwrap();
+        let g = gather(&jobs, "X", false).map(concat).unwrap();
         assert_eq!(g.data.as_ptr(), jobs[0].request.inputs[0].data.as_ptr());
 
         let mut data = Vec::new();

@@ -17,7 +17,7 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{OutputSelector, RunOptions, Session};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::batch::{gather, scatter};
+use super::batch::{Gathered, gather, scatter};
 use super::{BackendInstance, InstanceDesc};
 use crate::config::ModelConfig;
 use crate::error::InferError;
@@ -151,8 +151,8 @@ impl OnnxInstance {
         let mut inputs: Vec<(String, DynValue)> = Vec::with_capacity(names.len());
         for name in &names {
             let ragged = self.ragged.contains(name);
-            let tensor = gather(jobs, name, ragged).map_err(|e| e.message)?;
-            inputs.push((name.clone(), to_value(&tensor)?));
+            let gathered = gather(jobs, name, ragged).map_err(|e| e.message)?;
+            inputs.push((name.clone(), to_value(&gathered)?));
         }
         let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
         // Only the outputs some request asks for (and implicit state) are computed; when that is all
@@ -215,9 +215,11 @@ impl OnnxInstance {
     }
 }
 
-/// Little-endian element bytes as a typed vector.
-fn numbers<T, const N: usize>(data: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
-    data.chunks_exact(N)
+/// Little-endian element bytes, in parts, as one typed vector.
+fn numbers<T, const N: usize>(parts: &[Bytes], from: fn([u8; N]) -> T) -> Vec<T> {
+    parts
+        .iter()
+        .flat_map(|p| p.chunks_exact(N))
         .map(|c| {
             let mut b = [0u8; N];
             b.copy_from_slice(c);
@@ -226,16 +228,17 @@ fn numbers<T, const N: usize>(data: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
-/// A host tensor as an ORT value (one copy into ORT-owned memory).
-fn to_value(t: &Tensor) -> Result<DynValue, String> {
+/// A gathered input as an ORT value: the requests' bytes copied once, into ORT-owned memory.
+fn to_value(t: &Gathered) -> Result<DynValue, String> {
     use ort::value::Tensor as OrtTensor;
     let shape = t.shape.clone();
-    let d = &t.data[..];
+    let d = &t.parts[..];
     let value = match t.datatype {
         DataType::Bool => {
-            OrtTensor::from_array((shape, d.iter().map(|b| *b != 0).collect::<Vec<bool>>())).map(|v| v.into_dyn())
+            let flags: Vec<bool> = d.iter().flat_map(|p| p.iter().map(|b| *b != 0)).collect();
+            OrtTensor::from_array((shape, flags)).map(|v| v.into_dyn())
         }
-        DataType::Uint8 => OrtTensor::from_array((shape, d.to_vec())).map(|v| v.into_dyn()),
+        DataType::Uint8 => OrtTensor::from_array((shape, numbers(d, u8::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Int8 => OrtTensor::from_array((shape, numbers(d, i8::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Uint16 => OrtTensor::from_array((shape, numbers(d, u16::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Int16 => OrtTensor::from_array((shape, numbers(d, i16::from_le_bytes))).map(|v| v.into_dyn()),
@@ -248,7 +251,9 @@ fn to_value(t: &Tensor) -> Result<DynValue, String> {
         DataType::Fp16 => OrtTensor::from_array((shape, numbers(d, half::f16::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Bf16 => OrtTensor::from_array((shape, numbers(d, half::bf16::from_le_bytes))).map(|v| v.into_dyn()),
         DataType::Bytes => {
-            let strings = bytes_elements(d)
+            let strings = d
+                .iter()
+                .flat_map(|p| bytes_elements(p))
                 .map(|e| {
                     let e = e.map_err(str::to_string)?;
                     String::from_utf8(e.to_vec()).map_err(|_| format!("input '{}' holds a non-UTF-8 string", t.name))
@@ -355,7 +360,9 @@ mod tests {
         ];
         for (datatype, data) in cases {
             let t = Tensor { name: "T".into(), datatype, shape: vec![1, 3], data: Bytes::from(data) };
-            let value = to_value(&t).unwrap();
+            let gathered =
+                Gathered { name: t.name.clone(), datatype, shape: t.shape.clone(), parts: vec![t.data.clone()] };
+            let value = to_value(&gathered).unwrap();
             let back = from_value("T", &value.view()).unwrap();
             assert_eq!(back, t, "{datatype}");
         }

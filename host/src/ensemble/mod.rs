@@ -95,6 +95,15 @@ impl Ensemble {
         }
     }
 
+    /// `error`, as the ensemble's error: naming the step it came from, keeping its kind.
+    fn step_error(&self, i: usize, error: InferError) -> InferError {
+        let model = &self.steps[i].model;
+        InferError::new(
+            error.kind,
+            format!("in ensemble '{}', step {i} (model '{model}'): {}", self.name, error.message),
+        )
+    }
+
     /// Runs the steps as their inputs become available; returns the ensemble's response.
     async fn run(
         &self,
@@ -124,12 +133,6 @@ impl Ensemble {
                     continue;
                 }
                 launched[i] = true;
-                let fail = |e: InferError| {
-                    InferError::new(
-                        e.kind,
-                        format!("in ensemble '{}', step {i} (model '{}'): {}", self.name, step.model, e.message),
-                    )
-                };
                 let step_request = InferenceRequest {
                     model_name: step.model.clone(),
                     model_version: step.version,
@@ -152,7 +155,7 @@ impl Ensemble {
                 let receiver = models
                     .version(&step.model, step.version)
                     .and_then(|model| model.infer(step_request, "ensemble"))
-                    .map_err(fail)?;
+                    .map_err(|e| self.step_error(i, e))?;
                 running.push((i, receiver));
             }
             if running.is_empty() {
@@ -160,18 +163,10 @@ impl Ensemble {
             }
             let (i, outcome) = next_finished(&mut running).await;
             let step = &self.steps[i];
-            let response = outcome.map_err(|e| {
-                InferError::new(
-                    e.kind,
-                    format!("in ensemble '{}', step {i} (model '{}'): {}", self.name, step.model, e.message),
-                )
-            })?;
+            let response = outcome.map_err(|e| self.step_error(i, e))?;
             for (output, tensor) in &step.outputs {
                 let t = response.outputs.iter().find(|o| &o.name == output).ok_or_else(|| {
-                    InferError::internal(format!(
-                        "in ensemble '{}', step {i} (model '{}'): the response lacks output '{output}'",
-                        self.name, step.model
-                    ))
+                    self.step_error(i, InferError::internal(format!("the response lacks output '{output}'")))
                 })?;
                 tensors.insert(tensor.clone(), Tensor { name: tensor.clone(), ..t.clone() });
             }

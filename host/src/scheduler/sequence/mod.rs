@@ -297,7 +297,10 @@ impl Shared {
         let direct = matches!(self.rules.strategy, Strategy::Direct { .. });
         let positions: Vec<usize> =
             if direct { (0..=take.iter().copied().max().unwrap_or(0)).collect() } else { take.to_vec() };
-        let template = take.first().and_then(|s| state.slots[i][*s].queue.front()).map(|j| j.request.inputs.clone());
+        // Padding copies a real request's inputs (shared bytes); only direct batches with gaps need it.
+        let template = (positions.len() > take.len())
+            .then(|| take.first().and_then(|s| state.slots[i][*s].queue.front()).map(|j| j.request.inputs.clone()))
+            .flatten();
         let mut jobs = Vec::with_capacity(positions.len());
         let mut entries = Vec::with_capacity(positions.len());
         for slot in positions {
@@ -344,7 +347,7 @@ impl Shared {
             if entry.padding {
                 continue;
             }
-            let requested = job.request.requested_outputs.clone();
+            let requested = &job.request.requested_outputs;
             let slot = &mut state.slots[i][entry.slot];
             slot.busy = false;
             slot.last_seen = Some(Instant::now());

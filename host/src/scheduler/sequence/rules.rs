@@ -23,12 +23,13 @@ pub enum Strategy {
     Oldest { preferred: Vec<usize>, max_queue_delay: Duration, preserve_ordering: bool },
 }
 
-/// A boolean control tensor (START, END, READY) and the bytes of its false and true values.
+/// A boolean control tensor (START, END, READY) and the bytes of its false and true values
+/// (shared by every request's tensor, not allocated per request).
 #[derive(Clone, Debug)]
 pub struct BoolControl {
     pub name: String,
     pub datatype: DataType,
-    pub values: [Vec<u8>; 2],
+    pub values: [Bytes; 2],
 }
 
 #[derive(Clone, Debug, Default)]
@@ -153,7 +154,7 @@ impl SequenceRules {
             ) {
                 ([f, t], [], []) => (DataType::Int32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
                 ([], [f, t], []) => (DataType::Fp32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
-                ([], [], [f, t]) => (DataType::Bool, [vec![*f as u8], vec![*t as u8]]),
+                ([], [], [f, t]) => (DataType::Bool, [vec![u8::from(*f)], vec![u8::from(*t)]]),
                 _ => {
                     return Err(format!(
                         "control input '{}' must give exactly one of int32_false_true, fp32_false_true or \
@@ -162,6 +163,7 @@ impl SequenceRules {
                     ));
                 }
             };
+            let values = values.map(Bytes::from);
             if slot.replace(BoolControl { name: input.name.clone(), datatype, values }).is_some() {
                 return Err(format!("more than one control of kind {}", kind.as_str_name()));
             }
@@ -202,7 +204,7 @@ impl SequenceRules {
         let shape = self.control_shape();
         for (control, on) in [(&self.controls.start, start), (&self.controls.end, end), (&self.controls.ready, ready)] {
             if let Some(c) = control {
-                let data = Bytes::from(c.values[usize::from(on)].clone());
+                let data = c.values[usize::from(on)].clone();
                 out.push(Tensor { name: c.name.clone(), datatype: c.datatype, shape: shape.clone(), data });
             }
         }
