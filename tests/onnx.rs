@@ -209,3 +209,90 @@ fn configurations_are_completed_from_the_model_unless_strict() {
     assert_eq!(bare["state"], "UNAVAILABLE");
     assert!(bare["reason"].as_str().unwrap().contains("config.pbtxt"), "{}", bare["reason"]);
 }
+
+/// KIND_GPU instances, on a machine with an NVIDIA GPU and ONNX Runtime from the `onnxruntime-gpu`
+/// package (NEREUS_ONNXRUNTIME_LIB pointing at it): each instance runs the CUDA execution provider
+/// on its own stream, two instances execute at once, strings take ORT's host path, sequences feed
+/// their control tensors, and KIND_AUTO picks the GPU. Elsewhere it says why and skips; with
+/// NEREUS_REQUIRE_GPU set it fails instead.
+#[test]
+fn gpu_instances_run_the_cuda_provider_on_their_own_streams() {
+    let Some(lib) = library() else { return };
+    let required = std::env::var_os("NEREUS_REQUIRE_GPU").is_some();
+    if nereus::gpu::device_count() == 0 {
+        assert!(!required, "NEREUS_REQUIRE_GPU is set but no CUDA device was found");
+        eprintln!("skipping: no CUDA device");
+        return;
+    }
+    let repo = Repo::new();
+    example(&repo, "simple", "instance_group [ { kind: KIND_GPU count: 2 } ]");
+    example(&repo, "simple_string", "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]");
+    example(&repo, "simple_sequence", "instance_group [ { kind: KIND_GPU } ]");
+    example(&repo, "simple_int8", "");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let ready = s.get("/v2/models/simple/ready").status == 200;
+    if !ready {
+        let index = s.post_json("/v2/repository/index", &json!({})).json();
+        let reason = index.as_array().unwrap().iter().find(|m| m["name"] == "simple").unwrap()["reason"].clone();
+        assert!(!required, "NEREUS_REQUIRE_GPU is set but the GPU model did not load: {reason}");
+        eprintln!("skipping: this ONNX Runtime cannot run on the GPU ({reason})");
+        return;
+    }
+    let group = s.get("/v2/models/simple/config").json()["instance_group"].clone();
+    assert_eq!(
+        (&group[0]["kind"], &group[0]["gpus"], &group[0]["count"]),
+        (&json!("KIND_GPU"), &json!([0]), &json!(2))
+    );
+    // KIND_AUTO on a GPU machine with a CUDA-capable ONNX Runtime: every GPU, as in Triton.
+    let auto = s.get("/v2/models/simple_int8/config").json()["instance_group"].clone();
+    assert_eq!(auto[0]["kind"], "KIND_GPU", "{auto}\n{}", s.log());
+
+    // Two requests held at the gate: both instances are executing at once, each on its stream.
+    s.gate("simple", false);
+    let port = s.port;
+    let send = move |k: i64| {
+        std::thread::spawn(move || {
+            let body = pair("INT32", &(0..16).map(|i| i * k).collect::<Vec<_>>(), &[k; 16]);
+            http(port, "POST", "/v2/models/simple/infer", &[], body.to_string().as_bytes())
+        })
+    };
+    let (a, b) = (send(2), send(3));
+    s.wait_until("both instances executing", || s.executions("simple").0 == 2);
+    s.gate("simple", true);
+    for (k, h) in [(2, a), (3, b)] {
+        let r = h.join().unwrap();
+        assert_eq!(data(&r, "OUTPUT0"), (0..16).map(|i| i * k + k).collect::<Vec<_>>());
+        assert_eq!(data(&r, "OUTPUT1"), (0..16).map(|i| i * k - k).collect::<Vec<_>>());
+    }
+    // A batch of several rows, and only one output asked for.
+    let rows: Vec<i64> = (0..48).collect();
+    let mut body = json!({"inputs": [
+        {"name": "INPUT0", "shape": [3, 16], "datatype": "INT32", "data": rows},
+        {"name": "INPUT1", "shape": [3, 16], "datatype": "INT32", "data": vec![5; 48]}
+    ], "outputs": [{"name": "OUTPUT1"}]});
+    let r = s.post_json("/v2/models/simple/infer", &body);
+    assert_eq!(data(&r, "OUTPUT1"), (0..48).map(|i| i - 5).collect::<Vec<_>>());
+    assert_eq!(r.json()["outputs"].as_array().unwrap().len(), 1);
+    body["inputs"][0]["datatype"] = json!("INT8");
+    assert_eq!(s.post_json("/v2/models/simple/infer", &body).status, 400);
+
+    let text = |v: Vec<i64>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let body = json!({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "BYTES", "data": text((0..16).collect())},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "BYTES", "data": text(vec![7; 16])}
+    ]});
+    let r = s.post_json("/v2/models/simple_string/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sums: Vec<String> =
+        r.json()["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert_eq!(sums, text((7..23).collect()));
+
+    let seq = |v: i64, start: bool, end: bool| {
+        let body = json!({
+            "parameters": {"sequence_id": 9, "sequence_start": start, "sequence_end": end},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [v]}]
+        });
+        data(&s.post_json("/v2/models/simple_sequence/infer", &body), "OUTPUT")[0]
+    };
+    assert_eq!([seq(5, true, false), seq(5, false, false), seq(2, false, true)], [6, 5, 2]);
+}

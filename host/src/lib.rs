@@ -14,6 +14,7 @@ pub mod config;
 pub mod ensemble;
 pub mod error;
 pub mod frontend;
+pub mod gpu;
 pub mod logging;
 pub mod model;
 pub mod proto;

@@ -186,7 +186,7 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
 
 /// Reads and validates `<dir>/config.pbtxt`.
 pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
-    read_config_with(name, dir, gpu_count, None)
+    read_config_with(name, dir, gpu_count, None, None)
 }
 
 /// How to auto-complete configurations while loading (`None`: off).
@@ -201,6 +201,7 @@ fn read_config_with(
     dir: &Path,
     gpu_count: usize,
     auto: Option<&AutoComplete>,
+    onnxruntime_library: Option<&Path>,
 ) -> Result<ModelConfig, String> {
     let path = dir.join("config.pbtxt");
     let latest = version_dirs(dir).last().copied();
@@ -221,7 +222,10 @@ fn read_config_with(
     {
         crate::backend::onnx_autocomplete::complete(&mut config, &file, auto.onnxruntime_library)?;
     }
-    normalize_and_validate(config, name, gpu_count)
+    // KIND_AUTO means the GPUs only where the backend can use them: ONNX Runtime with its CUDA
+    // execution provider (a CPU-only library keeps ONNX models on the CPU, as they still work).
+    let auto_gpu = gpu_count > 0 && is_onnx && crate::backend::onnx::cuda_available(onnxruntime_library);
+    normalize_and_validate(config, name, gpu_count, auto_gpu)
         .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
 
@@ -244,7 +248,7 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
 /// Loads one model: its configuration, then each version the policy selects.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     let auto = ctx.autocomplete.then_some(AutoComplete { onnxruntime_library: ctx.onnxruntime_library.as_deref() });
-    let config = match read_config_with(name, dir, ctx.gpu_count, auto.as_ref()) {
+    let config = match read_config_with(name, dir, ctx.gpu_count, auto.as_ref(), ctx.onnxruntime_library.as_deref()) {
         Ok(c) => Arc::new(c),
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };

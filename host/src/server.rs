@@ -57,13 +57,16 @@ impl Server {
     pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
         let runtime = WasmRuntime::new(options.cache_directory.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let models = Arc::new(ModelTable::default());
+        for device in crate::gpu::describe_devices() {
+            tracing::info!("{device}");
+        }
         let ctx = LoadContext {
             runtime: runtime.clone(),
             registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
             onnxruntime_library: options.onnxruntime_library.clone(),
             autocomplete: options.autocomplete,
-            gpu_count: 0,
+            gpu_count: crate::gpu::device_count(),
             instance_poll: options.instance_poll,
             models: models.clone(),
         };

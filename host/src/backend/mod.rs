@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod onnx;
 pub mod onnx_autocomplete;
+mod onnx_gpu;
 pub mod wasm;
 
 use std::path::{Path, PathBuf};

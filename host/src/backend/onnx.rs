@@ -18,9 +18,11 @@ use ort::session::{OutputSelector, RunOptions, Session};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
 use super::batch::{Gathered, gather, scatter};
-use super::{BackendInstance, InstanceDesc};
+use super::onnx_gpu::{self, GpuIo};
+use super::{BackendInstance, InstanceDesc, InstanceKind};
 use crate::config::ModelConfig;
 use crate::error::InferError;
+use crate::gpu::InstanceStream;
 use crate::request::{InferenceResponse, Job, Tensor};
 use crate::stats::ExecutionTimes;
 use crate::tensor::{DataType, bytes_elements};
@@ -49,6 +51,21 @@ pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environmen
         builder.with_name("nereus").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))
     });
     outcome.as_ref().map_err(Clone::clone)
+}
+
+/// Whether ONNX Runtime loads from `library` and offers its CUDA execution provider (probed once):
+/// the PyPI `onnxruntime-gpu` library does, the CPU `onnxruntime` one does not.
+pub fn cuda_available(library: Option<&Path>) -> bool {
+    use ort::ep::ExecutionProvider;
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if runtime(library).is_err() {
+            return false;
+        }
+        let available = ort::ep::CUDA::is_available();
+        tracing::info!("ONNX Runtime's CUDA execution provider available: {available:?}");
+        available.unwrap_or(false)
+    })
 }
 
 /// Creates one session per instance for `model_file`.
@@ -81,11 +98,27 @@ pub fn load_instances(
         Some(1) => GraphOptimizationLevel::Level1,
         _ => GraphOptimizationLevel::All,
     };
+    let cuda_options = if instances.iter().any(|d| d.kind == InstanceKind::Gpu) {
+        onnx_gpu::cuda_options(config)?
+    } else {
+        Vec::new()
+    };
     let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
     let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
     for desc in instances {
         let fail = |e: String| format!("instance '{}': {e}", desc.name);
         let mut builder = Session::builder(environment).map_err(|e| fail(e.to_string()))?;
+        let stream = match desc.kind {
+            InstanceKind::Gpu => {
+                let device = usize::try_from(desc.device_id).map_err(|_| fail(format!("GPU {}", desc.device_id)))?;
+                let stream = InstanceStream::new(device).map_err(fail)?;
+                builder = builder
+                    .with_execution_providers([onnx_gpu::provider(&stream, desc.device_id, &cuda_options)])
+                    .map_err(|e| fail(format!("the CUDA execution provider is unavailable: {e}")))?;
+                Some(stream)
+            }
+            InstanceKind::Cpu | InstanceKind::Model => None,
+        };
         if let Some(n) = intra {
             builder = builder.with_intra_threads(n).map_err(|e| fail(e.to_string()))?;
         }
@@ -102,8 +135,13 @@ pub fn load_instances(
                 return Err(format!("the model has no input '{}' (it has {:?})", input.name, session_inputs));
             }
         }
+        let gpu = match stream {
+            Some(stream) => Some(GpuIo::new(&session, stream, desc.device_id).map_err(fail)?),
+            None => None,
+        };
         out.push(Box::new(OnnxInstance {
             session,
+            gpu,
             io: io.clone(),
             version,
             ragged: ragged.clone(),
@@ -114,7 +152,10 @@ pub fn load_instances(
 }
 
 struct OnnxInstance {
+    /// Declared before `gpu`: the session runs on the GPU instance's stream, so it goes first.
     session: Session,
+    /// The instance's CUDA stream and staging memory, for `KIND_GPU`.
+    gpu: Option<GpuIo>,
     io: Arc<IoSpec>,
     version: i64,
     ragged: Vec<String>,
@@ -148,53 +189,31 @@ impl OnnxInstance {
         // batcher added), gathered along the batch dimension.
         let names: Vec<String> =
             jobs.first().map(|j| j.request.inputs.iter().map(|t| t.name.clone()).collect()).unwrap_or_default();
-        let mut inputs: Vec<(String, DynValue)> = Vec::with_capacity(names.len());
+        let mut inputs: Vec<Gathered> = Vec::with_capacity(names.len());
         for name in &names {
             let ragged = self.ragged.contains(name);
-            let gathered = gather(jobs, name, ragged).map_err(|e| e.message)?;
-            inputs.push((name.clone(), to_value(&gathered)?));
+            inputs.push(gather(jobs, name, ragged).map_err(|e| e.message)?);
         }
         let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
-        // Only the outputs some request asks for (and implicit state) are computed; when that is all
-        // of them, the plain run saves creating run options for every execution.
+        // Only the outputs some request asks for (and implicit state) are computed.
+        let io = &self.io;
         let wanted = |name: &str| {
-            self.io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
+            io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
         };
-        let all = self.session.outputs().iter().all(|o| wanted(o.name()));
-        let options = if all {
-            None
-        } else {
-            let selector = self
-                .session
-                .outputs()
-                .iter()
-                .filter(|o| wanted(o.name()))
-                .fold(OutputSelector::no_default(), |s, o| s.with(o.name()));
-            Some(RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector))
+        let (outputs, t1, t2) = match &mut self.gpu {
+            Some(gpu) => gpu.infer(&mut self.session, &inputs, &wanted)?,
+            None => infer_on_cpu(&mut self.session, &inputs, &wanted)?,
         };
-        let t1 = Instant::now();
-        let outputs = match &options {
-            None => self.session.run(inputs),
-            Some(options) => self.session.run_with_options(inputs, options),
-        }
-        .map_err(|e| e.to_string())?;
-        let t2 = Instant::now();
         let mut per_job: Vec<Vec<Tensor>> = vec![Vec::new(); jobs.len()];
-        for (name, value) in outputs.iter() {
-            let wanted = jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
-                || self.io.is_state_output(name);
-            if !wanted {
-                continue;
-            }
-            let tensor = from_value(name, &value)?;
+        for tensor in outputs {
+            let name = tensor.name.clone();
             let parts = if batching { scatter(&tensor, &batch_sizes).map_err(|e| e.message)? } else { vec![tensor] };
             for ((out, job), part) in per_job.iter_mut().zip(jobs.iter()).zip(parts) {
-                if job.request.requested_outputs.iter().any(|o| o == name) || self.io.is_state_output(name) {
+                if job.request.requested_outputs.contains(&name) || self.io.is_state_output(&name) {
                     out.push(part);
                 }
             }
         }
-        drop(outputs);
         for ((job, outputs), batch) in jobs.iter_mut().zip(per_job).zip(&batch_sizes) {
             let mut checked = Vec::with_capacity(outputs.len());
             for t in outputs {
@@ -215,6 +234,42 @@ impl OnnxInstance {
     }
 }
 
+/// Runs a CPU session once: inputs copied into ORT values, the wanted outputs copied out.
+/// Returns them with the instants the inputs were ready and the run ended.
+fn infer_on_cpu(
+    session: &mut Session,
+    inputs: &[Gathered],
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<Tensor>, Instant, Instant), String> {
+    let values: Vec<(String, DynValue)> =
+        inputs.iter().map(|g| Ok((g.name.clone(), to_value(g)?))).collect::<Result<_, String>>()?;
+    // When every output is wanted, the plain run saves creating run options for every execution.
+    let options = if session.outputs().iter().all(|o| wanted(o.name())) {
+        None
+    } else {
+        let selector = session
+            .outputs()
+            .iter()
+            .filter(|o| wanted(o.name()))
+            .fold(OutputSelector::no_default(), |s, o| s.with(o.name()));
+        Some(RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector))
+    };
+    let t1 = Instant::now();
+    let outputs = match &options {
+        None => session.run(values),
+        Some(options) => session.run_with_options(values, options),
+    }
+    .map_err(|e| e.to_string())?;
+    let t2 = Instant::now();
+    let mut host = Vec::new();
+    for (name, value) in outputs.iter() {
+        if wanted(name) {
+            host.push(from_value(name, &value)?);
+        }
+    }
+    Ok((host, t1, t2))
+}
+
 /// Little-endian element bytes, in parts, as one typed vector.
 fn numbers<T, const N: usize>(parts: &[Bytes], from: fn([u8; N]) -> T) -> Vec<T> {
     parts
@@ -229,7 +284,7 @@ fn numbers<T, const N: usize>(parts: &[Bytes], from: fn([u8; N]) -> T) -> Vec<T>
 }
 
 /// A gathered input as an ORT value: the requests' bytes copied once, into ORT-owned memory.
-fn to_value(t: &Gathered) -> Result<DynValue, String> {
+pub(super) fn to_value(t: &Gathered) -> Result<DynValue, String> {
     use ort::value::Tensor as OrtTensor;
     let shape = t.shape.clone();
     let d = &t.parts[..];
@@ -266,7 +321,7 @@ fn to_value(t: &Gathered) -> Result<DynValue, String> {
 }
 
 /// An ORT output as a host tensor.
-fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
+pub(super) fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
     let ValueType::Tensor { ty, .. } = value.dtype() else {
         return Err(format!("output '{name}' is not a tensor"));
     };

@@ -51,11 +51,14 @@ macro_rules! bail {
 }
 
 /// Fills in what Triton fills in (name, version policy, instance groups) and rejects what Triton
-/// rejects. `gpu_count` is the number of usable GPUs (KIND_GPU needs at least one).
+/// rejects. `gpu_count` is the number of usable GPUs (KIND_GPU needs at least one; KIND_GPU with
+/// no `gpus` means all of them); `auto_gpu` says whether KIND_AUTO becomes KIND_GPU, which Triton
+/// decides by whether the model's backend can use the GPUs.
 pub fn normalize_and_validate(
     mut config: ModelConfig,
     dir_name: &str,
     gpu_count: usize,
+    auto_gpu: bool,
 ) -> Result<ModelConfig, ConfigError> {
     if config.name.is_empty() {
         config.name = dir_name.to_string();
@@ -134,8 +137,17 @@ pub fn normalize_and_validate(
         group.count = group.count.max(1);
         let kind = Kind::try_from(group.kind).unwrap_or(Kind::Auto);
         match kind {
+            // As Triton: KIND_AUTO is KIND_GPU on every GPU when there are GPUs and the backend can
+            // use them (here: ONNX Runtime), else KIND_CPU.
             Kind::Auto => {
-                group.kind = if gpu_count > 0 && !group.gpus.is_empty() { Kind::Gpu } else { Kind::Cpu } as i32;
+                if gpu_count > 0 && (auto_gpu || !group.gpus.is_empty()) {
+                    group.kind = Kind::Gpu as i32;
+                    if group.gpus.is_empty() {
+                        group.gpus = (0..gpu_count as i32).collect();
+                    }
+                } else {
+                    group.kind = Kind::Cpu as i32;
+                }
             }
             Kind::Gpu => {
                 if gpu_count == 0 {
@@ -146,6 +158,9 @@ pub fn normalize_and_validate(
                 }
                 if let Some(g) = group.gpus.iter().find(|g| **g < 0 || **g as usize >= gpu_count) {
                     bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}' names GPU {g}, which does not exist", group.name);
+                }
+                if group.gpus.is_empty() {
+                    group.gpus = (0..gpu_count as i32).collect();
                 }
             }
             Kind::Cpu | Kind::Model => {
@@ -220,7 +235,7 @@ mod tests {
     use crate::config::parse_pbtxt;
 
     fn check(src: &str) -> Result<ModelConfig, ConfigError> {
-        normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 0)
+        normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 0, false)
     }
 
     #[test]
@@ -247,6 +262,27 @@ mod tests {
             panic!("dynamic_batching lost")
         };
         assert_eq!(db.preferred_batch_size, [8]);
+    }
+
+    #[test]
+    fn gpu_groups_take_every_gpu_unless_named_and_auto_follows_the_backend() {
+        let on = |src: &str, auto_gpu: bool| {
+            let cfg = normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 2, auto_gpu).unwrap();
+            cfg.instance_group.iter().map(|g| (Kind::try_from(g.kind).unwrap(), g.gpus.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(on("instance_group [ { kind: KIND_GPU } ]", false), [(Kind::Gpu, vec![0, 1])]);
+        assert_eq!(on("instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]", false), [(Kind::Gpu, vec![1])]);
+        assert_eq!(on("", true), [(Kind::Gpu, vec![0, 1])], "KIND_AUTO with a GPU-capable backend");
+        assert_eq!(on("", false), [(Kind::Cpu, vec![])], "KIND_AUTO with a CPU-only backend");
+        assert_eq!(on("instance_group [ { gpus: [ 1 ] } ]", false), [(Kind::Gpu, vec![1])], "AUTO naming GPUs");
+        let err = normalize_and_validate(
+            parse_pbtxt("instance_group [ { kind: KIND_GPU gpus: [ 2 ] } ]").unwrap(),
+            "m",
+            2,
+            true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("GPU 2, which does not exist"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,280 @@
+//! ONNX Runtime instances of kind `KIND_GPU`: the CUDA execution provider runs on the instance's
+//! own CUDA stream (ORT's "user compute stream"), inputs go to the device through the instance's
+//! pinned staging memory on that stream, and outputs come back on the same stream.
+//!
+//! Inputs and outputs are bound with an ORT `IoBinding`, so ORT neither copies inputs itself nor
+//! computes outputs no request asked for. Strings and booleans take ORT's own path (strings cannot
+//! live on a GPU; booleans are normalised to 0/1 on the host first).
+#![allow(unsafe_code)] // ORT's user-compute-stream option and a Send assertion; each says why it is sound.
+
+use std::time::Instant;
+
+use ort::ep::{ArbitrarilyConfigurableExecutionProvider, CUDA, ExecutionProviderDispatch};
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::Session;
+use ort::value::{DynTensor, DynTensorValueType, TensorElementType, ValueType};
+
+use super::batch::Gathered;
+use super::onnx::{from_value, to_value};
+use crate::config::ModelConfig;
+use crate::gpu::{DevicePtr, InstanceStream};
+use crate::request::Tensor;
+use crate::tensor::DataType;
+
+/// The CUDA execution provider options a model's configuration sets, as Triton's ORT backend reads
+/// them: `optimization { execution_accelerators { gpu_execution_accelerator [ { name: "cuda"
+/// parameters {...} } ] } }` passed to ORT as they are, and the older `parameters`
+/// `cudnn_conv_algo_search` (0 exhaustive, the default; 1 heuristic; 2 default algorithm),
+/// `gpu_mem_limit` and `arena_extend_strategy` (0 next power of two; 1 same as requested).
+pub(super) fn cuda_options(config: &ModelConfig) -> Result<Vec<(String, String)>, String> {
+    let mut options = Vec::new();
+    let parameter = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim().to_string());
+    if let Some(v) = parameter("cudnn_conv_algo_search") {
+        let search = match v.as_str() {
+            "0" => "EXHAUSTIVE",
+            "1" => "HEURISTIC",
+            "2" => "DEFAULT",
+            _ => return Err(format!("parameter 'cudnn_conv_algo_search' must be 0, 1 or 2, not '{v}'")),
+        };
+        options.push(("cudnn_conv_algo_search".to_string(), search.to_string()));
+    }
+    if let Some(v) = parameter("gpu_mem_limit") {
+        v.parse::<u64>().map_err(|_| format!("parameter 'gpu_mem_limit' must be a byte count, not '{v}'"))?;
+        options.push(("gpu_mem_limit".to_string(), v));
+    }
+    if let Some(v) = parameter("arena_extend_strategy") {
+        let strategy = match v.as_str() {
+            "0" => "kNextPowerOfTwo",
+            "1" => "kSameAsRequested",
+            _ => return Err(format!("parameter 'arena_extend_strategy' must be 0 or 1, not '{v}'")),
+        };
+        options.push(("arena_extend_strategy".to_string(), strategy.to_string()));
+    }
+    let accelerators = config
+        .optimization
+        .as_ref()
+        .and_then(|o| o.execution_accelerators.as_ref())
+        .map(|a| a.gpu_execution_accelerator.as_slice())
+        .unwrap_or_default();
+    for accelerator in accelerators {
+        if accelerator.name != "cuda" {
+            return Err(format!(
+                "gpu_execution_accelerator '{}' is not supported (Nereus runs ONNX Runtime's CUDA execution provider: name it \"cuda\")",
+                accelerator.name
+            ));
+        }
+        let mut keys: Vec<_> = accelerator.parameters.iter().collect();
+        keys.sort();
+        for (key, value) in keys {
+            // The device and stream are the instance's own (`gpus`, one stream per instance).
+            if ["device_id", "has_user_compute_stream", "user_compute_stream"].contains(&key.as_str()) {
+                return Err(format!("the cuda accelerator parameter '{key}' is set by Nereus per instance"));
+            }
+            if key.contains('\0') || value.contains('\0') {
+                return Err(format!("the cuda accelerator parameter '{}' holds a NUL byte", key.escape_debug()));
+            }
+            options.push((key.clone(), value.clone()));
+        }
+    }
+    Ok(options)
+}
+
+/// The CUDA execution provider for an instance: its device, its stream, FP32 kept FP32 (no TF32
+/// matrix maths, so results agree with the CPU to FP32 precision) unless `options` say otherwise,
+/// then the model's own options. Registration failing (e.g. a CPU-only ONNX Runtime library, or an
+/// option ORT does not know) fails the instance rather than silently running on the CPU.
+pub(super) fn provider(
+    stream: &InstanceStream,
+    device_id: i32,
+    options: &[(String, String)],
+) -> ExecutionProviderDispatch {
+    // SAFETY: the stream outlives the session: both belong to the same instance, and the session
+    // is dropped first (field order of the owning instance).
+    let mut cuda =
+        unsafe { CUDA::default().with_device_id(device_id).with_tf32(false).with_compute_stream(stream.raw()) };
+    for (key, value) in options {
+        cuda = cuda.with_arbitrary_config(key, value);
+    }
+    cuda.build().error_on_failure()
+}
+
+/// The device side of one GPU instance.
+pub(super) struct GpuIo {
+    allocator: Allocator,
+    cuda: MemoryInfo<'static>,
+    cpu: MemoryInfo<'static>,
+    /// Declared last: dropped after the allocator (and after the session, which the owning
+    /// instance declares before this).
+    stream: InstanceStream,
+}
+
+// SAFETY: ORT's CUDA allocator is used from one worker thread at a time (an instance is driven by
+// exactly one worker), which is all ORT requires of it.
+unsafe impl Send for GpuIo {}
+
+/// ORT's element type for a host datatype whose bytes can go to the device as they are.
+fn device_element(datatype: DataType) -> Option<TensorElementType> {
+    Some(match datatype {
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Int16 => TensorElementType::Int16,
+        DataType::Uint32 => TensorElementType::Uint32,
+        DataType::Int32 => TensorElementType::Int32,
+        DataType::Uint64 => TensorElementType::Uint64,
+        DataType::Int64 => TensorElementType::Int64,
+        DataType::Fp16 => TensorElementType::Float16,
+        DataType::Bf16 => TensorElementType::Bfloat16,
+        DataType::Fp32 => TensorElementType::Float32,
+        DataType::Fp64 => TensorElementType::Float64,
+        DataType::Bool | DataType::Bytes => return None,
+    })
+}
+
+/// The host datatype and element size of an ORT output that is copied back as raw bytes.
+fn host_element(ty: TensorElementType) -> Option<(DataType, usize)> {
+    Some(match ty {
+        TensorElementType::Bool => (DataType::Bool, 1),
+        TensorElementType::Uint8 => (DataType::Uint8, 1),
+        TensorElementType::Int8 => (DataType::Int8, 1),
+        TensorElementType::Uint16 => (DataType::Uint16, 2),
+        TensorElementType::Int16 => (DataType::Int16, 2),
+        TensorElementType::Float16 => (DataType::Fp16, 2),
+        TensorElementType::Bfloat16 => (DataType::Bf16, 2),
+        TensorElementType::Uint32 => (DataType::Uint32, 4),
+        TensorElementType::Int32 => (DataType::Int32, 4),
+        TensorElementType::Float32 => (DataType::Fp32, 4),
+        TensorElementType::Uint64 => (DataType::Uint64, 8),
+        TensorElementType::Int64 => (DataType::Int64, 8),
+        TensorElementType::Float64 => (DataType::Fp64, 8),
+        _ => return None,
+    })
+}
+
+impl GpuIo {
+    /// Binds the instance's stream to its committed session.
+    pub(super) fn new(session: &Session, stream: InstanceStream, device_id: i32) -> Result<GpuIo, String> {
+        let cuda = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default)
+            .map_err(|e| e.to_string())?;
+        let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)
+            .map_err(|e| e.to_string())?;
+        let allocator = Allocator::new(session, cuda.to_owned())
+            .map_err(|e| format!("no CUDA allocator on GPU {device_id}: {e}"))?;
+        Ok(GpuIo { allocator, cuda: cuda.to_owned(), cpu: cpu.to_owned(), stream })
+    }
+
+    /// Runs the session once over the gathered inputs, computing the outputs `wanted` accepts.
+    /// Returns them as host tensors with the instants the inputs were enqueued and the run ended.
+    pub(super) fn infer(
+        &mut self,
+        session: &mut Session,
+        inputs: &[Gathered],
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Result<(Vec<Tensor>, Instant, Instant), String> {
+        let mut binding = session.create_binding().map_err(|e| e.to_string())?;
+        let mut on_device = Vec::with_capacity(inputs.len());
+        let mut uploads: Vec<(DevicePtr, &[bytes::Bytes])> = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            match device_element(input.datatype) {
+                Some(ty) => {
+                    let mut tensor = DynTensor::new(&self.allocator, ty, input.shape.clone())
+                        .map_err(|e| format!("input '{}': {e}", input.name))?;
+                    uploads.push((tensor.data_ptr_mut() as DevicePtr, &input.parts[..]));
+                    on_device.push((input.name.as_str(), tensor));
+                }
+                None => {
+                    let value = to_value(input)?;
+                    binding
+                        .bind_input(input.name.as_str(), &value)
+                        .map_err(|e| format!("input '{}': {e}", input.name))?;
+                }
+            }
+        }
+        self.stream.upload(&uploads)?;
+        for (name, tensor) in &on_device {
+            binding.bind_input(*name, tensor).map_err(|e| format!("input '{name}': {e}"))?;
+        }
+        for output in session.outputs().iter().filter(|o| wanted(o.name())) {
+            let on_gpu = matches!(output.dtype(), ValueType::Tensor { ty, .. } if host_element(*ty).is_some());
+            let memory = if on_gpu { &self.cuda } else { &self.cpu };
+            binding
+                .bind_output_to_device(output.name(), memory)
+                .map_err(|e| format!("output '{}': {e}", output.name()))?;
+        }
+        let t1 = Instant::now();
+        let outputs = session.run_binding(&binding).map_err(|e| e.to_string())?;
+        let t2 = Instant::now();
+        // Device outputs come back together, in one wait on the stream.
+        let mut host = Vec::new();
+        let mut device = Vec::new();
+        for (name, value) in outputs.iter() {
+            let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
+                return Err(format!("output '{name}' is not a tensor"));
+            };
+            let (ty, shape) = (*ty, shape.iter().copied().collect::<Vec<i64>>());
+            let tensor = value.downcast::<DynTensorValueType>().map_err(|e| format!("output '{name}': {e}"))?;
+            let on_gpu = tensor.memory_info().allocation_device() == AllocationDevice::CUDA;
+            match host_element(ty).filter(|_| on_gpu) {
+                Some((datatype, size)) => {
+                    let count: i64 = shape.iter().product();
+                    let bytes =
+                        usize::try_from(count).map_err(|_| format!("output '{name}' has shape {shape:?}"))? * size;
+                    device.push((name.to_string(), datatype, shape, tensor.data_ptr() as DevicePtr, bytes));
+                }
+                None => host.push(from_value(name, &tensor.into_dyn())?),
+            }
+        }
+        let copies: Vec<(DevicePtr, usize)> = device.iter().map(|d| (d.3, d.4)).collect();
+        let downloaded = self.stream.download(&copies)?;
+        drop(outputs);
+        drop(on_device);
+        for ((name, datatype, shape, _, _), bytes) in device.into_iter().zip(downloaded) {
+            host.push(Tensor { name, datatype, shape, data: bytes.into() });
+        }
+        Ok((host, t1, t2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    #[test]
+    fn cuda_options_read_tritons_parameters_and_accelerator_settings() {
+        let config = parse_pbtxt(
+            r#"parameters { key: "cudnn_conv_algo_search" value: { string_value: "1" } }
+               parameters { key: "gpu_mem_limit" value: { string_value: "4294967296" } }
+               parameters { key: "arena_extend_strategy" value: { string_value: "1" } }
+               optimization { execution_accelerators { gpu_execution_accelerator : [ {
+                 name : "cuda"
+                 parameters { key: "cudnn_conv_use_max_workspace" value: "0" }
+                 parameters { key: "use_ep_level_unified_stream" value: "1" } } ] } }"#,
+        )
+        .unwrap();
+        let options = cuda_options(&config).unwrap();
+        let get = |k: &str| options.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("cudnn_conv_algo_search"), Some("HEURISTIC"));
+        assert_eq!(get("gpu_mem_limit"), Some("4294967296"));
+        assert_eq!(get("arena_extend_strategy"), Some("kSameAsRequested"));
+        assert_eq!(get("cudnn_conv_use_max_workspace"), Some("0"));
+        assert_eq!(get("use_ep_level_unified_stream"), Some("1"));
+        assert!(cuda_options(&ModelConfig::default()).unwrap().is_empty());
+        for (src, needle) in [
+            (r#"parameters { key: "cudnn_conv_algo_search" value: { string_value: "3" } }"#, "must be 0, 1 or 2"),
+            (r#"parameters { key: "gpu_mem_limit" value: { string_value: "lots" } }"#, "byte count"),
+            (
+                r#"optimization { execution_accelerators { gpu_execution_accelerator [ { name: "tensorrt" } ] } }"#,
+                "'tensorrt' is not supported",
+            ),
+            (
+                r#"optimization { execution_accelerators { gpu_execution_accelerator [ { name: "cuda"
+                   parameters { key: "user_compute_stream" value: "0" } } ] } }"#,
+                "set by Nereus per instance",
+            ),
+        ] {
+            let err = cuda_options(&parse_pbtxt(src).unwrap()).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+}
