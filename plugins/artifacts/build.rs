@@ -11,9 +11,11 @@ const PLUGINS: &[(&str, bool)] = &[
     ("add_sub", true),
     ("batch_probe", true),
     ("identity", true),
+    ("image_preprocess", true),
     ("repeat_int32", true),
     ("string_case", true),
     ("test_faults", false),
+    ("topk", true),
 ];
 
 fn main() {
