@@ -48,6 +48,17 @@ fn stats(s: &Server, model: &str) -> Value {
     s.get(&format!("/v2/models/{model}/stats")).json()["model_stats"][0].clone()
 }
 
+/// An `identity` model on INT32 tensors of `dims`, two instances.
+fn int32_identity(repo: &Repo, name: &str, max_batch_size: u32, dims: &str) {
+    let config = format!(
+        r#"name: "{name}" backend: "identity" max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: {dims} }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: {dims} }} ]
+instance_group [ {{ count: 2 }} ]"#
+    );
+    repo.model(name, &config, &["1"]);
+}
+
 #[test]
 fn chained_and_nested_ensembles_with_statistics() {
     let repo = Repo::new();
@@ -107,16 +118,7 @@ ensemble_scheduling {
 fn independent_steps_run_in_parallel_and_fan_in() {
     let repo = Repo::new();
     repo.example("simple");
-    repo.model(
-        "ident",
-        r#"name: "ident"
-backend: "identity"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
-instance_group [ { count: 2 } ]"#,
-        &["1"],
-    );
+    int32_identity(&repo, "ident", 8, "[ 16 ]");
     repo.model(
         "fan",
         r#"name: "fan"
@@ -305,4 +307,128 @@ ensemble_scheduling {{ step [ {steps} ] }}"#
     }
     // The composing model still serves.
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}
+
+/// Triton's repeat example as the first step of a pipeline: every response it streams drives the
+/// identity step after it once, and the ensemble (decoupled because a step is) answers once per
+/// response, then sends the final flag.
+#[test]
+fn a_decoupled_step_drives_the_next_step_once_per_response() {
+    use bytes::Bytes;
+    use nereus::proto::inference as pb;
+    use pb::infer_parameter::ParameterChoice;
+    let repo = Repo::new();
+    repo.example("repeat_int32");
+    int32_identity(&repo, "ident1", 0, "[ 1 ]");
+    repo.model(
+        "repeat_then_copy",
+        r#"name: "repeat_then_copy" platform: "ensemble" max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "COPY" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "repeat_int32" input_map { key: "IN" value: "IN" } input_map { key: "DELAY" value: "DELAY" }
+      input_map { key: "WAIT" value: "WAIT" } output_map { key: "OUT" value: "out" } output_map { key: "IDX" value: "IDX" } },
+    { model_name: "ident1" input_map { key: "INPUT0" value: "out" } output_map { key: "OUTPUT0" value: "COPY" } }
+  ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let config = s.get("/v2/models/repeat_then_copy/config").json();
+    assert_eq!(config["model_transaction_policy"]["decoupled"], true, "{config}");
+    // Like any decoupled model, it needs a stream.
+    let body = json!({"inputs": [
+        {"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]},
+        {"name": "DELAY", "shape": [1], "datatype": "UINT32", "data": [0]},
+        {"name": "WAIT", "shape": [1], "datatype": "UINT32", "data": [0]}]});
+    let r = s.post_json("/v2/models/repeat_then_copy/infer", &body);
+    assert!(r.error().contains("decoupled transaction policy"), "{}", r.text());
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = grpc_client(&s).await;
+        let input = |name: &str, datatype: &str, n: i64| pb::model_infer_request::InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape: vec![n],
+            parameters: Default::default(),
+            contents: None,
+        };
+        let bytes = |v: &[u32]| Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        let mut request = pb::ModelInferRequest {
+            model_name: "repeat_then_copy".into(),
+            id: "r".into(),
+            inputs: vec![input("IN", "INT32", 3), input("DELAY", "UINT32", 3), input("WAIT", "UINT32", 1)],
+            raw_input_contents: vec![Bytes::from(le_i32(&[50, 60, 70])), bytes(&[0, 0, 0]), bytes(&[0])],
+            ..Default::default()
+        };
+        request.parameters.insert(
+            "triton_enable_empty_final_response".into(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+        );
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(request).await.unwrap();
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut seen = Vec::new();
+        loop {
+            let m = tokio::time::timeout(WAIT, stream.message()).await.unwrap().unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+            let r = m.infer_response.unwrap();
+            let last = matches!(
+                r.parameters.get("triton_final_response").and_then(|p| p.parameter_choice.clone()),
+                Some(ParameterChoice::BoolParam(true))
+            );
+            if last {
+                assert!(r.outputs.is_empty(), "the final flag travels alone");
+                break;
+            }
+            let value = |name: &str| {
+                let k = r.outputs.iter().position(|o| o.name == name).unwrap();
+                let b = &r.raw_output_contents[k];
+                u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            };
+            seen.push((value("IDX"), value("COPY") as i32));
+        }
+        seen.sort();
+        assert_eq!(seen, [(0, 50), (1, 60), (2, 70)], "one ensemble response per repeat response");
+    });
+    let ident =
+        s.get("/v2/models/ident1/stats").json()["model_stats"][0]["inference_stats"]["success"]["count"].clone();
+    assert_eq!(ident, 3, "the step after the decoupled one ran once per response");
+}
+
+/// `max_inflight_requests: 1`: the step's model has two idle instances, yet only one step request
+/// is in flight; the others wait in the ensemble, not in the model's queue, and all complete.
+#[test]
+fn max_inflight_requests_holds_step_requests_back() {
+    let repo = Repo::new();
+    int32_identity(&repo, "ident", 8, "[ 16 ]");
+    repo.model(
+        "limited",
+        r#"name: "limited" platform: "ensemble" max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  max_inflight_requests: 1
+  step [ { model_name: "ident" input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "B" } } ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    s.gate("ident", false);
+    let a = |k: i32| json!({"inputs": [{"name": "A", "shape": [1, 16], "datatype": "INT32", "data": vec![k; 16]}]});
+    let first = post(&s, "limited", a(1));
+    s.wait_until("the first step executing", || s.executions("ident").0 == 1);
+    let others: Vec<_> = (2..=3).map(|k| post(&s, "limited", a(k))).collect();
+    s.wait_until("two step requests held back", || s.queued("limited") == 2);
+    assert_eq!((s.executions("ident").0, s.queued("ident")), (1, 0), "held in the ensemble, not sent");
+    s.gate("ident", true);
+    assert_eq!(out(&first.join().unwrap(), "B"), vec![1; 16]);
+    for (k, h) in (2..=3).zip(others) {
+        assert_eq!(out(&h.join().unwrap(), "B"), vec![k as i64; 16]);
+    }
+    assert_eq!(s.queued("limited"), 0);
 }

@@ -295,6 +295,14 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
         Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
     };
     let ensemble = Arc::new(ensemble);
+    // A decoupled step makes the ensemble decoupled: its configuration says so, as clients see it.
+    let config = if ensemble.is_decoupled() {
+        let mut c = (*config).clone();
+        c.model_transaction_policy.get_or_insert_default().decoupled = true;
+        Arc::new(c)
+    } else {
+        config
+    };
     let io = Arc::new(IoSpec::new(&config));
     let versions = selected
         .into_iter()

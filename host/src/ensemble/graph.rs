@@ -67,7 +67,14 @@ impl Ensemble {
                     return Err(format!("{at}: tensor '{tensor}' is already produced by {by}"));
                 }
             }
-            steps.push(Step { model: s.model_name.clone(), version, inputs, outputs, depends_on: Vec::new() });
+            steps.push(Step {
+                model: s.model_name.clone(),
+                version,
+                inputs,
+                outputs,
+                depends_on: Vec::new(),
+                decoupled: model.is_decoupled(),
+            });
         }
         // Every consumed tensor is produced, with a matching datatype and shape.
         for (i, step) in steps.iter_mut().enumerate() {

@@ -6,17 +6,20 @@
 //! client asked for; a failing step fails the request with an error naming the step.
 mod graph;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::repository::ModelTable;
-use crate::request::{InferenceRequest, InferenceResponse, Job, Tensor};
+use crate::request::{
+    InferenceRequest, InferenceResponse, Job, ResponseReceiver, ResponseSender, StreamItem, StreamReceiver, Tensor,
+};
 use crate::stats::{ExecutionTimes, ModelStats};
 
 /// One step: which model it calls and how its inputs and outputs map to the ensemble's tensors.
@@ -31,26 +34,135 @@ pub struct Step {
     pub outputs: Vec<(String, String)>,
     /// Steps producing what this one consumes.
     pub depends_on: Vec<usize>,
+    /// Whether the model was decoupled at load (several responses per request).
+    pub decoupled: bool,
 }
 
 pub struct Ensemble {
     name: Arc<str>,
     steps: Vec<Step>,
     batching: bool,
+    /// Some step's model is decoupled: every response it sends drives the steps after it, and the
+    /// ensemble answers each time a set of its outputs is complete (so it is decoupled too).
+    decoupled: bool,
+    /// `max_inflight_requests`: per step, the requests it may have in flight across all ensemble
+    /// requests (`None`: no limit).
+    limits: Option<Vec<Arc<Semaphore>>>,
+    /// Step requests held back by `max_inflight_requests` right now.
+    held_back: AtomicUsize,
     /// Requests in flight, so an unload can wait for them.
     in_flight: AtomicUsize,
     drained: (Mutex<()>, Condvar),
 }
 
+/// Where a running step's answers arrive: one response, or a decoupled model's stream of them.
+enum Answers {
+    Unary(ResponseReceiver),
+    Stream(StreamReceiver),
+}
+
+/// What a running step reported.
+enum StepEvent {
+    /// A response; `last` when the step has finished.
+    Response(InferenceResponse, bool),
+    /// Finished without a further response (a decoupled model's final flag alone).
+    Done,
+    Failed(InferError),
+}
+
+/// A step request in flight, in the context whose tensors it read.
+struct Running {
+    step: usize,
+    context: usize,
+    answers: Answers,
+    /// Released when the step finishes (`max_inflight_requests`).
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// A set of tensors steps read: the request's own (the root), or one response of a decoupled step
+/// and everything computed from it (a child of the context that step ran in). A step runs once in
+/// the deepest context its inputs come from.
+struct Context {
+    parent: Option<usize>,
+    depth: usize,
+    own: HashMap<String, Tensor>,
+    launched: Vec<bool>,
+    answered: bool,
+}
+
+/// The contexts of one ensemble request.
+struct Contexts(Vec<Context>);
+
+impl Contexts {
+    /// `name` as `context` sees it, with the context it comes from.
+    fn resolve(&self, mut context: usize, name: &str) -> Option<(&Tensor, usize)> {
+        loop {
+            let c = &self.0[context];
+            if let Some(t) = c.own.get(name) {
+                return Some((t, context));
+            }
+            context = c.parent?;
+        }
+    }
+
+    /// Whether every name resolves from `context`, the deepest of them coming from `context` itself.
+    fn complete_in(&self, context: usize, names: &mut dyn Iterator<Item = &str>) -> bool {
+        let mut deepest = 0;
+        for name in names {
+            match self.resolve(context, name) {
+                Some((_, from)) => deepest = deepest.max(self.0[from].depth),
+                None => return false,
+            }
+        }
+        deepest == self.0[context].depth
+    }
+}
+
+/// Step launches waiting for `max_inflight_requests`, counted in the ensemble's `held_back` until
+/// they launch or the request ends.
+struct HeldBack<'a> {
+    queue: VecDeque<(usize, usize)>,
+    count: &'a AtomicUsize,
+}
+
+impl HeldBack<'_> {
+    fn push(&mut self, item: (usize, usize)) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.queue.push_back(item);
+    }
+}
+
+impl Drop for HeldBack<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.queue.len(), Ordering::AcqRel);
+    }
+}
+
 impl Ensemble {
     fn new(config: &ModelConfig, steps: Vec<Step>) -> Self {
+        let max_inflight = crate::config::ensemble_scheduling(config).map_or(0, |e| e.max_inflight_requests);
+        let limits =
+            (max_inflight > 0).then(|| steps.iter().map(|_| Arc::new(Semaphore::new(max_inflight as usize))).collect());
         Ensemble {
             name: config.name.as_str().into(),
+            decoupled: steps.iter().any(|s| s.decoupled),
             steps,
             batching: config.max_batch_size > 0,
+            limits,
+            held_back: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             drained: (Mutex::new(()), Condvar::new()),
         }
+    }
+
+    /// Whether a step's model is decoupled, making the ensemble decoupled too.
+    pub fn is_decoupled(&self) -> bool {
+        self.decoupled
+    }
+
+    /// Step requests waiting for `max_inflight_requests` (the ensemble's queue).
+    pub fn queued(&self) -> usize {
+        self.held_back.load(Ordering::Acquire)
     }
 
     /// Starts a validated request; its outcome goes to the job's sender. `models` resolves the
@@ -71,12 +183,17 @@ impl Ensemble {
             let started = Instant::now();
             let batch_size = job.request.batch_size(this.batching) as u64;
             let request = std::mem::take(&mut job.request);
-            let outcome = this.run(request, version, &models).await;
+            let outcome = this.run(request, version, &models, &mut job.sender).await;
             if outcome.is_ok() {
                 let times = ExecutionTimes { infer: started.elapsed(), ..Default::default() };
                 stats.record_execution(1, batch_size, times);
             }
-            job.sender.send_final(outcome);
+            match outcome {
+                Ok(Some(response)) => job.sender.send_final(Ok(response)),
+                // Every response already went out: only the final flag is left.
+                Ok(None) => job.sender.send_final_flag().is_ok(),
+                Err(e) => job.sender.send_final(Err(e)),
+            };
             job.sender.flush();
             drop(job);
             if this.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -104,13 +221,16 @@ impl Ensemble {
         )
     }
 
-    /// Runs the steps as their inputs become available; returns the ensemble's response.
+    /// Runs the steps as their inputs become available. A unary ensemble returns its one response;
+    /// a decoupled one sends each response through `sender` as a set of outputs completes and
+    /// returns `None`.
     async fn run(
         &self,
         request: InferenceRequest,
         version: i64,
         models: &ModelTable,
-    ) -> Result<InferenceResponse, InferError> {
+        sender: &mut ResponseSender,
+    ) -> Result<Option<InferenceResponse>, InferError> {
         let InferenceRequest {
             id,
             correlation_id,
@@ -123,87 +243,213 @@ impl Ensemble {
             requested_outputs,
             ..
         } = request;
-        let mut tensors: HashMap<String, Tensor> = inputs.into_iter().map(|t| (t.name.clone(), t)).collect();
-        let mut launched = vec![false; self.steps.len()];
-        // Steps in flight: (step, the receiver of its outcome), awaited together in place.
-        let mut running: Vec<(usize, crate::request::ResponseReceiver)> = Vec::new();
-        loop {
-            for (i, step) in self.steps.iter().enumerate() {
-                if launched[i] || !step.inputs.iter().all(|(_, t)| tensors.contains_key(t)) {
-                    continue;
-                }
-                launched[i] = true;
-                let step_request = InferenceRequest {
-                    model_name: step.model.clone(),
-                    model_version: step.version,
-                    id: id.clone(),
-                    correlation_id: correlation_id.clone(),
-                    sequence_start,
-                    sequence_end,
-                    priority,
-                    timeout_us,
-                    parameters: parameters.clone(),
-                    inputs: step
-                        .inputs
-                        .iter()
-                        .filter_map(|(input, tensor)| {
-                            tensors.get(tensor).map(|t| Tensor { name: input.clone(), ..t.clone() })
-                        })
-                        .collect(),
-                    requested_outputs: step.outputs.iter().map(|(o, _)| o.clone()).collect(),
-                };
-                let receiver = models
-                    .version(&step.model, step.version)
-                    .and_then(|model| model.infer(step_request, "ensemble"))
-                    .map_err(|e| self.step_error(i, e))?;
-                running.push((i, receiver));
+        let n = self.steps.len();
+        let root = Context {
+            parent: None,
+            depth: 0,
+            own: inputs.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            launched: vec![false; n],
+            answered: false,
+        };
+        let mut contexts = Contexts(vec![root]);
+        let mut running: Vec<Running> = Vec::new();
+        let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
+        let launch = |step: usize, context: usize, contexts: &Contexts, permit: Option<OwnedSemaphorePermit>| {
+            let s = &self.steps[step];
+            let step_request = InferenceRequest {
+                model_name: s.model.clone(),
+                model_version: s.version,
+                id: id.clone(),
+                correlation_id: correlation_id.clone(),
+                sequence_start,
+                sequence_end,
+                priority,
+                timeout_us,
+                parameters: parameters.clone(),
+                inputs: s
+                    .inputs
+                    .iter()
+                    .filter_map(|(input, tensor)| {
+                        contexts.resolve(context, tensor).map(|(t, _)| Tensor { name: input.clone(), ..t.clone() })
+                    })
+                    .collect(),
+                requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
+            };
+            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
+            let answers = if self.decoupled && model.is_decoupled() {
+                model.infer_stream(step_request).map(Answers::Stream)
+            } else {
+                model.infer(step_request, "ensemble").map(Answers::Unary)
             }
-            if running.is_empty() {
+            .map_err(|e| self.step_error(step, e))?;
+            Ok::<_, InferError>(Running { step, context, answers, _permit: permit })
+        };
+        loop {
+            // Every step whose inputs now exist, in the deepest context they come from.
+            for c in 0..contexts.0.len() {
+                for (i, step) in self.steps.iter().enumerate() {
+                    if !contexts.0[c].launched[i]
+                        && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
+                    {
+                        contexts.0[c].launched[i] = true;
+                        held.push((i, c));
+                    }
+                }
+            }
+            // Launch what `max_inflight_requests` allows, in order.
+            let mut k = 0;
+            while k < held.queue.len() {
+                let (step, context) = held.queue[k];
+                let permit = match &self.limits {
+                    None => None,
+                    Some(limits) => match limits[step].clone().try_acquire_owned() {
+                        Ok(p) => Some(p),
+                        Err(_) => {
+                            k += 1;
+                            continue;
+                        }
+                    },
+                };
+                held.queue.remove(k);
+                self.held_back.fetch_sub(1, Ordering::AcqRel);
+                running.push(launch(step, context, &contexts, permit)?);
+            }
+            if self.decoupled {
+                self.answer_complete_contexts(&mut contexts, &requested_outputs, &id, version, sender);
+            }
+            if running.is_empty() && held.queue.is_empty() {
                 break;
             }
-            let (i, outcome) = next_finished(&mut running).await;
-            let step = &self.steps[i];
-            let response = outcome.map_err(|e| self.step_error(i, e))?;
-            for (output, tensor) in &step.outputs {
-                let t = response.outputs.iter().find(|o| &o.name == output).ok_or_else(|| {
-                    self.step_error(i, InferError::internal(format!("the response lacks output '{output}'")))
-                })?;
-                tensors.insert(tensor.clone(), Tensor { name: tensor.clone(), ..t.clone() });
+            // The next step event or, while launches are held back, a free slot for the first.
+            let first_held = held.queue.front().copied();
+            let waiting_for = first_held.and_then(|(step, _)| self.limits.as_ref().map(|l| l[step].clone()));
+            let (index, event) = match waiting_for {
+                Some(semaphore) if running.is_empty() => {
+                    let permit = semaphore.acquire_owned().await.map_err(|_| InferError::internal("limit closed"))?;
+                    drop(permit);
+                    continue;
+                }
+                Some(semaphore) => {
+                    tokio::select! {
+                        event = next_event(&mut running) => event,
+                        permit = semaphore.acquire_owned() => {
+                            drop(permit);
+                            continue;
+                        }
+                    }
+                }
+                None => next_event(&mut running).await,
+            };
+            let (step, context) = (running[index].step, running[index].context);
+            let finished = !matches!(event, StepEvent::Response(_, false));
+            let streamed = matches!(running[index].answers, Answers::Stream(_));
+            if finished {
+                running.swap_remove(index);
             }
+            match event {
+                StepEvent::Failed(e) => return Err(self.step_error(step, e)),
+                StepEvent::Done => {}
+                StepEvent::Response(response, _) => {
+                    let mut produced = HashMap::with_capacity(self.steps[step].outputs.len());
+                    for (output, tensor) in &self.steps[step].outputs {
+                        let t = response.outputs.iter().find(|o| &o.name == output).ok_or_else(|| {
+                            self.step_error(step, InferError::internal(format!("the response lacks output '{output}'")))
+                        })?;
+                        produced.insert(tensor.clone(), Tensor { name: tensor.clone(), ..t.clone() });
+                    }
+                    if streamed {
+                        // Each response of a decoupled step starts a context of its own.
+                        let depth = contexts.0[context].depth + 1;
+                        contexts.0.push(Context {
+                            parent: Some(context),
+                            depth,
+                            own: produced,
+                            launched: vec![false; n],
+                            answered: false,
+                        });
+                    } else {
+                        contexts.0[context].own.extend(produced);
+                    }
+                }
+            }
+        }
+        if self.decoupled {
+            return Ok(None);
         }
         let outputs = requested_outputs
             .iter()
             .map(|name| {
-                tensors.get(name).cloned().ok_or_else(|| {
+                contexts.resolve(0, name).map(|(t, _)| t.clone()).ok_or_else(|| {
                     InferError::internal(format!("ensemble '{}' did not produce output '{name}'", self.name))
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(InferenceResponse {
+        Ok(Some(InferenceResponse {
             model_name: self.name.clone(),
             model_version: version,
             id,
             parameters: Vec::new(),
             outputs,
-        })
+        }))
+    }
+
+    /// Sends one response for each context whose requested outputs have all just become available
+    /// (decoupled ensembles).
+    fn answer_complete_contexts(
+        &self,
+        contexts: &mut Contexts,
+        requested: &[String],
+        id: &str,
+        version: i64,
+        sender: &mut ResponseSender,
+    ) {
+        for c in 0..contexts.0.len() {
+            if contexts.0[c].answered || !contexts.complete_in(c, &mut requested.iter().map(String::as_str)) {
+                continue;
+            }
+            contexts.0[c].answered = true;
+            let outputs =
+                requested.iter().filter_map(|name| contexts.resolve(c, name).map(|(t, _)| t.clone())).collect();
+            let response = InferenceResponse {
+                model_name: self.name.clone(),
+                model_version: version,
+                id: id.to_string(),
+                parameters: Vec::new(),
+                outputs,
+            };
+            // A client that went away is not the ensemble's error; its steps still finish.
+            let _ = sender.send_partial(response);
+        }
     }
 }
 
-/// Waits for whichever running step finishes first and removes it from `running`.
-async fn next_finished(
-    running: &mut Vec<(usize, crate::request::ResponseReceiver)>,
-) -> (usize, Result<InferenceResponse, InferError>) {
+/// Waits for the next event of any running step; returns its index in `running`.
+async fn next_event(running: &mut [Running]) -> (usize, StepEvent) {
     use std::future::Future;
     use std::pin::Pin;
     use std::task::Poll;
     std::future::poll_fn(|cx| {
-        for k in 0..running.len() {
-            if let Poll::Ready(outcome) = Pin::new(&mut running[k].1).poll(cx) {
-                let (i, _) = running.swap_remove(k);
-                let outcome =
-                    outcome.unwrap_or_else(|_| Err(InferError::internal("the step ended without a response")));
-                return Poll::Ready((i, outcome));
-            }
+        for (k, r) in running.iter_mut().enumerate() {
+            let event = match &mut r.answers {
+                Answers::Unary(rx) => match Pin::new(rx).poll(cx) {
+                    Poll::Ready(Ok(Ok(response))) => StepEvent::Response(response, true),
+                    Poll::Ready(Ok(Err(e))) => StepEvent::Failed(e),
+                    Poll::Ready(Err(_)) => StepEvent::Failed(InferError::internal("the step ended without a response")),
+                    Poll::Pending => continue,
+                },
+                Answers::Stream(rx) => match rx.poll_recv(cx) {
+                    Poll::Ready(Some(StreamItem { response: Some(Ok(response)), final_ })) => {
+                        StepEvent::Response(response, final_)
+                    }
+                    Poll::Ready(Some(StreamItem { response: Some(Err(e)), .. })) => StepEvent::Failed(e),
+                    Poll::Ready(Some(StreamItem { response: None, .. })) => StepEvent::Done,
+                    Poll::Ready(None) => {
+                        StepEvent::Failed(InferError::internal("the step ended without its final response"))
+                    }
+                    Poll::Pending => continue,
+                },
+            };
+            return Poll::Ready((k, event));
         }
         Poll::Pending
     })

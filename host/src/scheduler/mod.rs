@@ -52,7 +52,7 @@ impl Scheduler {
             Scheduler::Default(s) => s.queued(),
             Scheduler::Dynamic(s) => s.queued(),
             Scheduler::Sequence(s) => s.queued(),
-            Scheduler::Ensemble(_) => 0,
+            Scheduler::Ensemble(e) => e.ensemble.queued(),
         }
     }
 
