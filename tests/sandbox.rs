@@ -95,3 +95,87 @@ fn a_failed_rebuild_makes_the_model_unavailable_with_the_reason() {
     // everything else keeps serving
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }
+
+/// A request asking the `test_faults` plugin to reach outside its sandbox.
+fn reach(fault: &str, key: &str, value: &str) -> serde_json::Value {
+    json!({
+        "parameters": {"fault": fault, key: value},
+        "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]
+    })
+}
+
+/// The policy in force is part of the model's configuration (defaults included); nothing outside
+/// the sandbox is reachable — files, the environment, the network — except, when the policy grants
+/// it, the model's own version folder, read-only, at `/model`. Each refusal fails only its request.
+#[test]
+fn the_sandbox_policy_is_visible_and_grants_only_the_model_folder_read_only() {
+    let repo = Repo::new();
+    let granted = repo.model(
+        "granted",
+        &faults_config("granted", r#"parameters { key: "sandbox.model_dir" value: { string_value: "read_only" } }"#),
+        &["1"],
+    );
+    install_faults_component(&granted);
+    std::fs::write(granted.join("1/vocab.txt"), "hello sandbox").unwrap();
+    let closed = repo.model("closed", &faults_config("closed", ""), &["1"]);
+    install_faults_component(&closed);
+    std::fs::write(closed.join("1/vocab.txt"), "never read").unwrap();
+    let crowded = repo.model(
+        "crowded",
+        &faults_config(
+            "crowded",
+            r#"instance_group [ { count: 3 } ] parameters { key: "sandbox.max_instances" value: { string_value: "2" } }"#,
+        ),
+        &["1"],
+    );
+    install_faults_component(&crowded);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let s = Server::start(repo.path(), &[]);
+
+    let parameters = s.get("/v2/models/closed/config").json()["parameters"].clone();
+    for (key, value) in [
+        ("sandbox.memory_limit_mb", "256"),
+        ("sandbox.execution_timeout_ms", "10000"),
+        ("sandbox.max_output_bytes", "67108864"),
+        ("sandbox.max_instances", "32"),
+        ("sandbox.model_dir", "none"),
+    ] {
+        assert_eq!(parameters[key]["string_value"], value, "{key} in {parameters}");
+    }
+    assert_eq!(
+        s.get("/v2/models/granted/config").json()["parameters"]["sandbox.model_dir"]["string_value"],
+        "read_only"
+    );
+
+    let got = |r: &Resp| {
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["parameters"]["got"].as_str().unwrap_or_default().to_string()
+    };
+    // The plugin fails the request with the sandbox's error (`Request::fail`: 400).
+    let refused = |r: &Resp, needle: &str| {
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.error().contains(needle), "{}", r.error());
+    };
+    let infer = |model: &str, body: serde_json::Value| s.post_json(&format!("/v2/models/{model}/infer"), &body);
+    assert_eq!(got(&infer("granted", reach("read_file", "path", "/model/vocab.txt"))), "hello sandbox");
+    refused(&infer("granted", reach("write_file", "path", "/model/new.txt")), "cannot write /model/new.txt");
+    refused(&infer("granted", reach("write_file", "path", "/model/vocab.txt")), "cannot write /model/vocab.txt");
+    refused(&infer("granted", reach("read_file", "path", "/model/../../config.pbtxt")), "cannot read");
+    refused(&infer("closed", reach("read_file", "path", "/model/vocab.txt")), "cannot read /model/vocab.txt");
+    refused(&infer("closed", reach("read_file", "path", "/etc/passwd")), "cannot read /etc/passwd");
+    assert_eq!(got(&infer("closed", reach("env", "", ""))), "0 variables");
+    refused(&infer("closed", reach("connect", "address", &address)), &format!("cannot connect to {address}"));
+    assert_eq!(std::fs::read_to_string(granted.join("1/vocab.txt")).unwrap(), "hello sandbox");
+    assert!(!granted.join("1/new.txt").exists());
+    // Each refusal failed only its request.
+    for model in ["granted", "closed"] {
+        assert_eq!(infer(model, faults_request("")).json()["outputs"][0]["data"], json!([1, 2, 3]));
+    }
+
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "crowded").unwrap().clone();
+    assert_eq!(entry["state"], "UNAVAILABLE");
+    assert!(entry["reason"].as_str().unwrap().contains("allows at most 2 (sandbox.max_instances)"), "{entry}");
+    drop(listener);
+}

@@ -269,8 +269,18 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
             return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
         }
     };
-    let io = Arc::new(IoSpec::new(&config));
     let instances = instances_of(&config);
+    // A Wasm backend's sandbox policy is part of its configuration as clients see it.
+    let config = if backend == "onnxruntime" { config } else { Arc::new(policy.shown_in(&config)) };
+    if backend != "onnxruntime" && instances.len() as u64 > policy.max_instances {
+        let reason = format!(
+            "instance_group asks for {} instances; the sandbox policy allows at most {} (sandbox.max_instances)",
+            instances.len(),
+            policy.max_instances
+        );
+        return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
+    }
+    let io = Arc::new(IoSpec::new(&config));
     let mut versions = BTreeMap::new();
     for version in selected {
         let state = match load_version(ctx, dir, &config, &backend, version, &policy, &io, &instances, &sequence) {
@@ -351,6 +361,10 @@ fn load_version(
         .load(&bytes)
         .map_err(|e| format!("backend '{backend}' is not a usable nereus:backend component: {e:#}"))?;
     let health = Arc::new(Health::default());
+    let mut policy = policy.clone();
+    if policy.grant_model_dir {
+        policy.model_dir = Some(dir.join(version.to_string()));
+    }
     let loaded = wasm::load(wasm::WasmLoad {
         runtime: &ctx.runtime,
         registry: &ctx.registry,
@@ -359,7 +373,7 @@ fn load_version(
         model_name: &config.name,
         version,
         config_json: crate::config::to_json(config).to_string(),
-        policy: policy.clone(),
+        policy,
         io: io.clone(),
         decoupled: config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
         instances,

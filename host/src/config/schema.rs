@@ -2,9 +2,9 @@
 use prost_reflect::MessageDescriptor;
 
 pub use crate::proto::inference::{
-    DataType, ModelConfig, ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelQueuePolicy,
-    ModelVersionPolicy, model_config, model_instance_group, model_queue_policy, model_sequence_batching,
-    model_version_policy,
+    DataType, ModelConfig, ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelParameter,
+    ModelQueuePolicy, ModelVersionPolicy, model_config, model_instance_group, model_queue_policy,
+    model_sequence_batching, model_version_policy,
 };
 
 /// The descriptor of `inference.ModelConfig`.

@@ -292,7 +292,11 @@ impl Ensemble {
                         && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
                     {
                         contexts.0[c].launched[i] = true;
-                        held.push((i, c));
+                        // Without `max_inflight_requests` nothing is counted or queued on the way.
+                        match self.limits {
+                            None => running.push(launch(i, c, &contexts, None)?),
+                            Some(_) => held.push((i, c)),
+                        }
                     }
                 }
             }

@@ -2,7 +2,9 @@
 //! INPUT0 INT32 [-1] comes back as OUTPUT0, unless the request parameter `fault` says otherwise:
 //! "spin" (busy for `spin_ms` ms, then echoes), "trap" (a panic, which aborts into a Wasm trap), "loop" (never returns), "oom" (allocates past any
 //! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
-//! datatype), "error" (returns an execution error). The model parameter `init_fault` = "model"
+//! datatype), "error" (returns an execution error), and attempts to reach outside the sandbox:
+//! "read_file"/"write_file" (request parameter `path`), "env", "connect" (`address`), answering
+//! with response parameter `got` or failing with the sandbox's error. The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
 use nereus_sdk::{
     Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
@@ -48,6 +50,40 @@ impl Backend for Faults {
                 "bad_output" => {
                     let t = Tensor::from_raw("OUTPUT0", DataType::Fp64, vec![1], vec![0; 8]);
                     request.respond(Response::new().output(t))?;
+                }
+                // Reaching outside the sandbox: each answers with what it got, or fails the request
+                // with the error the sandbox gave.
+                "read_file" | "write_file" | "env" | "connect" => {
+                    let text = |key: &str| match request.parameter(key) {
+                        Some(ParameterValue::Text(s)) => s.clone(),
+                        _ => String::new(),
+                    };
+                    let outcome: Result<String, String> = match fault.as_str() {
+                        "read_file" => {
+                            let path = text("path");
+                            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))
+                        }
+                        "write_file" => {
+                            let path = text("path");
+                            std::fs::write(&path, b"x")
+                                .map(|_| "written".into())
+                                .map_err(|e| format!("cannot write {path}: {e}"))
+                        }
+                        "env" => Ok(format!("{} variables", std::env::vars().count())),
+                        _ => {
+                            let address = text("address");
+                            std::net::TcpStream::connect(&address)
+                                .map(|_| "connected".into())
+                                .map_err(|e| format!("cannot connect to {address}: {e}"))
+                        }
+                    };
+                    match outcome {
+                        Ok(got) => {
+                            let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                            request.respond(Response::new().output(t).parameter("got", ParameterValue::Text(got)))?;
+                        }
+                        Err(message) => request.fail(&message)?,
+                    }
                 }
                 "spin" => {
                     // Busy for about `spin_ms` milliseconds, then answers (a long execution).

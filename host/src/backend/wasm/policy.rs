@@ -5,6 +5,13 @@
 //! | `sandbox.memory_limit_mb`        | 256       | cap on each sandbox's linear memory            |
 //! | `sandbox.execution_timeout_ms`   | 10000     | deadline for one `execute` (or lifecycle) call |
 //! | `sandbox.max_output_bytes`       | 67108864  | cap on the output bytes of one response        |
+//! | `sandbox.max_instances`          | 32        | most instances (sandboxes) the model may have  |
+//! | `sandbox.model_dir`              | `none`    | `read_only`: the version folder at `/model`    |
+//!
+//! Nothing else is granted: no network, no environment, no other paths, no stdio; WASI's clocks
+//! and random numbers are all a sandbox can ask of the host. The policy in force is written back
+//! into the model's `parameters`, so `GET …/config` shows it.
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::runtime::MAX_MEMORY_BYTES;
@@ -15,6 +22,11 @@ pub struct SandboxPolicy {
     pub memory_limit_bytes: u64,
     pub execution_timeout: Duration,
     pub max_output_bytes: u64,
+    pub max_instances: u64,
+    /// Whether the version folder is granted read-only (`sandbox.model_dir: "read_only"`).
+    pub grant_model_dir: bool,
+    /// The folder granted, set per version at load.
+    pub model_dir: Option<PathBuf>,
 }
 
 impl Default for SandboxPolicy {
@@ -23,6 +35,9 @@ impl Default for SandboxPolicy {
             memory_limit_bytes: 256 << 20,
             execution_timeout: Duration::from_millis(10_000),
             max_output_bytes: 64 << 20,
+            max_instances: 32,
+            grant_model_dir: false,
+            model_dir: None,
         }
     }
 }
@@ -62,6 +77,36 @@ impl SandboxPolicy {
         if let Some(bytes) = get("sandbox.max_output_bytes")? {
             policy.max_output_bytes = bytes;
         }
+        if let Some(n) = get("sandbox.max_instances")? {
+            if n == 0 {
+                return Err(ConfigError::new("parameter 'sandbox.max_instances' must be at least 1"));
+            }
+            policy.max_instances = n;
+        }
+        policy.grant_model_dir = match config.parameters.get("sandbox.model_dir").map(|p| p.string_value.trim()) {
+            None | Some("none") => false,
+            Some("read_only") => true,
+            Some(other) => {
+                return Err(ConfigError::new(format!(
+                    "parameter 'sandbox.model_dir' must be \"none\" or \"read_only\", got {other:?}"
+                )));
+            }
+        };
         Ok(policy)
+    }
+
+    /// The configuration with the policy in force written into its `parameters` (every key, the
+    /// defaults included), as the model's configuration shows it.
+    pub fn shown_in(&self, config: &ModelConfig) -> ModelConfig {
+        let mut config = config.clone();
+        let mut set = |key: &str, value: String| {
+            config.parameters.insert(key.to_string(), crate::config::schema::ModelParameter { string_value: value });
+        };
+        set("sandbox.memory_limit_mb", (self.memory_limit_bytes >> 20).to_string());
+        set("sandbox.execution_timeout_ms", self.execution_timeout.as_millis().to_string());
+        set("sandbox.max_output_bytes", self.max_output_bytes.to_string());
+        set("sandbox.max_instances", self.max_instances.to_string());
+        set("sandbox.model_dir", if self.grant_model_dir { "read_only" } else { "none" }.to_string());
+        config
     }
 }

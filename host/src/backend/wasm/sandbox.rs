@@ -110,9 +110,15 @@ impl Sandbox {
         policy: &SandboxPolicy,
         label: Arc<str>,
     ) -> Result<Self, Fault> {
+        // Deny by default: no environment, arguments, network or stdio, and no directory unless
+        // the policy grants the model's version folder, read-only, at `/model`.
+        let mut wasi = WasiCtx::builder();
+        if let Some(dir) = &policy.model_dir {
+            wasi.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly)
+                .map_err(|e| Fault(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
+        }
         let state = SandboxState {
-            // Deny by default: no preopened directories, environment, arguments, network or stdio.
-            wasi: WasiCtx::builder().build(),
+            wasi: wasi.build(),
             table: ResourceTable::new(),
             limiter: Limiter { memory_limit: policy.memory_limit_bytes as usize, denied_memory: false },
             label,
