@@ -515,3 +515,44 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
     assert_eq!((count("2", "success"), count("2", "empty_response")), (1, 1), "{rs}");
     assert_eq!((count("3", "success"), count("3", "empty_response")), (0, 1), "{rs}");
 }
+
+/// `--grpc-restricted-protocol`, as tritonserver: a restricted call without the
+/// `triton-grpc-protocol-<key>` header answers UNAVAILABLE with Triton's message, streams included;
+/// with it the call succeeds; other protocols stay open.
+#[test]
+fn restricted_protocols_need_their_header() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--grpc-restricted-protocol", "health,inference:infer-key=go"]);
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let expected = "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'";
+        let e = c.server_live(pb::ServerLiveRequest {}).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (Code::Unavailable, expected));
+        let with_key = |mut r: tonic::Request<pb::ServerLiveRequest>| {
+            r.metadata_mut().insert("triton-grpc-protocol-infer-key", "go".parse().unwrap());
+            r
+        };
+        assert!(
+            c.server_live(with_key(tonic::Request::new(pb::ServerLiveRequest {}))).await.unwrap().into_inner().live
+        );
+        let mut wrong = tonic::Request::new(pb::ServerLiveRequest {});
+        wrong.metadata_mut().insert("triton-grpc-protocol-infer-key", "no".parse().unwrap());
+        assert_eq!(c.server_live(wrong).await.unwrap_err().code(), Code::Unavailable);
+        // Streams are refused before any request is read.
+        let (_tx, rx) = tokio::sync::mpsc::channel::<pb::ModelInferRequest>(1);
+        let e = c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (Code::Unavailable, expected));
+        // The standard health service is in the `health` group too.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.grpc_port))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let e = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        // Open protocols need nothing.
+        let meta = c.model_metadata(pb::ModelMetadataRequest { name: "simple".into(), version: String::new() }).await;
+        assert_eq!(meta.unwrap().into_inner().name, "simple");
+    });
+}

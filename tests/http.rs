@@ -517,3 +517,68 @@ fn statistics_count_exactly_what_was_served() {
     assert_eq!(names, vec!["identity_fp32", "simple"]);
     assert_eq!(s.get("/v2/models/nope/stats").status, 404);
 }
+
+/// `--http-restricted-api`, as tritonserver: a restricted group answers 403 with Triton's message
+/// unless the request carries the group's header with its value; other APIs stay open; a bad
+/// option stops the server before it serves.
+#[test]
+fn restricted_apis_need_their_header() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(
+        repo.path(),
+        &[
+            "--http-restricted-api",
+            "model-repository,model-config:Admin-Key=s3cret",
+            "--http-restricted-api=inference:infer-key=go",
+        ],
+    );
+    let admin = [("admin-key", "s3cret")];
+    let r = s.request("POST", "/v2/repository/index", &[], b"{}");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.error(), "This API is restricted, expecting header 'admin-key'");
+    assert_eq!(s.request("POST", "/v2/repository/index", &[("admin-key", "wrong")], b"{}").status, 403);
+    assert_eq!(s.request("POST", "/v2/repository/index", &admin, b"{}").status, 200);
+    assert_eq!(s.request("GET", "/v2/models/simple/config", &[], b"").status, 403);
+    assert_eq!(s.request("GET", "/v2/models/simple/config", &admin, b"").status, 200);
+    let body = simple_request(2).to_string();
+    let r = s.request("POST", "/v2/models/simple/infer", &admin, body.as_bytes());
+    assert_eq!((r.status, r.error()), (403, "This API is restricted, expecting header 'infer-key'".to_string()));
+    let r = s.request("POST", "/v2/models/simple/infer", &[("infer-key", "go")], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Open groups need nothing.
+    for path in ["/v2/health/ready", "/v2", "/v2/models/simple", "/v2/models/simple/ready", "/v2/models/simple/stats"] {
+        assert_eq!(s.get(path).status, 200, "{path}");
+    }
+
+    for (option, message) in [
+        ("model-repository,health:k1=v1", "api 'health' can not be specified in multiple config groups"),
+        ("model-reposit:k1=v1", "unknown restricted api 'model-reposit'"),
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nereus"))
+            .args(["serve", "--model-repository"])
+            .arg(repo.path())
+            .args(["--http-port", "0", "--grpc-port", "0", "--http-restricted-api", "metadata,health:k2=v2"])
+            .args(["--http-restricted-api", option])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Bounded: a server that started anyway is killed and fails the test.
+        let deadline = std::time::Instant::now() + WAIT;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the server started despite {option}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert!(!status.success());
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert!(stderr.contains(message), "{stderr}");
+    }
+}

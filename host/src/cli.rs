@@ -59,6 +59,14 @@ pub struct ServeArgs {
     /// Largest HTTP request body, in bytes.
     #[arg(long = "http-max-input-size", default_value_t = 64 << 20)]
     pub http_max_input_size: usize,
+    /// Restrict HTTP APIs to requests carrying a header, as tritonserver:
+    /// `<api>[,<api>…]:<key>=<value>` (repeatable; APIs: health, metadata, inference, shared-memory,
+    /// model-config, model-repository, statistics, trace, logging).
+    #[arg(long = "http-restricted-api")]
+    pub http_restricted_api: Vec<String>,
+    /// Restrict gRPC protocols the same way; the header is `triton-grpc-protocol-<key>`.
+    #[arg(long = "grpc-restricted-protocol")]
+    pub grpc_restricted_protocol: Vec<String>,
     #[arg(long = "grpc-address", default_value = "0.0.0.0")]
     pub grpc_address: String,
     /// gRPC port; 0 picks a free one (the log says which).

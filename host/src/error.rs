@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Internal,
     /// The request was rejected before execution, e.g. by a queue limit or timeout (400, as Triton).
     Unknown,
+    /// A restricted API without its header (HTTP 403; gRPC UNAVAILABLE, as Triton answers).
+    Restricted,
 }
 
 /// A client-facing error. `Clone` so one failed batch fails every request in it.
@@ -45,6 +47,9 @@ impl InferError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }
+    pub fn restricted(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Restricted, message)
+    }
 
     /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
     pub fn http_status(&self) -> u16 {
@@ -54,6 +59,7 @@ impl InferError {
             ErrorKind::Unavailable => 503,
             ErrorKind::Unsupported => 501,
             ErrorKind::Internal => 500,
+            ErrorKind::Restricted => 403,
         }
     }
 }

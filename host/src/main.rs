@@ -5,6 +5,7 @@ use clap::Parser;
 use nereus::cli::{Cli, Command, ServeArgs};
 use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
+use nereus::frontend::restricted::Restrictions;
 use nereus::server::{Server, ServerOptions};
 
 fn main() -> anyhow::Result<()> {
@@ -21,6 +22,15 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Option errors first, before any model loads.
+    let http_restricted = Arc::new(
+        Restrictions::parse(&args.http_restricted_api, "", "api")
+            .map_err(|e| anyhow::anyhow!("--http-restricted-api: {e}"))?,
+    );
+    let grpc_restricted = Arc::new(
+        Restrictions::parse(&args.grpc_restricted_protocol, "triton-grpc-protocol-", "protocol")
+            .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?,
+    );
     let server = Server::start(ServerOptions {
         model_repositories: args.model_repository.clone(),
         backend_directory: args.backend_directory.clone(),
@@ -48,7 +58,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.allow_http {
             let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
             tracing::info!("Started HTTPService at {}", listener.local_addr()?);
-            let options = HttpOptions { max_input_size: args.http_max_input_size };
+            let options = HttpOptions { max_input_size: args.http_max_input_size, restricted: http_restricted.clone() };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -61,6 +71,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 max_message_size: args.grpc_max_message_size,
                 keepalive_time: args.grpc_keepalive_time.map(std::time::Duration::from_millis),
                 keepalive_timeout: args.grpc_keepalive_timeout.map(std::time::Duration::from_millis),
+                restricted: grpc_restricted.clone(),
             };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(grpc::serve(listener, server.clone(), options, async move {

@@ -1,3 +1,4 @@
 //! Frontends.
 pub mod grpc;
 pub mod http;
+pub mod restricted;

@@ -18,6 +18,7 @@ pub fn status(e: InferError) -> Status {
         ErrorKind::Unsupported => Code::Unimplemented,
         ErrorKind::Internal => Code::Internal,
         ErrorKind::Unknown => Code::Unknown,
+        ErrorKind::Restricted => Code::Unavailable,
     };
     Status::new(code, e.message)
 }

@@ -13,6 +13,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::InferError;
+use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
@@ -31,38 +32,60 @@ pub struct GrpcOptions {
     pub keepalive_time: Option<Duration>,
     /// `--grpc-keepalive-timeout` (ms): how long to wait for the ping's answer.
     pub keepalive_timeout: Option<Duration>,
+    /// `--grpc-restricted-protocol`.
+    pub restricted: Arc<Restrictions>,
 }
 
 impl Default for GrpcOptions {
     fn default() -> Self {
-        GrpcOptions { max_message_size: i32::MAX as usize, keepalive_time: None, keepalive_timeout: None }
+        GrpcOptions {
+            max_message_size: i32::MAX as usize,
+            keepalive_time: None,
+            keepalive_timeout: None,
+            restricted: Arc::default(),
+        }
     }
 }
 
 /// The gRPC face of the server.
 pub struct GrpcFrontend {
     server: Arc<Server>,
+    restricted: Arc<Restrictions>,
+}
+
+/// Refuses a call to a restricted protocol without its header, with Triton's status and message.
+fn allow<T>(restricted: &Restrictions, api: Api, request: &Request<T>) -> Result<(), Status> {
+    match restricted.refused(api, |name| request.metadata().get(name).and_then(|v| v.to_str().ok())) {
+        None => Ok(()),
+        Some(header) => {
+            Err(status(InferError::restricted(format!("This protocol is restricted, expecting header '{header}'"))))
+        }
+    }
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
 
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcFrontend {
-    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+    async fn server_live(&self, r: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        allow(&self.restricted, Api::Health, &r)?;
         Ok(Response::new(pb::ServerLiveResponse { live: self.server.is_live() }))
     }
 
-    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+    async fn server_ready(&self, r: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        allow(&self.restricted, Api::Health, &r)?;
         Ok(Response::new(pb::ServerReadyResponse { ready: self.server.is_ready() }))
     }
 
     async fn model_ready(&self, r: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        allow(&self.restricted, Api::Health, &r)?;
         let r = r.into_inner();
         let version = convert::version(&r.version).map_err(status)?;
         Ok(Response::new(pb::ModelReadyResponse { ready: self.server.is_model_ready(&r.name, version) }))
     }
 
-    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+    async fn server_metadata(&self, r: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+        allow(&self.restricted, Api::Metadata, &r)?;
         Ok(Response::new(pb::ServerMetadataResponse {
             name: "nereus".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -71,12 +94,14 @@ impl GrpcInferenceService for GrpcFrontend {
     }
 
     async fn model_metadata(&self, r: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
+        allow(&self.restricted, Api::Metadata, &r)?;
         let r = r.into_inner();
         let version = convert::version(&r.version).map_err(status)?;
         self.server.metadata(&r.name, version).map(Response::new).map_err(status)
     }
 
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        allow(&self.restricted, Api::Inference, &r)?;
         let request = convert::request(r.into_inner()).map_err(status)?;
         let receiver = self.server.infer(request, "ModelInfer RPC").map_err(status)?;
         let response = receiver
@@ -95,6 +120,7 @@ impl GrpcInferenceService for GrpcFrontend {
         &self,
         r: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        allow(&self.restricted, Api::Inference, &r)?;
         let mut incoming = r.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
         let server = self.server.clone();
@@ -117,6 +143,7 @@ impl GrpcInferenceService for GrpcFrontend {
     }
 
     async fn model_config(&self, r: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        allow(&self.restricted, Api::ModelConfig, &r)?;
         let r = r.into_inner();
         let version = convert::version(&r.version).map_err(status)?;
         let model = self.server.version(&r.name, version).map_err(status)?;
@@ -127,6 +154,7 @@ impl GrpcInferenceService for GrpcFrontend {
         &self,
         r: Request<pb::ModelStatisticsRequest>,
     ) -> GrpcResult<pb::ModelStatisticsResponse> {
+        allow(&self.restricted, Api::Statistics, &r)?;
         let r = r.into_inner();
         let version = convert::version(&r.version).map_err(status)?;
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
@@ -137,71 +165,82 @@ impl GrpcInferenceService for GrpcFrontend {
         &self,
         r: Request<pb::RepositoryIndexRequest>,
     ) -> GrpcResult<pb::RepositoryIndexResponse> {
+        allow(&self.restricted, Api::ModelRepository, &r)?;
         Ok(Response::new(pb::RepositoryIndexResponse { models: self.server.index(r.into_inner().ready) }))
     }
 
     async fn repository_model_load(
         &self,
-        _: Request<pb::RepositoryModelLoadRequest>,
+        r: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+        allow(&self.restricted, Api::ModelRepository, &r)?;
         // tritonserver answers this way whenever the model control mode is not EXPLICIT.
         Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<pb::RepositoryModelUnloadRequest>,
+        r: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        allow(&self.restricted, Api::ModelRepository, &r)?;
         Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
     }
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<pb::SystemSharedMemoryStatusRequest>,
+        r: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<pb::SystemSharedMemoryRegisterRequest>,
+        r: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<pb::SystemSharedMemoryUnregisterRequest>,
+        r: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
     }
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<pb::CudaSharedMemoryStatusRequest>,
+        r: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+        r: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+        r: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
+        allow(&self.restricted, Api::SharedMemory, &r)?;
         Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
     }
 
-    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+    async fn trace_setting(&self, r: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        allow(&self.restricted, Api::Trace, &r)?;
         Err(Status::unimplemented("the trace extension is not implemented by this server yet"))
     }
 
     async fn log_settings(&self, r: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
+        allow(&self.restricted, Api::Logging, &r)?;
         use pb::log_settings_request::setting_value::ParameterChoice as In;
         use pb::log_settings_response::setting_value::ParameterChoice as Out;
         let mut updates = Vec::new();
@@ -302,14 +341,16 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
     }
 }
 
-/// `grpc.health.v1.Health/Check`: SERVING when the server is ready.
+/// `grpc.health.v1.Health/Check`: SERVING when the server is ready (the `health` group).
 struct HealthService {
     server: Arc<Server>,
+    restricted: Arc<Restrictions>,
 }
 
 #[tonic::async_trait]
 impl Health for HealthService {
-    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+    async fn check(&self, r: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        allow(&self.restricted, Api::Health, &r)?;
         let status = if self.server.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
         Ok(Response::new(HealthCheckResponse { status: status as i32 }))
     }
@@ -322,13 +363,16 @@ pub async fn serve(
     options: GrpcOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let inference = GrpcInferenceServiceServer::new(GrpcFrontend { server: server.clone() })
-        .max_decoding_message_size(options.max_message_size)
-        .max_encoding_message_size(options.max_message_size)
-        // Compressed requests are accepted; responses are compressed only when the client asks
-        // for it per call (tonic honours grpc-accept-encoding), never by default.
-        .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-    let health = HealthServer::new(HealthService { server });
+    let inference = GrpcInferenceServiceServer::new(GrpcFrontend {
+        server: server.clone(),
+        restricted: options.restricted.clone(),
+    })
+    .max_decoding_message_size(options.max_message_size)
+    .max_encoding_message_size(options.max_message_size)
+    // Compressed requests are accepted; responses are compressed only when the client asks
+    // for it per call (tonic honours grpc-accept-encoding), never by default.
+    .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
     let incoming = TcpListenerStream::new(listener).map(|stream| {
         if let Ok(s) = &stream {
             let _ = s.set_nodelay(true);

@@ -12,6 +12,7 @@ use serde_json::json;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
 use crate::error::InferError;
+use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
@@ -23,12 +24,14 @@ pub type HttpResponse = Response<Full<Bytes>>;
 pub struct HttpOptions {
     /// Largest request body accepted, compressed or not (`--http-max-input-size`).
     pub max_input_size: usize,
+    /// `--http-restricted-api`.
+    pub restricted: Arc<Restrictions>,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
         // tritonserver's default --http-max-input-size: 64 MiB.
-        HttpOptions { max_input_size: 64 << 20 }
+        HttpOptions { max_input_size: 64 << 20, restricted: Arc::default() }
     }
 }
 
@@ -111,6 +114,30 @@ fn parse_model_path(rest: &str) -> Result<ModelPath, InferError> {
     Ok(ModelPath { name, version, action })
 }
 
+/// The API group of an endpoint, for `--http-restricted-api` (the test hooks belong to none).
+fn api_of(path: &str) -> Option<Api> {
+    let api = match path {
+        "/v2" => Api::Metadata,
+        "/v2/health/live" | "/v2/health/ready" => Api::Health,
+        "/v2/logging" => Api::Logging,
+        "/v2/models/stats" => Api::Statistics,
+        p if p.starts_with("/v2/repository") => Api::ModelRepository,
+        p if p.starts_with("/v2/systemsharedmemory") || p.starts_with("/v2/cudasharedmemory") => Api::SharedMemory,
+        p if p.starts_with("/v2/trace") => Api::Trace,
+        // The action is the last segment after the model name (a model may be named "ready").
+        p if p.starts_with("/v2/models/") => match p["/v2/models/".len()..].split('/').skip(1).last() {
+            Some("ready") => Api::Health,
+            Some("config") => Api::ModelConfig,
+            Some("stats") => Api::Statistics,
+            Some("trace") => Api::Trace,
+            Some("infer" | "generate" | "generate_stream") => Api::Inference,
+            _ => Api::Metadata,
+        },
+        _ => return None,
+    };
+    Some(api)
+}
+
 /// Reads the whole body within the size limit, undoing any `Content-Encoding`.
 async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, InferError> {
     let too_big =
@@ -178,6 +205,12 @@ async fn route(
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
     let path = req.uri().path().trim_end_matches('/').to_string();
+    if let Some(api) = api_of(&path)
+        && let Some(header) =
+            options.restricted.refused(api, |name| req.headers().get(name).and_then(|v| v.to_str().ok()))
+    {
+        return Err(InferError::restricted(format!("This API is restricted, expecting header '{header}'")));
+    }
     let method = req.method().clone();
     let (get, post) = (method == Method::GET, method == Method::POST);
     match path.as_str() {
