@@ -9,7 +9,8 @@ fn faulty_server() -> (Repo, Server) {
     let repo = Repo::new();
     let limits = r#"parameters [
   { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } },
-  { key: "sandbox.memory_limit_mb" value: { string_value: "48" } }
+  { key: "sandbox.memory_limit_mb" value: { string_value: "48" } },
+  { key: "sandbox.max_output_bytes" value: { string_value: "1048576" } }
 ]"#;
     let dir = repo.model("faulty", &faults_config("faulty", limits), &["1"]);
     install_faults_component(&dir);
@@ -37,6 +38,12 @@ fn every_fault_fails_only_its_request() {
         ("no_response", "returned no response"),
         ("bad_output", "sent an invalid response: output 'OUTPUT0' has datatype FP64"),
         ("error", "failed to execute: test_faults: execution error requested"),
+        ("recursion", "trapped: wasm trap: call stack exhausted"),
+        ("huge_output", "sent an invalid response: response exceeds the model's output limit of 1048576 bytes"),
+        ("unknown_output", "sent an invalid response: unknown output 'NOPE'"),
+        ("wrong_byte_count", "output byte size mismatch for output 'OUTPUT0'. Expected 12, got 8"),
+        ("wrong_shape", "output 'OUTPUT0' has shape [1,3], which does not match the declared dims [-1]"),
+        ("missing_output", "sent an invalid response: the response lacks the requested output 'OUTPUT0'"),
     ] {
         let r = s.post_json("/v2/models/faulty/infer", &faults_request(fault));
         assert_eq!(r.status, 500, "{fault}: {}", r.text());
@@ -45,11 +52,11 @@ fn every_fault_fails_only_its_request() {
         assert!(e.contains(needle), "{fault}: expected '{needle}' in '{e}'");
         healthy(&s);
     }
-    // the model stayed ready throughout, and statistics saw 6 failures among 13 requests
+    // the model stayed ready throughout, and statistics saw 12 failures among 25 requests
     assert_eq!(s.get("/v2/models/faulty/ready").status, 200);
     let stats = s.get("/v2/models/faulty/stats").json();
     let inf = &stats["model_stats"][0]["inference_stats"];
-    assert_eq!((inf["success"]["count"].as_u64(), inf["fail"]["count"].as_u64()), (Some(7), Some(6)), "{inf}");
+    assert_eq!((inf["success"]["count"].as_u64(), inf["fail"]["count"].as_u64()), (Some(13), Some(12)), "{inf}");
 }
 
 #[test]
@@ -138,6 +145,7 @@ fn the_sandbox_policy_is_visible_and_grants_only_the_model_folder_read_only() {
         ("sandbox.memory_limit_mb", "256"),
         ("sandbox.execution_timeout_ms", "10000"),
         ("sandbox.max_output_bytes", "67108864"),
+        ("sandbox.max_responses", "100000"),
         ("sandbox.max_instances", "32"),
         ("sandbox.model_dir", "none"),
     ] {
@@ -178,4 +186,90 @@ fn the_sandbox_policy_is_visible_and_grants_only_the_model_folder_read_only() {
     assert_eq!(entry["state"], "UNAVAILABLE");
     assert!(entry["reason"].as_str().unwrap().contains("allows at most 2 (sandbox.max_instances)"), "{entry}");
     drop(listener);
+}
+
+/// A decoupled plugin that floods a request with responses is cut off at `sandbox.max_responses`
+/// (the request ends with an error naming the limit), and one that returns without the final
+/// response has its request ended with an error; the stream and the model keep serving.
+#[test]
+fn decoupled_plugins_cannot_flood_or_leave_a_request_open() {
+    use nereus::proto::inference as pb;
+    use pb::infer_parameter::ParameterChoice;
+    let repo = Repo::new();
+    let extra = r#"model_transaction_policy { decoupled: true }
+parameters { key: "sandbox.max_responses" value: { string_value: "50" } }"#;
+    let dir = repo.model("streamer", &faults_config("streamer", extra), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = grpc_client(&s).await;
+        let request = |id: &str, fault: &str, count: i64| {
+            let mut r = pb::ModelInferRequest {
+                model_name: "streamer".into(),
+                id: id.into(),
+                inputs: vec![pb::model_infer_request::InferInputTensor {
+                    name: "INPUT0".into(),
+                    datatype: "INT32".into(),
+                    shape: vec![1],
+                    parameters: Default::default(),
+                    contents: None,
+                }],
+                raw_input_contents: vec![bytes::Bytes::from(le_i32(&[9]))],
+                ..Default::default()
+            };
+            let text = |s: &str| pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam(s.into())) };
+            r.parameters.insert("fault".into(), text(fault));
+            r.parameters.insert(
+                "count".into(),
+                pb::InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(count)) },
+            );
+            // The final flag travels alone, so the stream says when each request ends.
+            r.parameters.insert(
+                "triton_enable_empty_final_response".into(),
+                pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+            );
+            r
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        // Reads one request's messages up to its error or final flag: (responses, error).
+        async fn drain(stream: &mut tonic::Streaming<pb::ModelStreamInferResponse>) -> (usize, String) {
+            let mut responses = 0;
+            loop {
+                let m = tokio::time::timeout(WAIT, stream.message())
+                    .await
+                    .unwrap_or_else(|_| panic!("timed out after {responses} responses"))
+                    .unwrap()
+                    .unwrap();
+                if !m.error_message.is_empty() {
+                    return (responses, m.error_message);
+                }
+                let r = m.infer_response.unwrap();
+                let last = matches!(
+                    r.parameters.get("triton_final_response").and_then(|p| p.parameter_choice.clone()),
+                    Some(ParameterChoice::BoolParam(true))
+                );
+                if !r.outputs.is_empty() {
+                    responses += 1;
+                }
+                if last {
+                    return (responses, String::new());
+                }
+            }
+        }
+        tx.send(request("a", "flood", 10)).await.unwrap();
+        assert_eq!(drain(&mut stream).await, (10, String::new()), "within the limit: every response, then final");
+        tx.send(request("b", "flood", 1_000_000)).await.unwrap();
+        let (n, error) = drain(&mut stream).await;
+        assert_eq!(n, 50, "cut off at the limit");
+        assert!(error.contains("streamer") && error.contains("more than 50 responses"), "{error}");
+        tx.send(request("c", "never_final", 0)).await.unwrap();
+        let (n, error) = drain(&mut stream).await;
+        assert_eq!(n, 1);
+        assert!(error.contains("returned without sending the request's final response"), "{error}");
+        tx.send(request("d", "", 0)).await.unwrap();
+        assert_eq!(drain(&mut stream).await, (1, String::new()), "the same stream and model still serve");
+    });
 }

@@ -91,7 +91,18 @@ impl WorkerContext {
             batch_size += job.request.batch_size(self.batching) as u64;
             requests += 1;
         }
-        let times = instance.execute(batch);
+        // A panic in the host's backend code is a bug, but it must cost only this batch: its
+        // requests fail (those already answered keep their answers) and the worker lives on.
+        let times = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(batch))) {
+            Ok(times) => times,
+            Err(_) => {
+                let error = crate::error::InferError::internal("the backend panicked while executing the request");
+                for job in batch.iter_mut() {
+                    job.fail(error.clone());
+                }
+                crate::stats::ExecutionTimes::default()
+            }
+        };
         self.stats.record_execution(requests, batch_size, times);
         self.probe.exit();
     }

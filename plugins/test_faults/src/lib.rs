@@ -4,7 +4,10 @@
 //! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
 //! datatype), "error" (returns an execution error), and attempts to reach outside the sandbox:
 //! "read_file"/"write_file" (request parameter `path`), "env", "connect" (`address`), answering
-//! with response parameter `got` or failing with the sandbox's error. The model parameter `init_fault` = "model"
+//! with response parameter `got` or failing with the sandbox's error; "recursion" (unbounded),
+//! and responses the host must refuse: "huge_output" (`count` INT32 elements), "unknown_output",
+//! "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled models "flood" (`count`
+//! responses, then the final flag) and "never_final" (one response, no final). The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
 use nereus_sdk::{
     Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
@@ -84,6 +87,55 @@ impl Backend for Faults {
                         }
                         Err(message) => request.fail(&message)?,
                     }
+                }
+                "recursion" => {
+                    // Unbounded recursion: the stack runs out.
+                    #[allow(unconditional_recursion)] // the point: it never returns
+                    fn deeper(n: u64) -> u64 {
+                        std::hint::black_box(deeper(std::hint::black_box(n + 1))) + 1
+                    }
+                    let _ = deeper(0);
+                }
+                // Responses the host must refuse: too large, or not what the model declares.
+                "huge_output" | "unknown_output" | "wrong_byte_count" | "wrong_shape" | "missing_output" => {
+                    let response = match fault.as_str() {
+                        "huge_output" => {
+                            let count = match request.parameter("count") {
+                                Some(ParameterValue::Int64(n)) => *n as usize,
+                                _ => 1 << 20,
+                            };
+                            Response::new().output(Tensor::from_slice(
+                                "OUTPUT0",
+                                vec![count as i64],
+                                &vec![7i32; count],
+                            ))
+                        }
+                        "unknown_output" => Response::new().output(Tensor::from_slice("NOPE", vec![1], &[1i32])),
+                        "wrong_byte_count" => {
+                            Response::new().output(Tensor::from_raw("OUTPUT0", DataType::Int32, vec![3], vec![0; 8]))
+                        }
+                        "wrong_shape" => {
+                            Response::new().output(Tensor::from_slice("OUTPUT0", vec![1, 3], &[1i32, 2, 3]))
+                        }
+                        _ => Response::new(),
+                    };
+                    request.respond(response)?;
+                }
+                // Decoupled models only: a response stream that floods, or never ends.
+                "flood" => {
+                    let count = match request.parameter("count") {
+                        Some(ParameterValue::Int64(n)) => *n,
+                        _ => 1000,
+                    };
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    for _ in 0..count {
+                        request.send(Response::new().output(t.clone()), false)?;
+                    }
+                    request.complete()?;
+                }
+                "never_final" => {
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    request.send(Response::new().output(t), false)?;
                 }
                 "spin" => {
                     // Busy for about `spin_ms` milliseconds, then answers (a long execution).

@@ -292,6 +292,7 @@ impl BackendInstance for WasmInstance {
         let requests = Self::requests(jobs);
         let batching = self.factory.io.max_batch_size > 0;
         let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
+        let responses = vec![0; jobs.len()];
         let batch = ActiveBatch {
             jobs: std::mem::take(jobs),
             batch_sizes,
@@ -299,6 +300,8 @@ impl BackendInstance for WasmInstance {
             model_version: self.version,
             max_output_bytes: self.factory.policy.max_output_bytes,
             decoupled: self.factory.decoupled,
+            max_responses: self.factory.policy.max_responses,
+            responses,
         };
         let called = Instant::now();
         let (mut batch, outcome) = sandbox.execute(&requests, batch);
@@ -306,6 +309,10 @@ impl BackendInstance for WasmInstance {
         drop(requests);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
+            Ok(Ok(())) if self.factory.decoupled => (
+                InferError::internal(format!("model '{model}' returned without sending the request's final response")),
+                false,
+            ),
             Ok(Ok(())) => {
                 (InferError::internal(format!("model '{model}' returned no response for the request")), false)
             }

@@ -5,6 +5,7 @@
 //! | `sandbox.memory_limit_mb`        | 256       | cap on each sandbox's linear memory            |
 //! | `sandbox.execution_timeout_ms`   | 10000     | deadline for one `execute` (or lifecycle) call |
 //! | `sandbox.max_output_bytes`       | 67108864  | cap on the output bytes of one response        |
+//! | `sandbox.max_responses`          | 100000    | responses one request may get (decoupled)      |
 //! | `sandbox.max_instances`          | 32        | most instances (sandboxes) the model may have  |
 //! | `sandbox.model_dir`              | `none`    | `read_only`: the version folder at `/model`    |
 //!
@@ -22,6 +23,8 @@ pub struct SandboxPolicy {
     pub memory_limit_bytes: u64,
     pub execution_timeout: Duration,
     pub max_output_bytes: u64,
+    /// Responses one request may receive (a decoupled plugin cannot flood a client).
+    pub max_responses: u64,
     pub max_instances: u64,
     /// Whether the version folder is granted read-only (`sandbox.model_dir: "read_only"`).
     pub grant_model_dir: bool,
@@ -35,6 +38,7 @@ impl Default for SandboxPolicy {
             memory_limit_bytes: 256 << 20,
             execution_timeout: Duration::from_millis(10_000),
             max_output_bytes: 64 << 20,
+            max_responses: 100_000,
             max_instances: 32,
             grant_model_dir: false,
             model_dir: None,
@@ -77,6 +81,12 @@ impl SandboxPolicy {
         if let Some(bytes) = get("sandbox.max_output_bytes")? {
             policy.max_output_bytes = bytes;
         }
+        if let Some(n) = get("sandbox.max_responses")? {
+            if n == 0 {
+                return Err(ConfigError::new("parameter 'sandbox.max_responses' must be at least 1"));
+            }
+            policy.max_responses = n;
+        }
         if let Some(n) = get("sandbox.max_instances")? {
             if n == 0 {
                 return Err(ConfigError::new("parameter 'sandbox.max_instances' must be at least 1"));
@@ -105,6 +115,7 @@ impl SandboxPolicy {
         set("sandbox.memory_limit_mb", (self.memory_limit_bytes >> 20).to_string());
         set("sandbox.execution_timeout_ms", self.execution_timeout.as_millis().to_string());
         set("sandbox.max_output_bytes", self.max_output_bytes.to_string());
+        set("sandbox.max_responses", self.max_responses.to_string());
         set("sandbox.max_instances", self.max_instances.to_string());
         set("sandbox.model_dir", if self.grant_model_dir { "read_only" } else { "none" }.to_string());
         config

@@ -47,6 +47,9 @@ pub struct ActiveBatch {
     pub max_output_bytes: u64,
     /// Whether the model may send several responses per request.
     pub decoupled: bool,
+    /// Responses each request may receive, and how many each has had.
+    pub max_responses: u64,
+    pub responses: Vec<u64>,
 }
 
 /// What the store carries: WASI (with no capabilities granted), the limiter, and the batch.
