@@ -555,30 +555,10 @@ fn restricted_apis_need_their_header() {
         ("model-repository,health:k1=v1", "api 'health' can not be specified in multiple config groups"),
         ("model-reposit:k1=v1", "unknown restricted api 'model-reposit'"),
     ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nereus"))
-            .args(["serve", "--model-repository"])
-            .arg(repo.path())
-            .args(["--http-port", "0", "--grpc-port", "0", "--http-restricted-api", "metadata,health:k2=v2"])
-            .args(["--http-restricted-api", option])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Bounded: a server that started anyway is killed and fails the test.
-        let deadline = std::time::Instant::now() + WAIT;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the server started despite {option}");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
-        assert!(!status.success());
-        let mut stderr = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let stderr = refused_start(
+            repo.path(),
+            &["--http-restricted-api", "metadata,health:k2=v2", "--http-restricted-api", option],
+        );
         assert!(stderr.contains(message), "{stderr}");
     }
 }

@@ -67,6 +67,28 @@ pub struct ServeArgs {
     /// Restrict gRPC protocols the same way; the header is `triton-grpc-protocol-<key>`.
     #[arg(long = "grpc-restricted-protocol")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// Serve HTTP over TLS with this PEM certificate chain (with `--http-ssl-key`).
+    #[arg(long = "http-ssl-cert")]
+    pub http_ssl_cert: Option<PathBuf>,
+    /// The PEM private key of `--http-ssl-cert`.
+    #[arg(long = "http-ssl-key")]
+    pub http_ssl_key: Option<PathBuf>,
+    /// Require HTTP clients to present a certificate signed by this PEM CA (mutual TLS).
+    #[arg(long = "http-ssl-client-ca")]
+    pub http_ssl_client_ca: Option<PathBuf>,
+    /// Serve gRPC over TLS (tritonserver's flag), with `--grpc-server-cert` and `--grpc-server-key`.
+    #[arg(long = "grpc-use-ssl", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_use_ssl: bool,
+    /// Mutual TLS for gRPC: clients need a certificate signed by `--grpc-root-cert`.
+    #[arg(long = "grpc-use-ssl-mutual", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_use_ssl_mutual: bool,
+    #[arg(long = "grpc-server-cert")]
+    pub grpc_server_cert: Option<PathBuf>,
+    #[arg(long = "grpc-server-key")]
+    pub grpc_server_key: Option<PathBuf>,
+    /// The CA of client certificates (mutual TLS).
+    #[arg(long = "grpc-root-cert")]
+    pub grpc_root_cert: Option<PathBuf>,
     #[arg(long = "grpc-address", default_value = "0.0.0.0")]
     pub grpc_address: String,
     /// gRPC port; 0 picks a free one (the log says which).

@@ -6,6 +6,7 @@ use nereus::cli::{Cli, Command, ServeArgs};
 use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
 use nereus::frontend::restricted::Restrictions;
+use nereus::frontend::tls::TlsFiles;
 use nereus::server::{Server, ServerOptions};
 
 fn main() -> anyhow::Result<()> {
@@ -31,6 +32,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Restrictions::parse(&args.grpc_restricted_protocol, "triton-grpc-protocol-", "protocol")
             .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?,
     );
+    let (http_tls, grpc_tls) = tls_settings(&args)?;
     let server = Server::start(ServerOptions {
         model_repositories: args.model_repository.clone(),
         backend_directory: args.backend_directory.clone(),
@@ -58,7 +60,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.allow_http {
             let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
             tracing::info!("Started HTTPService at {}", listener.local_addr()?);
-            let options = HttpOptions { max_input_size: args.http_max_input_size, restricted: http_restricted.clone() };
+            let options = HttpOptions {
+                max_input_size: args.http_max_input_size,
+                restricted: http_restricted.clone(),
+                tls: http_tls.clone(),
+            };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -72,6 +78,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 keepalive_time: args.grpc_keepalive_time.map(std::time::Duration::from_millis),
                 keepalive_timeout: args.grpc_keepalive_timeout.map(std::time::Duration::from_millis),
                 restricted: grpc_restricted.clone(),
+                tls: grpc_tls.clone(),
             };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(grpc::serve(listener, server.clone(), options, async move {
@@ -90,6 +97,42 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// The frontends' TLS settings from the flags (checked before any model loads).
+fn tls_settings(
+    args: &ServeArgs,
+) -> anyhow::Result<(Option<Arc<tokio_rustls::rustls::ServerConfig>>, Option<tonic::transport::ServerTlsConfig>)> {
+    let http = match (&args.http_ssl_cert, &args.http_ssl_key) {
+        (None, None) if args.http_ssl_client_ca.is_none() => None,
+        (Some(cert), Some(key)) => Some(
+            TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.http_ssl_client_ca.clone() }
+                .server_config()
+                .map_err(|e| anyhow::anyhow!("HTTP TLS: {e}"))?,
+        ),
+        _ => anyhow::bail!("HTTP TLS needs both --http-ssl-cert and --http-ssl-key"),
+    };
+    let grpc = if args.grpc_use_ssl || args.grpc_use_ssl_mutual {
+        let (Some(cert), Some(key)) = (&args.grpc_server_cert, &args.grpc_server_key) else {
+            anyhow::bail!("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key");
+        };
+        if args.grpc_use_ssl_mutual && args.grpc_root_cert.is_none() {
+            anyhow::bail!("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA of client certificates)");
+        }
+        let client_ca = args.grpc_root_cert.clone().filter(|_| args.grpc_use_ssl_mutual);
+        let pem = TlsFiles { cert: cert.clone(), key: key.clone(), client_ca }
+            .read()
+            .map_err(|e| anyhow::anyhow!("gRPC TLS: {e}"))?;
+        let identity = tonic::transport::Identity::from_pem(pem.cert, pem.key);
+        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = pem.client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        Some(tls)
+    } else {
+        None
+    };
+    Ok((http, grpc))
 }
 
 async fn shutdown_signal() {

@@ -324,3 +324,32 @@ pub async fn grpc_client(
         .unwrap();
     nereus::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel)
 }
+
+/// Runs `nereus serve` on `repo` with `extra`, expecting it to refuse to start: returns its
+/// standard error. A server that starts anyway is killed after [`WAIT`] and fails the test.
+pub fn refused_start(repo: &Path, extra: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
+        .args(["serve", "--model-repository"])
+        .arg(repo)
+        .args(["--http-port", "0", "--grpc-port", "0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting nereus");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started despite {extra:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(!status.success(), "{extra:?}");
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    stderr
+}

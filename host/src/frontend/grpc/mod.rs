@@ -34,6 +34,8 @@ pub struct GrpcOptions {
     pub keepalive_timeout: Option<Duration>,
     /// `--grpc-restricted-protocol`.
     pub restricted: Arc<Restrictions>,
+    /// `--grpc-use-ssl[-mutual]`; plain HTTP/2 when `None`.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Default for GrpcOptions {
@@ -43,6 +45,7 @@ impl Default for GrpcOptions {
             keepalive_time: None,
             keepalive_timeout: None,
             restricted: Arc::default(),
+            tls: None,
         }
     }
 }
@@ -380,7 +383,17 @@ pub async fn serve(
         stream
     });
     // Loopback latency halves with nodelay and larger HTTP/2 windows (toolchain facts).
-    let result = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = options.tls {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("gRPC TLS settings are unusable: {e}");
+                return;
+            }
+        };
+    }
+    let result = builder
         .initial_stream_window_size(Some(4 << 20))
         .initial_connection_window_size(Some(8 << 20))
         .http2_keepalive_interval(options.keepalive_time)

@@ -26,12 +26,14 @@ pub struct HttpOptions {
     pub max_input_size: usize,
     /// `--http-restricted-api`.
     pub restricted: Arc<Restrictions>,
+    /// TLS (`--http-ssl-cert`/`--http-ssl-key`); plain HTTP when `None`.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
         // tritonserver's default --http-max-input-size: 64 MiB.
-        HttpOptions { max_input_size: 64 << 20, restricted: Arc::default() }
+        HttpOptions { max_input_size: 64 << 20, restricted: Arc::default(), tls: None }
     }
 }
 
