@@ -562,3 +562,32 @@ fn restricted_apis_need_their_header() {
         assert!(stderr.contains(message), "{stderr}");
     }
 }
+
+/// Stalled clients time out without holding the server: one that never finishes its headers loses
+/// its connection, one that never finishes its body is answered 408; others are served meanwhile.
+#[test]
+fn stalled_clients_time_out() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--http-header-timeout-ms", "300", "--http-body-timeout-ms", "300"]);
+    let connect = || {
+        let c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        c
+    };
+    let mut headers = connect();
+    headers.write_all(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let mut body = connect();
+    body.write_all(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"inputs\"")
+        .unwrap();
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+    let mut raw = Vec::new();
+    headers.read_to_end(&mut raw).expect("the server closes a connection whose headers never end");
+    assert!(!String::from_utf8_lossy(&raw).contains("200 OK"));
+    let mut raw = Vec::new();
+    let _ = body.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("did not arrive within 300 ms"), "{text}");
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(2)).status, 200);
+}

@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// Restrict gRPC protocols the same way; the header is `triton-grpc-protocol-<key>`.
     #[arg(long = "grpc-restricted-protocol")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// How long an HTTP/1.1 client may take to send a request's headers, in ms (then the
+    /// connection is closed).
+    #[arg(long = "http-header-timeout-ms", default_value_t = 30_000)]
+    pub http_header_timeout_ms: u64,
+    /// How long an HTTP client may take to send a request's body, in ms (then 408).
+    #[arg(long = "http-body-timeout-ms", default_value_t = 60_000)]
+    pub http_body_timeout_ms: u64,
     /// Serve HTTP over TLS with this PEM certificate chain (with `--http-ssl-key`).
     #[arg(long = "http-ssl-cert")]
     pub http_ssl_cert: Option<PathBuf>,

@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Unknown,
     /// A restricted API without its header (HTTP 403; gRPC UNAVAILABLE, as Triton answers).
     Restricted,
+    /// The client took too long to send its request (HTTP 408; gRPC DEADLINE_EXCEEDED).
+    Timeout,
 }
 
 /// A client-facing error. `Clone` so one failed batch fails every request in it.
@@ -50,6 +52,9 @@ impl InferError {
     pub fn restricted(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Restricted, message)
     }
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Timeout, message)
+    }
 
     /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
     pub fn http_status(&self) -> u16 {
@@ -60,6 +65,7 @@ impl InferError {
             ErrorKind::Unsupported => 501,
             ErrorKind::Internal => 500,
             ErrorKind::Restricted => 403,
+            ErrorKind::Timeout => 408,
         }
     }
 }

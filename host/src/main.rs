@@ -64,6 +64,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 max_input_size: args.http_max_input_size,
                 restricted: http_restricted.clone(),
                 tls: http_tls.clone(),
+                header_timeout: std::time::Duration::from_millis(args.http_header_timeout_ms.max(1)),
+                body_timeout: std::time::Duration::from_millis(args.http_body_timeout_ms.max(1)),
             };
             let mut stop = stop_rx.clone();
             tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {

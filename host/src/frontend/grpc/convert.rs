@@ -19,6 +19,7 @@ pub fn status(e: InferError) -> Status {
         ErrorKind::Internal => Code::Internal,
         ErrorKind::Unknown => Code::Unknown,
         ErrorKind::Restricted => Code::Unavailable,
+        ErrorKind::Timeout => Code::DeadlineExceeded,
     };
     Status::new(code, e.message)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -32,7 +32,9 @@ pub async fn serve(
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let options = Arc::new(options);
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A client that never finishes its headers loses its connection.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -28,12 +28,22 @@ pub struct HttpOptions {
     pub restricted: Arc<Restrictions>,
     /// TLS (`--http-ssl-cert`/`--http-ssl-key`); plain HTTP when `None`.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// How long a client may take to send a request's headers (HTTP/1.1; the connection is closed).
+    pub header_timeout: std::time::Duration,
+    /// How long a client may take to send a request's body (answered 408).
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
         // tritonserver's default --http-max-input-size: 64 MiB.
-        HttpOptions { max_input_size: 64 << 20, restricted: Arc::default(), tls: None }
+        HttpOptions {
+            max_input_size: 64 << 20,
+            restricted: Arc::default(),
+            tls: None,
+            header_timeout: std::time::Duration::from_secs(30),
+            body_timeout: std::time::Duration::from_secs(60),
+        }
     }
 }
 
@@ -141,7 +151,8 @@ fn api_of(path: &str) -> Option<Api> {
 }
 
 /// Reads the whole body within the size limit, undoing any `Content-Encoding`.
-async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, InferError> {
+async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -> Result<Bytes, InferError> {
+    let limit = options.max_input_size;
     let too_big =
         || InferError::invalid(format!("request body exceeds the limit of {limit} bytes (--http-max-input-size)"));
     if let Some(len) =
@@ -150,9 +161,15 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<
     {
         return Err(too_big());
     }
-    let raw = Limited::new(body, limit)
-        .collect()
-        .await
+    // A client that stops sending its body is answered 408 instead of holding the request open.
+    let collected =
+        tokio::time::timeout(options.body_timeout, Limited::new(body, limit).collect()).await.map_err(|_| {
+            InferError::timeout(format!(
+                "the request body did not arrive within {} ms (--http-body-timeout-ms)",
+                options.body_timeout.as_millis()
+            ))
+        })?;
+    let raw = collected
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 too_big()
@@ -232,7 +249,7 @@ async fn route(
         "/v2/logging" if get || post => {
             let settings = if post {
                 let (parts, body) = req.into_parts();
-                let body = read_body(&parts.headers, body, options.max_input_size).await?;
+                let body = read_body(&parts.headers, body, options).await?;
                 let v: serde_json::Value = serde_json::from_slice(&body)
                     .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
                 let map = v.as_object().ok_or_else(|| InferError::invalid("log settings must be a JSON object"))?;
@@ -267,7 +284,7 @@ async fn route(
         }
         "/v2/repository/index" if post => {
             let (parts, body) = req.into_parts();
-            let body = read_body(&parts.headers, body, options.max_input_size).await?;
+            let body = read_body(&parts.headers, body, options).await?;
             let ready = if body.is_empty() {
                 false
             } else {
@@ -346,7 +363,7 @@ async fn infer(
             })?),
             None => None,
         };
-    let body = read_body(&parts.headers, body, options.max_input_size).await?;
+    let body = read_body(&parts.headers, body, options).await?;
     let (mut request, output_options): (_, OutputOptions) = codec::decode_request(body, header_len, || {
         let model = server.version(&mp.name, mp.version)?;
         match model.io.inputs.as_slice() {
