@@ -130,3 +130,51 @@ fn version_policies() {
         assert_eq!(v["model_version"], *expected.as_array().unwrap().last().unwrap());
     }
 }
+
+/// Components that are malformed or built for another interface make their model UNAVAILABLE with
+/// the reason; the other models (and a healthy component) load and serve.
+#[test]
+fn malformed_and_mismatched_components_are_unavailable_with_the_reason() {
+    let repo = Repo::new();
+    repo.example("simple");
+    // (model, component bytes, what the reason must say)
+    let fixtures: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("garbage", b"this is not WebAssembly".to_vec(), "not a WebAssembly binary"),
+        ("core_module", wat::parse_str("(module)").unwrap(), "a core WebAssembly module, not a component"),
+        (
+            "empty_component",
+            wat::parse_str("(component)").unwrap(),
+            "no exported instance named `nereus:backend/lifecycle@0.1.0`",
+        ),
+        (
+            "extra_import",
+            wat::parse_str(r#"(component (import "evil:net/socket" (instance (export "connect" (func)))))"#).unwrap(),
+            "component imports instance `evil:net/socket`, but a matching implementation was not found",
+        ),
+        (
+            "wrong_version",
+            wat::parse_str(r#"(component (import "nereus:backend/host@9.0.0" (instance (export "log" (func)))))"#)
+                .unwrap(),
+            "component imports instance `nereus:backend/host@9.0.0`, but a matching implementation was not found",
+        ),
+    ];
+    for (name, bytes, _) in &fixtures {
+        let config = format!(
+            r#"name: "{name}" backend: "{name}" max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]"#
+        );
+        let dir = repo.model(name, &config, &["1"]);
+        std::fs::write(dir.join(format!("{name}.wasm")), bytes).unwrap();
+    }
+    let s = Server::start(repo.path(), &[]);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    for (name, _, needle) in &fixtures {
+        let entry = index.as_array().unwrap().iter().find(|m| m["name"] == *name).unwrap().clone();
+        assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
+        let reason = entry["reason"].as_str().unwrap();
+        assert!(reason.contains(&format!("backend '{name}' is not a usable nereus:backend component")), "{reason}");
+        assert!(reason.contains(needle), "{name}: {reason}");
+    }
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}

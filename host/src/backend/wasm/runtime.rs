@@ -96,6 +96,13 @@ impl WasmRuntime {
     /// Compiles (or fetches from the caches) the component in `bytes` and type-checks it against the
     /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
     pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<Arc<CompiledComponent>> {
+        // The two commonest mistakes, said plainly before the parser's own words.
+        if !bytes.starts_with(b"\0asm") {
+            wasmtime::bail!("not a WebAssembly binary (it does not start with the \\0asm header)");
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            wasmtime::bail!("a core WebAssembly module, not a component: build the plugin for wasm32-wasip2");
+        }
         let digest = hex(&Sha256::digest(bytes));
         if let Some(hit) = self.compiled.lock().get(&digest) {
             return Ok(hit.clone());
