@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Restricted,
     /// The client took too long to send its request (HTTP 408; gRPC DEADLINE_EXCEEDED).
     Timeout,
+    /// The request body's encoding is not one the server reads (HTTP 415).
+    UnsupportedEncoding,
 }
 
 /// A client-facing error. `Clone` so one failed batch fails every request in it.
@@ -66,6 +68,7 @@ impl InferError {
             ErrorKind::Internal => 500,
             ErrorKind::Restricted => 403,
             ErrorKind::Timeout => 408,
+            ErrorKind::UnsupportedEncoding => 415,
         }
     }
 }

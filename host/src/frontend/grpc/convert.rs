@@ -20,6 +20,7 @@ pub fn status(e: InferError) -> Status {
         ErrorKind::Unknown => Code::Unknown,
         ErrorKind::Restricted => Code::Unavailable,
         ErrorKind::Timeout => Code::DeadlineExceeded,
+        ErrorKind::UnsupportedEncoding => Code::InvalidArgument,
     };
     Status::new(code, e.message)
 }

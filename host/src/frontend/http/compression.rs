@@ -29,7 +29,11 @@ impl Encoding {
             "" | "identity" => Ok(None),
             "gzip" => Ok(Some(Encoding::Gzip)),
             "deflate" => Ok(Some(Encoding::Deflate)),
-            other => Err(InferError::unsupported(format!("unsupported Content-Encoding '{other}'"))),
+            // The client's fault, so a 4xx: 415 as HTTP prescribes for an unsupported content coding.
+            other => Err(InferError::new(
+                crate::error::ErrorKind::UnsupportedEncoding,
+                format!("unsupported Content-Encoding '{other}'"),
+            )),
         }
     }
 
