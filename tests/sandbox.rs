@@ -273,3 +273,31 @@ parameters { key: "sandbox.max_responses" value: { string_value: "50" } }"#;
         assert_eq!(drain(&mut stream).await, (1, String::new()), "the same stream and model still serve");
     });
 }
+
+/// The nice value of the server's thread named `name` (Linux: /proc/<pid>/task/*/stat).
+#[cfg(target_os = "linux")]
+fn nice_of(s: &Server, name: &str) -> Option<i64> {
+    for task in std::fs::read_dir(format!("/proc/{}/task", s.pid())).ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            // Fields after "(comm)": state is field 3, nice field 19.
+            return stat.rsplit_once(')')?.1.split_whitespace().nth(16)?.parse().ok();
+        }
+    }
+    None
+}
+
+/// An instance whose plugin hit a limit keeps serving at the lowest CPU priority, so a plugin that
+/// keeps misbehaving only gets the CPU that healthy models leave over; other models keep theirs.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_faulting_instance_drops_to_the_lowest_cpu_priority() {
+    let (_repo, s) = faulty_server();
+    let (before, simple) = (nice_of(&s, "faulty#0").unwrap(), nice_of(&s, "simple#0").unwrap());
+    assert!(before < 19, "{before}");
+    assert_eq!(s.post_json("/v2/models/faulty/infer", &faults_request("loop")).status, 500);
+    assert_eq!(nice_of(&s, "faulty#0"), Some(19));
+    assert_eq!(nice_of(&s, "simple#0"), Some(simple));
+    healthy(&s);
+}

@@ -138,6 +138,11 @@ impl Server {
         Server { child, port: port.unwrap_or_default(), grpc_port: grpc_port.unwrap_or_default(), log }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }

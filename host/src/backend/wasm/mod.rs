@@ -325,6 +325,7 @@ impl BackendInstance for WasmInstance {
         *jobs = batch.jobs;
         if fault {
             tracing::warn!("{error}; rebuilding the instance");
+            deprioritize_this_thread(&self.factory.model_info.name);
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew.
             self.sandbox = None;
             self.rebuild();
@@ -337,4 +338,27 @@ impl BackendInstance for WasmInstance {
             sandbox.finalize();
         }
     }
+}
+
+/// Lowers the CPU priority of the calling instance worker for good, once its plugin has hit a
+/// limit (deadline, memory, trap): a plugin that keeps misbehaving then only gets the CPU time
+/// healthy models leave over, instead of half a machine. (An unprivileged process cannot raise a
+/// priority again, so the penalty sticks to the worker, which is what is wanted.)
+fn deprioritize_this_thread(model: &str) {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    {
+        const PENALTY_NICE: i32 = 19;
+        // SAFETY: plain system calls on the calling thread; failures only leave the priority as is.
+        let lowered = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid) < PENALTY_NICE
+                && libc::setpriority(libc::PRIO_PROCESS, tid, PENALTY_NICE) == 0
+        };
+        if lowered {
+            tracing::info!("model '{model}': this instance now runs at the lowest CPU priority after a fault");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = model;
 }
