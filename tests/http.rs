@@ -591,3 +591,60 @@ fn stalled_clients_time_out() {
     assert!(text.contains("did not arrive within 300 ms"), "{text}");
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(2)).status, 200);
 }
+
+/// The remaining client limits answer 4xx and leave the server serving: oversized headers, deeply
+/// nested JSON, BYTES elements whose length prefix lies, and gRPC messages over the size limit.
+#[test]
+fn oversized_headers_deep_json_lying_bytes_and_big_grpc_messages_are_client_errors() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.example("identity_bytes");
+    let s = Server::start(repo.path(), &["--grpc-max-message-size", "4096"]);
+    let big = "a".repeat(1 << 20);
+    let r = s.request("GET", "/v2/health/ready", &[("X-Big", &big)], b"");
+    assert_eq!(r.status, 431, "{}", r.text());
+    let many: Vec<(String, String)> = (0..200).map(|i| (format!("X-H{i}"), "v".to_string())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(s.request("GET", "/v2/health/ready", &many, b"").status, 431);
+
+    let deep = format!(
+        r#"{{"inputs":[{{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":{}1{}}}]}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    let r = s.request("POST", "/v2/models/simple/infer", &[], deep.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("recursion limit"), "{}", r.text());
+
+    // One BYTES element claiming 2 GiB in a 12-byte tensor.
+    let header = json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES",
+        "parameters": {"binary_data_size": 12}}]})
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    body.extend_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    body.extend_from_slice(b"12345678");
+    let r = s.request(
+        "POST",
+        "/v2/models/identity_bytes/infer",
+        &[("Inference-Header-Content-Length", &header.len().to_string())],
+        &body,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use nereus::proto::inference as pb;
+        let mut c = grpc_client(&s).await;
+        let request = pb::ModelInferRequest {
+            model_name: "simple".into(),
+            raw_input_contents: vec![bytes::Bytes::from(vec![0u8; 8192])],
+            ..Default::default()
+        };
+        let e = c.model_infer(request).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::OutOfRange, "{e}");
+        assert!(e.message().contains("message length too large"), "{e}");
+        let live = c.server_live(pb::ServerLiveRequest {}).await.unwrap().into_inner().live;
+        assert!(live);
+    });
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}
