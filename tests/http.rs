@@ -648,3 +648,41 @@ fn oversized_headers_deep_json_lying_bytes_and_big_grpc_messages_are_client_erro
     });
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }
+
+/// After stalled clients time out, the server holds none of their connections and its memory is
+/// back near where it was (Linux: /proc/<pid>/fd and VmRSS), though the clients never hang up.
+#[cfg(target_os = "linux")]
+#[test]
+fn stalled_clients_leave_no_connections_or_memory_behind() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--http-header-timeout-ms", "200", "--http-body-timeout-ms", "200"]);
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", s.pid())).unwrap().count();
+    let rss_kib = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    for i in 0..20 {
+        assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(i)).status, 200);
+    }
+    let (fds_before, rss_before) = (fds(), rss_kib());
+    let mut stalled = Vec::new();
+    for i in 0..100 {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        if i % 2 == 0 {
+            c.write_all(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n").unwrap();
+        } else {
+            c.write_all(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+                .unwrap();
+            c.write_all(&vec![b' '; 64 << 10]).unwrap();
+        }
+        stalled.push(c);
+    }
+    s.wait_until("the stalled connections are accepted", || fds() >= fds_before + 50);
+    s.wait_until("the stalled connections are released", || fds() <= fds_before + 2);
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(grown < 16 << 10, "memory grew by {grown} KiB and stayed");
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+    drop(stalled);
+}
