@@ -147,6 +147,7 @@ fn the_sandbox_policy_is_visible_and_grants_only_the_model_folder_read_only() {
         ("sandbox.max_output_bytes", "67108864"),
         ("sandbox.max_responses", "100000"),
         ("sandbox.max_instances", "32"),
+        ("sandbox.fuel", "none"),
         ("sandbox.model_dir", "none"),
     ] {
         assert_eq!(parameters[key]["string_value"], value, "{key} in {parameters}");
@@ -294,10 +295,36 @@ fn nice_of(s: &Server, name: &str) -> Option<i64> {
 #[test]
 fn a_faulting_instance_drops_to_the_lowest_cpu_priority() {
     let (_repo, s) = faulty_server();
+    // /proc reads can race with threads coming and going; read until both workers are seen.
+    s.wait_until("both workers visible", || nice_of(&s, "faulty#0").is_some() && nice_of(&s, "simple#0").is_some());
     let (before, simple) = (nice_of(&s, "faulty#0").unwrap(), nice_of(&s, "simple#0").unwrap());
     assert!(before < 19, "{before}");
     assert_eq!(s.post_json("/v2/models/faulty/infer", &faults_request("loop")).status, 500);
-    assert_eq!(nice_of(&s, "faulty#0"), Some(19));
+    s.wait_until("the faulted worker deprioritised", || nice_of(&s, "faulty#0") == Some(19));
     assert_eq!(nice_of(&s, "simple#0"), Some(simple));
     healthy(&s);
+}
+
+/// `sandbox.fuel` is a deterministic budget per call: an endless loop runs out of fuel long before
+/// its deadline and fails with the budget named; a request within the budget succeeds right after.
+#[test]
+fn a_fuel_budget_stops_a_loop_deterministically() {
+    let repo = Repo::new();
+    let extra = r#"parameters [
+  { key: "sandbox.fuel" value: { string_value: "50000000" } },
+  { key: "sandbox.execution_timeout_ms" value: { string_value: "60000" } }
+]"#;
+    let dir = repo.model("fueled", &faults_config("fueled", extra), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &[]);
+    assert_eq!(s.get("/v2/models/fueled/config").json()["parameters"]["sandbox.fuel"]["string_value"], "50000000");
+    let r = s.post_json("/v2/models/fueled/infer", &faults_request("loop"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.error().contains("model 'fueled'") && r.error().contains("exceeded its fuel budget of 50000000"),
+        "{}",
+        r.error()
+    );
+    let r = s.post_json("/v2/models/fueled/infer", &faults_request(""));
+    assert_eq!(r.json()["outputs"][0]["data"], json!([1, 2, 3]));
 }

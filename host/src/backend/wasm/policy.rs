@@ -7,6 +7,7 @@
 //! | `sandbox.max_output_bytes`       | 67108864  | cap on the output bytes of one response        |
 //! | `sandbox.max_responses`          | 100000    | responses one request may get (decoupled)      |
 //! | `sandbox.max_instances`          | 32        | most instances (sandboxes) the model may have  |
+//! | `sandbox.fuel`                   | `none`    | instructions one call may execute (deterministic) |
 //! | `sandbox.model_dir`              | `none`    | `read_only`: the version folder at `/model`    |
 //!
 //! Nothing else is granted: no network, no environment, no other paths, no stdio; WASI's clocks
@@ -26,6 +27,8 @@ pub struct SandboxPolicy {
     /// Responses one request may receive (a decoupled plugin cannot flood a client).
     pub max_responses: u64,
     pub max_instances: u64,
+    /// Fuel (about one unit per instruction) one call may burn; `None`: no budget, only the deadline.
+    pub fuel: Option<u64>,
     /// Whether the version folder is granted read-only (`sandbox.model_dir: "read_only"`).
     pub grant_model_dir: bool,
     /// The folder granted, set per version at load.
@@ -40,6 +43,7 @@ impl Default for SandboxPolicy {
             max_output_bytes: 64 << 20,
             max_responses: 100_000,
             max_instances: 32,
+            fuel: None,
             grant_model_dir: false,
             model_dir: None,
         }
@@ -93,6 +97,14 @@ impl SandboxPolicy {
             }
             policy.max_instances = n;
         }
+        if let Some(p) = config.parameters.get("sandbox.fuel")
+            && p.string_value.trim() != "none"
+        {
+            match get("sandbox.fuel")? {
+                Some(0) => return Err(ConfigError::new("parameter 'sandbox.fuel' must be at least 1 or \"none\"")),
+                n => policy.fuel = n,
+            }
+        }
         policy.grant_model_dir = match config.parameters.get("sandbox.model_dir").map(|p| p.string_value.trim()) {
             None | Some("none") => false,
             Some("read_only") => true,
@@ -117,6 +129,7 @@ impl SandboxPolicy {
         set("sandbox.max_output_bytes", self.max_output_bytes.to_string());
         set("sandbox.max_responses", self.max_responses.to_string());
         set("sandbox.max_instances", self.max_instances.to_string());
+        set("sandbox.fuel", self.fuel.map_or("none".to_string(), |f| f.to_string()));
         set("sandbox.model_dir", if self.grant_model_dir { "read_only" } else { "none" }.to_string());
         config
     }

@@ -58,6 +58,9 @@ impl WasmRuntime {
         config
             .wasm_component_model(true)
             .epoch_interruption(true)
+            // Fuel counts executed instructions, for the optional deterministic budget
+            // (`sandbox.fuel`); stores without a budget get all the fuel there is.
+            .consume_fuel(true)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = match Engine::new(&config) {

@@ -131,6 +131,7 @@ impl Sandbox {
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(Self::deadline_ticks(policy));
+        store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault(e.to_string()))?;
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
         Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh })
     }
@@ -144,6 +145,8 @@ impl Sandbox {
         let data = store.data();
         let what = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis())
+        } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+            format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX))
         } else if data.limiter.denied_memory {
             format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20)
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
@@ -157,6 +160,8 @@ impl Sandbox {
     fn arm(&mut self) {
         let ticks = Self::deadline_ticks(&self.policy);
         self.store.set_epoch_deadline(ticks);
+        // Each call gets the whole budget again (fuel is enabled on the engine, so this cannot fail).
+        let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
     }
 
     fn lifecycle<T>(
