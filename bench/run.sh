@@ -6,7 +6,7 @@
 #   MODEL=simple_dyna measures the dynamically batched twin of `simple` on Triton and Nereus (the
 #   ceiling has no batcher and always serves `simple`). PERF_ARGS adds perf_analyzer arguments for
 #   Triton and Nereus, e.g. MODEL=simple_sequence PROTOS=grpc PERF_ARGS="--sequence-length 20".
-# Prints a markdown table and writes it to bench/results/<UTC date>.md. Not a test.
+# Prints a markdown table and appends it to bench/results/<UTC date>.md (earlier runs of the day stay). Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -89,4 +89,4 @@ i, e = int(m["inference_count"]), int(m["execution_count"])
 print(f"- {sys.argv[1]}: {i} inferences in {e} executions over the whole run, mean batch size {i / max(e, 1):.2f}")' "$s"
     done
   fi
-} | tee "$out"
+} | { [[ -s $out ]] && echo >>"$out"; tee -a "$out"; }
