@@ -43,10 +43,11 @@ start_nereus() {
 pids=() logs=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "${logs[@]}"' EXIT
 
-start_nereus model_repository
+start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
 "$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_image_classifier.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+"$venv/bin/python" tests/python/test_system_shm.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 kill -TERM "$pid"
 wait "$pid"
 

@@ -128,10 +128,11 @@ fn health_metadata_config_and_repository() {
             .unwrap_err();
         assert_eq!(e.code(), Code::Unavailable);
 
-        // not implemented yet: said so, never faked
+        // system shared memory is off without --allow-client-shm, and says how to turn it on
         let e = c.system_shared_memory_status(pb::SystemSharedMemoryStatusRequest::default()).await.unwrap_err();
-        assert_eq!(e.code(), Code::Unimplemented);
-        assert!(e.message().contains("shared memory"));
+        assert_eq!(e.code(), Code::Unavailable);
+        assert!(e.message().contains("--allow-client-shm"), "{e}");
+        // not implemented yet: said so, never faked
         let e = c.cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest::default()).await.unwrap_err();
         assert_eq!(e.code(), Code::Unimplemented);
         let e = c.trace_setting(pb::TraceSettingRequest::default()).await.unwrap_err();

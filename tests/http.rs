@@ -686,3 +686,56 @@ fn stalled_clients_leave_no_connections_or_memory_behind() {
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
     drop(stalled);
 }
+
+/// System shared memory is off unless `--allow-client-shm`; when on, regions are checked against
+/// the shared-memory object at registration and every range against the region (the full data
+/// path is tested with tritonclient's shm utilities in tests/python/test_system_shm.py).
+#[cfg(target_os = "linux")]
+#[test]
+fn system_shared_memory_is_opt_in_and_bounds_checked() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let off = Server::start(repo.path(), &[]);
+    let register = |s: &Server, name: &str, body: Value| {
+        s.post_json(&format!("/v2/systemsharedmemory/region/{name}/register"), &body)
+    };
+    let r = register(&off, "r", json!({"key": "/nope", "offset": 0, "byte_size": 8}));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.error().contains("--allow-client-shm"), "{}", r.text());
+    drop(off);
+
+    // A 64-byte POSIX shared-memory object made here.
+    let key = format!("/nereus_test_{}", std::process::id());
+    let c_key = std::ffi::CString::new(key.clone()).unwrap();
+    #[allow(unsafe_code)]
+    unsafe {
+        let fd = libc::shm_open(c_key.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, 64), 0);
+        libc::close(fd);
+    }
+    let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
+    let r = register(&s, "big", json!({"key": key, "offset": 0, "byte_size": 128}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("do not fit"), "{}", r.text());
+    let r = register(&s, "missing", json!({"key": "/nereus_no_such_key", "byte_size": 8}));
+    assert!(r.status == 400 && r.error().contains("Unable to open shared memory region"), "{}", r.text());
+    assert_eq!(register(&s, "r", json!({"key": key, "offset": 0, "byte_size": 64})).status, 200);
+    assert_eq!(register(&s, "r", json!({"key": key, "offset": 0, "byte_size": 64})).status, 400, "twice");
+    let status = s.get("/v2/systemsharedmemory/status").json();
+    assert_eq!(status, json!([{"name": "r", "key": key, "offset": 0, "byte_size": 64}]));
+    assert_eq!(s.get("/v2/systemsharedmemory/region/other/status").status, 404);
+    let mut body = simple_request(1);
+    body["inputs"][0] = json!({"name": "INPUT0", "shape": [1, 16], "datatype": "INT32",
+        "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 64, "shared_memory_offset": 8}});
+    let r = s.post_json("/v2/models/simple/infer", &body);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("do not fit"), "{}", r.text());
+    assert_eq!(s.request("POST", "/v2/systemsharedmemory/unregister", &[], b"").status, 200);
+    assert_eq!(s.get("/v2/systemsharedmemory/status").json(), json!([]));
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::shm_unlink(c_key.as_ptr());
+    }
+}

@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// How long an HTTP client may take to send a request's body, in ms (then 408).
     #[arg(long = "http-body-timeout-ms", default_value_t = 60_000)]
     pub http_body_timeout_ms: u64,
+    /// Let clients register system shared memory for inputs and outputs (off by default, as in
+    /// recent tritonserver).
+    #[arg(long = "allow-client-shm", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_client_shm: bool,
     /// Serve HTTP over TLS with this PEM certificate chain (with `--http-ssl-key`).
     #[arg(long = "http-ssl-cert")]
     pub http_ssl_cert: Option<PathBuf>,

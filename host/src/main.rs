@@ -45,6 +45,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cache_directory: args.cache_directory(),
         strict_readiness: args.strict_readiness,
         test_hooks: args.test_hooks,
+        allow_client_shm: args.allow_client_shm,
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
     })?;
     if args.allow_metrics {

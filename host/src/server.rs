@@ -22,6 +22,7 @@ pub const EXTENSIONS: &[&str] = &[
     "parameters",
     "statistics",
     "logging",
+    "system_shared_memory",
 ];
 
 /// How the server is set up (the CLI fills this).
@@ -42,16 +43,24 @@ pub struct ServerOptions {
     pub instance_poll: std::time::Duration,
     /// Enables the test-only hooks (execution gates and counters) under `/nereus/test/`.
     pub test_hooks: bool,
+    /// Lets clients register system shared memory (`--allow-client-shm`).
+    pub allow_client_shm: bool,
 }
 
 pub struct Server {
     models: Arc<ModelTable>,
     options: ServerOptions,
+    shm: crate::shm::SystemShm,
     shutting_down: AtomicBool,
     _runtime: Arc<WasmRuntime>,
 }
 
 impl Server {
+    /// The system shared-memory regions clients registered.
+    pub fn shm(&self) -> &crate::shm::SystemShm {
+        &self.shm
+    }
+
     /// Loads every model of the repositories (control mode NONE). Models that fail to load are
     /// kept as UNAVAILABLE with their reason.
     pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
@@ -108,7 +117,8 @@ impl Server {
             let (name, dir) = ensembles.remove(ready.unwrap_or(0));
             load(name, dir);
         }
-        Ok(Arc::new(Server { models, options, shutting_down: AtomicBool::new(false), _runtime: runtime }))
+        let shm = crate::shm::SystemShm::new(options.allow_client_shm);
+        Ok(Arc::new(Server { models, options, shm, shutting_down: AtomicBool::new(false), _runtime: runtime }))
     }
 
     pub fn options(&self) -> &ServerOptions {

@@ -7,6 +7,7 @@ use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::shm::{ShmPlace, SystemShm};
 use crate::tensor::DataType;
 
 /// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
@@ -56,7 +57,11 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
 }
 
 /// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
-pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferError> {
+/// A request, and the outputs it wants written into system shared memory.
+pub fn request(
+    mut m: pb::ModelInferRequest,
+    shm: &SystemShm,
+) -> Result<(InferenceRequest, Vec<(String, ShmPlace)>), InferError> {
     let mut request = InferenceRequest {
         model_name: std::mem::take(&mut m.model_name),
         model_version: version(&m.model_version)?,
@@ -102,11 +107,20 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
         )));
     }
     let mut raw = std::mem::take(&mut m.raw_input_contents).into_iter();
+    let mut shm_outputs = Vec::new();
     for input in m.inputs {
-        if input.parameters.contains_key("shared_memory_region") {
-            return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
-        }
         let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
+        if let Some(place) = shm_place(&input.name, &input.parameters)? {
+            if input.contents.is_some() {
+                return Err(InferError::invalid(format!(
+                    "input '{}' takes its data from shared memory but also carries contents",
+                    input.name
+                )));
+            }
+            let data = shm.read(&place.region, place.offset, place.byte_size)?;
+            request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
+            continue;
+        }
         let data = match raw.next() {
             Some(bytes) => {
                 if input.contents.is_some() {
@@ -125,12 +139,38 @@ pub fn request(mut m: pb::ModelInferRequest) -> Result<InferenceRequest, InferEr
         if output.parameters.contains_key("classification") {
             return Err(InferError::unsupported("the classification extension is not supported by this server"));
         }
-        if output.parameters.contains_key("shared_memory_region") {
-            return Err(InferError::unsupported("shared memory outputs are not supported by this server yet"));
+        if let Some(place) = shm_place(&output.name, &output.parameters)? {
+            shm_outputs.push((output.name.clone(), place));
         }
         request.requested_outputs.push(output.name);
     }
-    Ok(request)
+    Ok((request, shm_outputs))
+}
+
+/// The shared-memory place a tensor's parameters name, if any.
+fn shm_place(
+    tensor: &str,
+    params: &std::collections::HashMap<String, pb::InferParameter>,
+) -> Result<Option<ShmPlace>, InferError> {
+    let number = |key: &str| -> Result<Option<u64>, InferError> {
+        match params.get(key).and_then(param_value) {
+            None => Ok(None),
+            Some(ParamValue::Int64(n)) if n >= 0 => Ok(Some(n as u64)),
+            Some(ParamValue::Uint64(n)) => Ok(Some(n)),
+            Some(_) => Err(InferError::invalid(format!("'{key}' of '{tensor}' must be an unsigned integer"))),
+        }
+    };
+    let region = match params.get("shared_memory_region").and_then(param_value) {
+        None => None,
+        Some(ParamValue::String(s)) => Some(s),
+        Some(_) => return Err(InferError::invalid(format!("'shared_memory_region' of '{tensor}' must be a string"))),
+    };
+    ShmPlace::from_parameters(
+        tensor,
+        region.as_deref(),
+        number("shared_memory_byte_size")?,
+        number("shared_memory_offset")?,
+    )
 }
 
 /// Encodes typed `contents` as little-endian bytes, checking the count against the shape.
@@ -192,30 +232,46 @@ fn contents_to_bytes(
 }
 
 /// Encodes a response: every output's bytes in `raw_output_contents` (no copy).
-pub fn response(r: InferenceResponse) -> pb::ModelInferResponse {
+/// A response; outputs placed in shared memory are written there and travel as an empty raw
+/// content (keeping the positions of the others) with their region and byte size as parameters.
+pub fn response(
+    r: InferenceResponse,
+    shm_outputs: &[(String, ShmPlace)],
+    shm: &SystemShm,
+) -> Result<pb::ModelInferResponse, InferError> {
     let mut raw = Vec::with_capacity(r.outputs.len());
-    let outputs = r
-        .outputs
-        .into_iter()
-        .map(|t| {
-            raw.push(t.data);
-            pb::model_infer_response::InferOutputTensor {
-                name: t.name,
-                datatype: t.datatype.wire_name().to_string(),
-                shape: t.shape,
-                parameters: Default::default(),
-                contents: None,
+    let mut outputs = Vec::with_capacity(r.outputs.len());
+    for t in r.outputs {
+        let mut parameters = std::collections::HashMap::new();
+        match shm_outputs.iter().find(|(n, _)| *n == t.name) {
+            Some((_, place)) => {
+                shm.write(&place.region, place.offset, place.byte_size, &t.data)?;
+                parameters
+                    .insert("shared_memory_region".to_string(), param_proto(&ParamValue::String(place.region.clone())));
+                parameters.insert(
+                    "shared_memory_byte_size".to_string(),
+                    param_proto(&ParamValue::Int64(t.data.len() as i64)),
+                );
+                raw.push(bytes::Bytes::new());
             }
-        })
-        .collect();
-    pb::ModelInferResponse {
+            None => raw.push(t.data),
+        }
+        outputs.push(pb::model_infer_response::InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype.wire_name().to_string(),
+            shape: t.shape,
+            parameters,
+            contents: None,
+        });
+    }
+    Ok(pb::ModelInferResponse {
         model_name: r.model_name.to_string(),
         model_version: r.model_version.to_string(),
         id: r.id,
         parameters: r.parameters.iter().map(|(k, v)| (k.clone(), param_proto(v))).collect(),
         outputs,
         raw_output_contents: raw,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -257,7 +313,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let r = request(m).unwrap();
+        let (r, _) = request(m, &SystemShm::new(false)).unwrap();
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
         assert_eq!(&r.inputs[1].data[..], &[2, 0, 0, 0, b'h', b'i']);
     }
@@ -273,7 +329,7 @@ mod tests {
             )],
             ..Default::default()
         };
-        assert_eq!(status(request(bad_count).unwrap_err()).code(), Code::InvalidArgument);
+        assert_eq!(status(request(bad_count, &SystemShm::new(false)).unwrap_err()).code(), Code::InvalidArgument);
         let range = pb::ModelInferRequest {
             inputs: vec![input(
                 "A",
@@ -283,17 +339,17 @@ mod tests {
             )],
             ..Default::default()
         };
-        assert!(request(range).unwrap_err().message.contains("out of range"));
+        assert!(request(range, &SystemShm::new(false)).unwrap_err().message.contains("out of range"));
         let fp16 = pb::ModelInferRequest {
             inputs: vec![input("A", "FP16", vec![1], pb::InferTensorContents::default())],
             ..Default::default()
         };
-        assert!(request(fp16).unwrap_err().message.contains("raw_input_contents"));
+        assert!(request(fp16, &SystemShm::new(false)).unwrap_err().message.contains("raw_input_contents"));
         let raw_count = pb::ModelInferRequest {
             inputs: vec![input("A", "INT32", vec![1], Default::default())],
             raw_input_contents: vec![Bytes::new(), Bytes::new()],
             ..Default::default()
         };
-        assert!(request(raw_count).is_err());
+        assert!(request(raw_count, &SystemShm::new(false)).is_err());
     }
 }

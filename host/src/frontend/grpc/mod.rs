@@ -105,13 +105,13 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
-        let request = convert::request(r.into_inner()).map_err(status)?;
+        let (request, shm_outputs) = convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
         let receiver = self.server.infer(request, "ModelInfer RPC").map_err(status)?;
         let response = receiver
             .await
             .map_err(|_| Status::internal("the request was dropped without a response"))?
             .map_err(status)?;
-        Ok(Response::new(convert::response(response)))
+        convert::response(response, &shm_outputs, self.server.shm()).map(Response::new).map_err(status)
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -194,7 +194,21 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+        let name = r.into_inner().name;
+        let regions = self.server.shm().status((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let status = pb::system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key,
+                    offset: r.offset,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
+            })
+            .collect();
+        Ok(Response::new(pb::SystemSharedMemoryStatusResponse { regions }))
     }
 
     async fn system_shared_memory_register(
@@ -202,7 +216,9 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+        let r = r.into_inner();
+        self.server.shm().register(&r.name, &r.key, r.offset, r.byte_size).map_err(status)?;
+        Ok(Response::new(pb::SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
@@ -210,7 +226,9 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("system shared memory is not implemented by this server yet"))
+        let name = r.into_inner().name;
+        self.server.shm().unregister((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(
@@ -283,25 +301,31 @@ struct StreamStart {
     id: String,
     empty_final: bool,
     started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
+    shm_outputs: Vec<(String, crate::shm::ShmPlace)>,
+    server: Arc<Server>,
 }
 
 impl StreamStart {
-    fn new(server: &Server, message: pb::ModelInferRequest) -> Self {
+    fn new(server: &Arc<Server>, message: pb::ModelInferRequest) -> Self {
         use pb::infer_parameter::ParameterChoice;
         let id = message.id.clone();
         let empty_final = matches!(
             message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
             Some(ParameterChoice::BoolParam(true))
         );
-        let started = convert::request(message).and_then(|req| server.infer_stream(req));
-        StreamStart { id, empty_final, started }
+        let mut shm_outputs = Vec::new();
+        let started = convert::request(message, server.shm()).and_then(|(req, places)| {
+            shm_outputs = places;
+            server.infer_stream(req)
+        });
+        StreamStart { id, empty_final, started, shm_outputs, server: server.clone() }
     }
 }
 
 /// Forwards a streamed request's responses (or its error) to the stream.
 async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
     use pb::infer_parameter::ParameterChoice;
-    let StreamStart { id, empty_final, started } = start;
+    let StreamStart { id, empty_final, started, shm_outputs, server } = start;
     let error_reply = |e: InferError| pb::ModelStreamInferResponse {
         error_message: e.message,
         // The request id lets the client match the error to its request.
@@ -318,13 +342,15 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
     let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
     while let Some(item) = items.recv().await {
         let reply = match item.response {
-            Some(Ok(response)) => {
-                let mut response = convert::response(response);
-                if decoupled {
-                    response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
+            Some(Ok(response)) => match convert::response(response, &shm_outputs, server.shm()) {
+                Ok(mut response) => {
+                    if decoupled {
+                        response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
+                    }
+                    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
                 }
-                pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
-            }
+                Err(e) => error_reply(e),
+            },
             Some(Err(e)) => error_reply(e),
             None if empty_final => {
                 let mut response = pb::ModelInferResponse {

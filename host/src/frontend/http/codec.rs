@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::error::InferError;
 use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::shm::{ShmPlace, SystemShm};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
@@ -45,6 +46,8 @@ pub struct OutputOptions {
     /// Request-level default (`binary_data_output`), and per-output overrides.
     pub binary_default: bool,
     pub binary: Vec<(String, bool)>,
+    /// Outputs to be written into system shared memory instead of the body.
+    pub shm: Vec<(String, ShmPlace)>,
 }
 
 impl OutputOptions {
@@ -97,6 +100,7 @@ pub fn decode_request(
     body: Bytes,
     header_len: Option<usize>,
     raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
+    shm: &SystemShm,
 ) -> Result<(InferenceRequest, OutputOptions), InferError> {
     let header_len = header_len.unwrap_or(body.len());
     if header_len > body.len() {
@@ -143,43 +147,52 @@ pub fn decode_request(
     let mut options = OutputOptions {
         binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false),
         binary: Vec::new(),
+        shm: Vec::new(),
     };
 
     for input in parsed.inputs {
         let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
         let ip = input.parameters.as_ref();
-        if ip.is_some_and(|m| m.contains_key("shared_memory_region")) {
-            return Err(InferError::unsupported("shared memory inputs are not supported by this server yet"));
-        }
-        let data = match ip.and_then(|m| m.get("binary_data_size")) {
-            Some(size) => {
-                let size = size.as_u64().ok_or_else(|| {
-                    InferError::invalid(format!(
-                        "'binary_data_size' of input '{}' must be an unsigned integer",
-                        input.name
-                    ))
-                })?;
-                if input.data.is_some() {
+        let data = match (shm_place(&input.name, ip)?, ip.and_then(|m| m.get("binary_data_size"))) {
+            (Some(place), _) => {
+                if input.data.is_some() || ip.is_some_and(|m| m.contains_key("binary_data_size")) {
                     return Err(InferError::invalid(format!(
-                        "input '{}' has both 'data' and 'binary_data_size'",
+                        "input '{}' takes its data from shared memory but also carries data",
                         input.name
                     )));
                 }
-                if size > binary.len() as u64 {
-                    return Err(InferError::invalid(format!(
-                        "unexpected size for input '{}': 'binary_data_size' is {size} but only {} bytes of binary data remain",
-                        input.name,
-                        binary.len()
-                    )));
+                shm.read(&place.region, place.offset, place.byte_size)?
+            }
+            (None, size) => match size {
+                Some(size) => {
+                    let size = size.as_u64().ok_or_else(|| {
+                        InferError::invalid(format!(
+                            "'binary_data_size' of input '{}' must be an unsigned integer",
+                            input.name
+                        ))
+                    })?;
+                    if input.data.is_some() {
+                        return Err(InferError::invalid(format!(
+                            "input '{}' has both 'data' and 'binary_data_size'",
+                            input.name
+                        )));
+                    }
+                    if size > binary.len() as u64 {
+                        return Err(InferError::invalid(format!(
+                            "unexpected size for input '{}': 'binary_data_size' is {size} but only {} bytes of binary data remain",
+                            input.name,
+                            binary.len()
+                        )));
+                    }
+                    binary.split_to(size as usize)
                 }
-                binary.split_to(size as usize)
-            }
-            None => {
-                let data = input.data.ok_or_else(|| {
-                    InferError::invalid(format!("input '{}' has neither 'data' nor 'binary_data_size'", input.name))
-                })?;
-                json_to_bytes(&input.name, datatype, elements, &data)?
-            }
+                None => {
+                    let data = input.data.ok_or_else(|| {
+                        InferError::invalid(format!("input '{}' has neither 'data' nor 'binary_data_size'", input.name))
+                    })?;
+                    json_to_bytes(&input.name, datatype, elements, &data)?
+                }
+            },
         };
         request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
     }
@@ -194,8 +207,8 @@ pub fn decode_request(
         if op.is_some_and(|m| m.contains_key("classification")) {
             return Err(InferError::unsupported("the classification extension is not supported by this server"));
         }
-        if op.is_some_and(|m| m.contains_key("shared_memory_region")) {
-            return Err(InferError::unsupported("shared memory outputs are not supported by this server yet"));
+        if let Some(place) = shm_place(&output.name, op)? {
+            options.shm.push((output.name.clone(), place));
         }
         if let Some(b) = bool_param(op, "binary_data")? {
             options.binary.push((output.name.clone(), b));
@@ -203,6 +216,27 @@ pub fn decode_request(
         request.requested_outputs.push(output.name);
     }
     Ok((request, options))
+}
+
+/// The shared-memory place a tensor's JSON parameters name, if any.
+fn shm_place(tensor: &str, params: Option<&Map<String, Value>>) -> Result<Option<ShmPlace>, InferError> {
+    let Some(m) = params else { return Ok(None) };
+    let number = |key: &str| -> Result<Option<u64>, InferError> {
+        m.get(key)
+            .map(|v| {
+                v.as_u64()
+                    .ok_or_else(|| InferError::invalid(format!("'{key}' of '{tensor}' must be an unsigned integer")))
+            })
+            .transpose()
+    };
+    let region = m
+        .get("shared_memory_region")
+        .map(|v| {
+            v.as_str()
+                .ok_or_else(|| InferError::invalid(format!("'shared_memory_region' of '{tensor}' must be a string")))
+        })
+        .transpose()?;
+    ShmPlace::from_parameters(tensor, region, number("shared_memory_byte_size")?, number("shared_memory_offset")?)
 }
 
 fn decode_raw_binary(
@@ -240,7 +274,7 @@ fn decode_raw_binary(
         }
     }
     let request = InferenceRequest { inputs: vec![Tensor { name, datatype, shape, data: body }], ..Default::default() };
-    Ok((request, OutputOptions { binary_default: true, binary: Vec::new() }))
+    Ok((request, OutputOptions { binary_default: true, binary: Vec::new(), shm: Vec::new() }))
 }
 
 /// Converts JSON `data` (nested or flat, row-major) to little-endian bytes. The element count is
@@ -387,7 +421,18 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         .outputs
         .iter()
         .map(|t| {
-            if options.is_binary(&t.name, t.datatype) {
+            if let Some((_, place)) = options.shm.iter().find(|(n, _)| *n == t.name) {
+                // Written into the region by the frontend; the body only says where and how much.
+                Out {
+                    name: &t.name,
+                    datatype: t.datatype.wire_name(),
+                    shape: &t.shape,
+                    parameters: Some(serde_json::json!({
+                        "shared_memory_region": place.region, "shared_memory_byte_size": t.data.len()
+                    })),
+                    data: None,
+                }
+            } else if options.is_binary(&t.name, t.datatype) {
                 binary.push(&t.data);
                 Out {
                     name: &t.name,
@@ -443,7 +488,7 @@ mod tests {
         let mut body = json.to_vec();
         body.extend_from_slice(&1f32.to_le_bytes());
         body.extend_from_slice(&2f32.to_le_bytes());
-        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw).unwrap();
+        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).unwrap();
         assert_eq!(r.id, "7");
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(r.inputs[1].data.len(), 8);
@@ -455,13 +500,18 @@ mod tests {
     #[test]
     fn lying_shapes_are_rejected_without_allocating() {
         let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
-        let err = decode_request(Bytes::from_static(json), None, no_raw).unwrap_err();
+        let err = decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).unwrap_err();
         assert!(err.message.contains("1 elements given"), "{}", err.message);
         let json =
             br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
-        assert!(decode_request(Bytes::from_static(json), None, no_raw).is_err());
+        assert!(decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).is_err());
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT8","data":[1,300]}]}"#;
-        assert!(decode_request(Bytes::from_static(json), None, no_raw).unwrap_err().message.contains("out of range"));
+        assert!(
+            decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false))
+                .unwrap_err()
+                .message
+                .contains("out of range")
+        );
     }
 
     #[test]
@@ -469,8 +519,8 @@ mod tests {
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
         let mut body = json.to_vec();
         body.extend_from_slice(&[0; 4]);
-        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw).is_err());
-        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw).is_err());
-        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw).is_err());
+        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw, &SystemShm::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw, &SystemShm::new(false)).is_err());
     }
 }

@@ -307,6 +307,9 @@ async fn route(
         }
         _ => {}
     }
+    if let Some(rest) = path.strip_prefix("/v2/systemsharedmemory") {
+        return system_shared_memory(server, options, rest, get, post, req).await;
+    }
     if let Some(rest) = path.strip_prefix("/v2/repository/models/")
         && post
         && (rest.ends_with("/load") || rest.ends_with("/unload"))
@@ -364,21 +367,31 @@ async fn infer(
             None => None,
         };
     let body = read_body(&parts.headers, body, options).await?;
-    let (mut request, output_options): (_, OutputOptions) = codec::decode_request(body, header_len, || {
-        let model = server.version(&mp.name, mp.version)?;
-        match model.io.inputs.as_slice() {
-            [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
-            _ => Err(InferError::invalid(format!(
-                "raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{}' has {}",
-                mp.name,
-                model.io.inputs.len()
-            ))),
-        }
-    })?;
+    let (mut request, output_options): (_, OutputOptions) = codec::decode_request(
+        body,
+        header_len,
+        || {
+            let model = server.version(&mp.name, mp.version)?;
+            match model.io.inputs.as_slice() {
+                [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
+                _ => Err(InferError::invalid(format!(
+                    "raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{}' has {}",
+                    mp.name,
+                    model.io.inputs.len()
+                ))),
+            }
+        },
+        server.shm(),
+    )?;
     request.model_name = mp.name;
     request.model_version = mp.version;
     let receiver = server.infer(request, "HTTP end point")?;
     let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))??;
+    for (name, place) in &output_options.shm {
+        if let Some(t) = response.outputs.iter().find(|t| &t.name == name) {
+            server.shm().write(&place.region, place.offset, place.byte_size, &t.data)?;
+        }
+    }
     let encoded = codec::encode_response(&response, &output_options);
     Ok(match encoded.header_len {
         Some(n) => {
@@ -388,6 +401,54 @@ async fn infer(
         }
         None => reply(StatusCode::OK, Some("application/json"), encoded.body),
     })
+}
+
+/// `v2/systemsharedmemory[/region/{r}]/{status,register,unregister}`.
+async fn system_shared_memory(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    rest: &str,
+    get: bool,
+    post: bool,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
+    let (region, action) = match rest.strip_prefix("/region/").map(|r| r.rsplit_once('/')) {
+        Some(Some((region, action))) if !region.is_empty() && !region.contains('/') => (Some(region), action),
+        Some(_) => return Err(InferError::not_found("Not Found")),
+        None => (None, rest.trim_start_matches('/')),
+    };
+    let shm = server.shm();
+    match (action, get, post) {
+        ("status", true, _) => {
+            let regions: Vec<serde_json::Value> = shm
+                .status(region)?
+                .into_iter()
+                .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
+                .collect();
+            Ok(json_reply(&serde_json::Value::Array(regions)))
+        }
+        ("register", _, true) => {
+            let name = region.ok_or_else(|| InferError::not_found("Not Found"))?;
+            let (parts, body) = req.into_parts();
+            let body = read_body(&parts.headers, body, options).await?;
+            let v: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+            let key =
+                v.get("key").and_then(|k| k.as_str()).ok_or_else(|| InferError::invalid("'key' must be a string"))?;
+            let number = |k: &str| {
+                v.get(k).map_or(Ok(0), |n| {
+                    n.as_u64().ok_or_else(|| InferError::invalid(format!("'{k}' must be an unsigned integer")))
+                })
+            };
+            shm.register(name, key, number("offset")?, number("byte_size")?)?;
+            Ok(empty(StatusCode::OK))
+        }
+        ("unregister", _, true) => {
+            shm.unregister(region)?;
+            Ok(empty(StatusCode::OK))
+        }
+        _ => Err(InferError::not_found("Not Found")),
+    }
 }
 
 /// Test-only hooks (enabled by `--test-hooks`): hold a model's instances at a gate before they
