@@ -131,22 +131,22 @@ fn device_element(datatype: DataType) -> Option<TensorElementType> {
     })
 }
 
-/// The host datatype and element size of an ORT output that is copied back as raw bytes.
-fn host_element(ty: TensorElementType) -> Option<(DataType, usize)> {
+/// The host datatype of an ORT output that is copied back as raw bytes (fixed-size elements).
+fn host_datatype(ty: TensorElementType) -> Option<DataType> {
     Some(match ty {
-        TensorElementType::Bool => (DataType::Bool, 1),
-        TensorElementType::Uint8 => (DataType::Uint8, 1),
-        TensorElementType::Int8 => (DataType::Int8, 1),
-        TensorElementType::Uint16 => (DataType::Uint16, 2),
-        TensorElementType::Int16 => (DataType::Int16, 2),
-        TensorElementType::Float16 => (DataType::Fp16, 2),
-        TensorElementType::Bfloat16 => (DataType::Bf16, 2),
-        TensorElementType::Uint32 => (DataType::Uint32, 4),
-        TensorElementType::Int32 => (DataType::Int32, 4),
-        TensorElementType::Float32 => (DataType::Fp32, 4),
-        TensorElementType::Uint64 => (DataType::Uint64, 8),
-        TensorElementType::Int64 => (DataType::Int64, 8),
-        TensorElementType::Float64 => (DataType::Fp64, 8),
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Bfloat16 => DataType::Bf16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float64 => DataType::Fp64,
         _ => return None,
     })
 }
@@ -195,7 +195,7 @@ impl GpuIo {
             binding.bind_input(*name, tensor).map_err(|e| format!("input '{name}': {e}"))?;
         }
         for output in session.outputs().iter().filter(|o| wanted(o.name())) {
-            let on_gpu = matches!(output.dtype(), ValueType::Tensor { ty, .. } if host_element(*ty).is_some());
+            let on_gpu = matches!(output.dtype(), ValueType::Tensor { ty, .. } if host_datatype(*ty).is_some());
             let memory = if on_gpu { &self.cuda } else { &self.cpu };
             binding
                 .bind_output_to_device(output.name(), memory)
@@ -214,7 +214,7 @@ impl GpuIo {
             let (ty, shape) = (*ty, shape.iter().copied().collect::<Vec<i64>>());
             let tensor = value.downcast::<DynTensorValueType>().map_err(|e| format!("output '{name}': {e}"))?;
             let on_gpu = tensor.memory_info().allocation_device() == AllocationDevice::CUDA;
-            match host_element(ty).filter(|_| on_gpu) {
+            match host_datatype(ty).filter(|_| on_gpu).and_then(|d| Some((d, d.element_size()?))) {
                 Some((datatype, size)) => {
                     let count: i64 = shape.iter().product();
                     let bytes =

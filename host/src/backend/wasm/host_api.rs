@@ -27,13 +27,15 @@ impl SandboxState {
         if !final_ && !batch.decoupled {
             return Err("the model is not decoupled: its one response per request must be final".into());
         }
-        let sent = batch.responses.get_mut(i).ok_or_else(|| format!("request index {index} is not counted"))?;
-        *sent += 1;
-        if *sent > batch.max_responses {
-            let problem =
-                format!("more than {} responses for one request (sandbox.max_responses)", batch.max_responses);
-            job.fail(InferError::internal(format!("{label} sent {problem}")));
-            return Err(problem);
+        // Counted for decoupled models only (`responses` is empty otherwise).
+        if let Some(sent) = batch.responses.get_mut(i) {
+            *sent += 1;
+            if *sent > batch.max_responses {
+                let problem =
+                    format!("more than {} responses for one request (sandbox.max_responses)", batch.max_responses);
+                job.fail(InferError::internal(format!("{label} sent {problem}")));
+                return Err(problem);
+            }
         }
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
         let mut total: u64 = 0;

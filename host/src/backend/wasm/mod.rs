@@ -292,7 +292,8 @@ impl BackendInstance for WasmInstance {
         let requests = Self::requests(jobs);
         let batching = self.factory.io.max_batch_size > 0;
         let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
-        let responses = vec![0; jobs.len()];
+        // Only decoupled models can send more than one response per request, so only they count.
+        let responses = if self.factory.decoupled { vec![0; jobs.len()] } else { Vec::new() };
         let batch = ActiveBatch {
             jobs: std::mem::take(jobs),
             batch_sizes,

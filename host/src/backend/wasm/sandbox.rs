@@ -47,7 +47,8 @@ pub struct ActiveBatch {
     pub max_output_bytes: u64,
     /// Whether the model may send several responses per request.
     pub decoupled: bool,
-    /// Responses each request may receive, and how many each has had.
+    /// Responses each request may receive, and how many each has had (decoupled models only; empty
+    /// otherwise, where one final response is all a request can get).
     pub max_responses: u64,
     pub responses: Vec<u64>,
 }

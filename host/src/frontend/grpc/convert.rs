@@ -152,6 +152,9 @@ fn shm_place(
     tensor: &str,
     params: &std::collections::HashMap<String, pb::InferParameter>,
 ) -> Result<Option<ShmPlace>, InferError> {
+    if !params.contains_key("shared_memory_region") {
+        return Ok(None);
+    }
     let number = |key: &str| -> Result<Option<u64>, InferError> {
         match params.get(key).and_then(param_value) {
             None => Ok(None),

@@ -220,7 +220,7 @@ pub fn decode_request(
 
 /// The shared-memory place a tensor's JSON parameters name, if any.
 fn shm_place(tensor: &str, params: Option<&Map<String, Value>>) -> Result<Option<ShmPlace>, InferError> {
-    let Some(m) = params else { return Ok(None) };
+    let Some(m) = params.filter(|m| m.contains_key("shared_memory_region")) else { return Ok(None) };
     let number = |key: &str| -> Result<Option<u64>, InferError> {
         m.get(key)
             .map(|v| {

@@ -224,7 +224,8 @@ async fn route(
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
     let path = req.uri().path().trim_end_matches('/').to_string();
-    if let Some(api) = api_of(&path)
+    if !options.restricted.is_empty()
+        && let Some(api) = api_of(&path)
         && let Some(header) =
             options.restricted.refused(api, |name| req.headers().get(name).and_then(|v| v.to_str().ok()))
     {
