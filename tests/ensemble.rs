@@ -188,6 +188,24 @@ ensemble_scheduling {
     assert_eq!(out(&third.join().unwrap(), "COMPOSITION"), [2, 3]);
 }
 
+/// An ensemble `name` of one step, `model` (a `test_faults` model): I → INPUT0, OUTPUT0 → O.
+fn wrap_in_ensemble(repo: &Repo, name: &str, model: &str) {
+    repo.model(
+        name,
+        &format!(
+            r#"name: "{name}"
+platform: "ensemble"
+max_batch_size: 0
+input [ {{ name: "I" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "O" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+ensemble_scheduling {{
+  step [ {{ model_name: "{model}" input_map {{ key: "INPUT0" value: "I" }} output_map {{ key: "OUTPUT0" value: "O" }} }} ]
+}}"#
+        ),
+        &["1"],
+    );
+}
+
 #[test]
 fn a_stateful_step_gets_the_sequence_and_a_failing_step_is_named() {
     let repo = Repo::new();
@@ -206,18 +224,7 @@ ensemble_scheduling {
     );
     let dir = repo.model("faulty", &faults_config("faulty", ""), &["1"]);
     install_faults_component(&dir);
-    repo.model(
-        "wrapped",
-        r#"name: "wrapped"
-platform: "ensemble"
-max_batch_size: 0
-input [ { name: "I" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "O" data_type: TYPE_INT32 dims: [ -1 ] } ]
-ensemble_scheduling {
-  step [ { model_name: "faulty" input_map { key: "INPUT0" value: "I" } output_map { key: "OUTPUT0" value: "O" } } ]
-}"#,
-        &["1"],
-    );
+    wrap_in_ensemble(&repo, "wrapped", "faulty");
     let s = Server::start(repo.path(), &[]);
     let mut total = 0;
     for (k, v) in [4, 5, 6].into_iter().enumerate() {
@@ -431,4 +438,26 @@ ensemble_scheduling {
         assert_eq!(out(&h.join().unwrap(), "B"), vec![k as i64; 16]);
     }
     assert_eq!(s.queued("limited"), 0);
+}
+
+/// A client that hangs up on an ensemble cancels it: the ensemble stops waiting and drops its
+/// running steps, whose backend sees `is-cancelled` and ends (the step has no deadline of its own
+/// and a ten-minute sandbox deadline, so only the cancellation ends it within the test's bound).
+#[test]
+fn a_cancelled_ensemble_request_cancels_its_running_steps() {
+    let repo = Repo::new();
+    let limits = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "600000" } } ]"#;
+    let dir = repo.model("waits", &faults_config("waits", limits), &["1"]);
+    install_faults_component(&dir);
+    wrap_in_ensemble(&repo, "wrapped", "waits");
+    let s = Server::start(repo.path(), &[]);
+    let mut body = faults_request("until_cancelled");
+    body["inputs"][0]["name"] = json!("I");
+    s.post_then_hang_up("/v2/models/wrapped/infer", &body, || s.executions("waits").0 == 1);
+    s.wait_until("the step to end", || stats(&s, "waits")["inference_stats"]["fail"]["count"] == 1);
+    s.wait_until("the ensemble request to end", || stats(&s, "wrapped")["inference_stats"]["fail"]["count"] == 1);
+    let mut fine = faults_request("none");
+    fine["inputs"][0]["name"] = json!("I");
+    assert_eq!(out(&s.post_json("/v2/models/wrapped/infer", &fine), "O"), [1, 2, 3]);
 }

@@ -557,3 +557,49 @@ fn restricted_protocols_need_their_header() {
         assert_eq!(meta.unwrap().into_inner().name, "simple");
     });
 }
+
+/// Cancelling a stream cancels its requests: `repeat_int32` checks `is-cancelled` while it waits
+/// and completes early, freeing its instances. Each request would otherwise take more than a day
+/// (100000 responses a second apart), so only the cancellation can let them end in the test's bound.
+#[test]
+fn a_cancelled_stream_stops_its_decoupled_requests() {
+    let repo = Repo::new();
+    repo.example("repeat_int32"); // two instances
+    let s = Server::start(repo.path(), &[]);
+    let values: Vec<i32> = (0..100_000).collect();
+    let delays: Vec<u32> = std::iter::once(0).chain(std::iter::repeat_n(1000, values.len() - 1)).collect();
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        for id in ["long1", "long2"] {
+            tx.send(repeat(&values, &delays, 0, id, false)).await.unwrap();
+        }
+        // both are running: each sent its first response
+        for _ in 0..2 {
+            let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+        }
+        drop(responses); // cancels the call
+        drop(tx);
+    });
+    // both completed early, with their one response and the final flag
+    s.wait_until("the cancelled requests to complete", || {
+        s.get("/v2/models/repeat_int32/stats").json()["model_stats"][0]["inference_stats"]["success"]["count"] == 2
+    });
+    let stats = s.get("/v2/models/repeat_int32/stats").json();
+    let rs = &stats["model_stats"][0]["response_stats"];
+    assert_eq!(rs["0"]["success"]["count"], 2, "{rs}");
+    assert_eq!(rs["1"]["empty_response"]["count"], 2, "{rs}");
+    // and the instances serve a new stream
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(repeat(&[42], &[0], 0, "after", true)).await.unwrap();
+        let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert_eq!(m.infer_response.unwrap().raw_output_contents[0].as_ref(), 42i32.to_le_bytes());
+    });
+}

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
+use std::path::Path;
 
 fn index(s: &Server) -> Vec<Value> {
     s.post_json("/v2/repository/index", &json!({})).json().as_array().unwrap().clone()
@@ -144,7 +145,7 @@ fn malformed_and_mismatched_components_are_unavailable_with_the_reason() {
         (
             "empty_component",
             wat::parse_str("(component)").unwrap(),
-            "no exported instance named `nereus:backend/lifecycle@0.1.0`",
+            "no exported instance named `nereus:backend/lifecycle@1.1.0`",
         ),
         (
             "extra_import",
@@ -156,6 +157,13 @@ fn malformed_and_mismatched_components_are_unavailable_with_the_reason() {
             wat::parse_str(r#"(component (import "nereus:backend/host@9.0.0" (instance (export "log" (func)))))"#)
                 .unwrap(),
             "component imports instance `nereus:backend/host@9.0.0`, but a matching implementation was not found",
+        ),
+        (
+            // Before 1.0 every minor version was its own incompatible track.
+            "older_major",
+            wat::parse_str(r#"(component (import "nereus:backend/host@0.1.0" (instance (export "log" (func)))))"#)
+                .unwrap(),
+            "component imports instance `nereus:backend/host@0.1.0`, but a matching implementation was not found",
         ),
     ];
     for (name, bytes, _) in &fixtures {
@@ -177,4 +185,46 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]"#
         assert!(reason.contains(needle), "{name}: {reason}");
     }
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}
+
+/// The WIT's compatibility promise: a plugin built against an older minor version of
+/// `nereus:backend` (1.0.0, kept in `wit/archive/`) loads and serves on a host of a later 1.x.
+#[test]
+fn a_plugin_built_against_an_older_minor_wit_version_loads_and_serves() {
+    // The fixture really is a 1.0.0 component, and the host really is a later minor version.
+    let bytes = std::fs::read(nereus_plugins::COMPAT_V1_0).unwrap();
+    let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(contains("nereus:backend/host@1.0.0") && contains("nereus:backend/lifecycle@1.0.0"));
+    let wit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/backend.wit")).unwrap();
+    let version = wit.lines().find_map(|l| l.strip_prefix("package nereus:backend@")).unwrap().trim_end_matches(';');
+    let (major, minor) = {
+        let mut parts = version.split('.').map(|p| p.parse::<u64>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap())
+    };
+    assert!(major == 1 && minor > 0, "the host's WIT is {version}");
+    assert!(!contains(&format!("nereus:backend/host@{version}")));
+
+    let repo = Repo::new();
+    let dir = repo.model(
+        "negate",
+        r#"name: "negate" backend: "compat_v1_0" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 3 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 3 ] } ]"#,
+        &["1"],
+    );
+    std::fs::copy(nereus_plugins::COMPAT_V1_0, dir.join("compat_v1_0.wasm")).unwrap();
+    let s = Server::start(repo.path(), &[]);
+    assert_eq!(
+        s.get("/v2/models/negate/ready").status,
+        200,
+        "{:?}",
+        s.post_json("/v2/repository/index", &json!({})).json()
+    );
+    let request = json!({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [2, 3], "data": [1, -2, 3, 0, 7, -2147483648i64]}]});
+    let r = s.post_json("/v2/models/negate/infer", &request);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = &r.json()["outputs"][0];
+    assert_eq!(out["name"], "OUTPUT0");
+    assert_eq!(out["shape"], json!([2, 3]));
+    assert_eq!(out["data"], json!([-1, 2, -3, 0, -7, -2147483648i64]));
 }

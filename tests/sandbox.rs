@@ -328,3 +328,22 @@ fn a_fuel_budget_stops_a_loop_deterministically() {
     let r = s.post_json("/v2/models/fueled/infer", &faults_request(""));
     assert_eq!(r.json()["outputs"][0]["data"], json!([1, 2, 3]));
 }
+
+/// A client that goes away cancels its request: the backend sees `is-cancelled`, stops, and its
+/// instance serves the next request. The fault has no deadline of its own and the sandbox's is ten
+/// minutes, so only the cancellation can end it within the test's bound.
+#[test]
+fn a_client_that_disconnects_cancels_its_request() {
+    let repo = Repo::new();
+    let limits = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "600000" } } ]"#;
+    let dir = repo.model("waits", &faults_config("waits", limits), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &[]);
+    s.post_then_hang_up("/v2/models/waits/infer", &faults_request("until_cancelled"), || s.executions("waits").0 == 1);
+    let fails = || s.get("/v2/models/waits/stats").json()["model_stats"][0]["inference_stats"]["fail"]["count"].clone();
+    s.wait_until("the cancelled request to end", || fails() == 1);
+    let r = s.post_json("/v2/models/waits/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.executions("waits").0, 0);
+}

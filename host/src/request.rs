@@ -213,6 +213,33 @@ impl ResponseSender {
         }
     }
 
+    /// Whether nobody waits for this request's responses any more: the frontend dropped its
+    /// receiver (the client disconnected or cancelled) — the backend may stop working on it.
+    /// False once the request is complete, and for padding requests.
+    pub fn is_cancelled(&self) -> bool {
+        if self.is_complete() {
+            return false;
+        }
+        match &self.sink {
+            Some(Sink::Unary(tx)) => tx.is_closed(),
+            Some(Sink::Stream(tx)) => tx.is_closed(),
+            Some(Sink::Discard) | None => false,
+        }
+    }
+
+    /// Resolves once the request is cancelled (see [`is_cancelled`](Self::is_cancelled)); never
+    /// for a complete or padding request.
+    pub async fn cancelled(&mut self) {
+        if self.is_complete() {
+            return std::future::pending().await;
+        }
+        match &mut self.sink {
+            Some(Sink::Unary(tx)) => tx.closed().await,
+            Some(Sink::Stream(tx)) => tx.closed().await,
+            Some(Sink::Discard) | None => std::future::pending().await,
+        }
+    }
+
     /// Whether the final response has been given.
     pub fn is_complete(&self) -> bool {
         self.held.is_some() || self.sink.is_none()

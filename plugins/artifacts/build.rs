@@ -10,6 +10,7 @@ const PLUGINS: &[(&str, bool)] = &[
     ("accumulate", true),
     ("add_sub", true),
     ("batch_probe", true),
+    ("compat_v1_0", false),
     ("identity", true),
     ("image_preprocess", true),
     ("repeat_int32", true),

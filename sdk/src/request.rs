@@ -110,6 +110,13 @@ impl Request {
     pub fn complete(&self) -> Result<(), String> {
         host::send_final_flag(self.index)
     }
+
+    /// Whether nobody waits for this request's responses any more (the client disconnected or
+    /// cancelled, or its ensemble failed): long or streaming work may stop early. Needs a host
+    /// with `nereus:backend@1.1.0`.
+    pub fn is_cancelled(&self) -> bool {
+        host::is_cancelled(self.index)
+    }
 }
 
 /// A response under construction: outputs and response parameters.

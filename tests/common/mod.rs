@@ -182,6 +182,20 @@ impl Server {
         }
     }
 
+    /// Sends a JSON POST on a connection of its own, waits until `started` holds (e.g. the request
+    /// is executing), then closes the connection without reading the answer.
+    pub fn post_then_hang_up(&self, path: &str, body: &Value, mut started: impl FnMut() -> bool) {
+        let body = serde_json::to_vec(body).unwrap();
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body).unwrap();
+        self.wait_until("the request to start", &mut started);
+    }
+
     /// The test hook's execution counters of `model`: (in flight, max in flight, executions).
     pub fn executions(&self, model: &str) -> (u64, u64, u64) {
         let v = self.get(&format!("/nereus/test/models/{model}/executions")).json();

@@ -327,23 +327,27 @@ impl Ensemble {
             // The next step event or, while launches are held back, a free slot for the first.
             let first_held = held.queue.front().copied();
             let waiting_for = first_held.and_then(|(step, _)| self.limits.as_ref().map(|l| l[step].clone()));
-            let (index, event) = match waiting_for {
-                Some(semaphore) if running.is_empty() => {
-                    let permit = semaphore.acquire_owned().await.map_err(|_| InferError::internal("limit closed"))?;
-                    drop(permit);
-                    continue;
-                }
-                Some(semaphore) => {
-                    tokio::select! {
-                        event = next_event(&mut running) => event,
-                        permit = semaphore.acquire_owned() => {
-                            drop(permit);
-                            continue;
-                        }
+            // `None`: a slot freed up, launch again. A cancelled request (its client is gone)
+            // stops here, dropping its running steps' receivers, which their backends can see.
+            let waited = async {
+                match waiting_for {
+                    Some(semaphore) if running.is_empty() => {
+                        drop(semaphore.acquire_owned().await.map_err(|_| InferError::internal("limit closed"))?);
+                        Ok(None)
                     }
+                    Some(semaphore) => tokio::select! {
+                        event = next_event(&mut running) => Ok(Some(event)),
+                        _ = semaphore.acquire_owned() => Ok(None),
+                    },
+                    None => Ok(Some(next_event(&mut running).await)),
                 }
-                None => next_event(&mut running).await,
             };
+            let waited = tokio::select! {
+                biased;
+                waited = waited => waited?,
+                () = sender.cancelled() => return Err(InferError::unavailable("the request was cancelled")),
+            };
+            let Some((index, event)) = waited else { continue };
             let (step, context) = (running[index].step, running[index].context);
             let finished = !matches!(event, StepEvent::Response(_, false));
             let streamed = matches!(running[index].answers, Answers::Stream(_));

@@ -2,28 +2,47 @@
 //! DELAY UINT32 [-1], WAIT UINT32 [1]; for each element i of IN it waits DELAY[i] milliseconds and
 //! sends a response with OUT = [IN[i]] and IDX = [i]; after the last it waits WAIT milliseconds and
 //! completes the request with the final flag alone. The model must be configured with
-//! `model_transaction_policy { decoupled: true }`.
-use std::time::Duration;
+//! `model_transaction_policy { decoupled: true }`. When the client cancels (or goes away) it stops
+//! early: it checks `is-cancelled` while it waits, and completes the request.
+use std::time::{Duration, Instant};
 
 use nereus_sdk::{Backend, InstanceInfo, ModelInfo, Request, Response, Tensor};
 
 struct Repeat;
 
+/// Waits `ms` milliseconds, or less when the request is cancelled meanwhile; returns whether it was.
+fn wait(request: &Request, ms: u32) -> bool {
+    const SLICE: Duration = Duration::from_millis(10);
+    let until = Instant::now() + Duration::from_millis(u64::from(ms));
+    loop {
+        if request.is_cancelled() {
+            return true;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(SLICE));
+    }
+}
+
 fn repeat(request: &Request) -> Result<(), String> {
     let values = request.input("IN")?.as_slice::<i32>()?;
     let delays = request.input("DELAY")?.as_slice::<u32>()?;
-    let wait = request.input("WAIT")?.as_slice::<u32>()?;
+    let wait_ms = request.input("WAIT")?.as_slice::<u32>()?;
     if delays.len() != values.len() {
         return Err(format!("DELAY has {} elements but IN has {}", delays.len(), values.len()));
     }
     for (i, (value, delay)) in values.iter().zip(delays.iter()).enumerate() {
-        std::thread::sleep(Duration::from_millis(u64::from(*delay)));
+        if wait(request, *delay) {
+            return request.complete();
+        }
         let response = Response::new()
             .output(Tensor::from_slice("OUT", vec![1], &[*value]))
             .output(Tensor::from_slice("IDX", vec![1], &[i as u32]));
         request.send(response, false)?;
     }
-    std::thread::sleep(Duration::from_millis(u64::from(wait.first().copied().unwrap_or(0))));
+    wait(request, wait_ms.first().copied().unwrap_or(0));
     request.complete()
 }
 

@@ -7,10 +7,11 @@
 //! with response parameter `got` or failing with the sandbox's error; "recursion" (unbounded),
 //! and responses the host must refuse: "huge_output" (`count` INT32 elements), "unknown_output",
 //! "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled models "flood" (`count`
-//! responses, then the final flag) and "never_final" (one response, no final). The model parameter `init_fault` = "model"
+//! responses, then the final flag) and "never_final" (one response, no final); "until_cancelled" (waits
+//! until the client is gone, then fails the request). The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
 use nereus_sdk::{
-    Backend, DataType, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
+    Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
 };
 
 struct Faults;
@@ -136,6 +137,14 @@ impl Backend for Faults {
                 "never_final" => {
                     let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
                     request.send(Response::new().output(t), false)?;
+                }
+                "until_cancelled" => {
+                    // Works until nobody waits for the answer any more (no deadline of its own:
+                    // only cancellation, or the sandbox's execution deadline, ends it).
+                    while !request.is_cancelled() {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    request.fail_with(ErrorKind::Unavailable, "test_faults: cancelled")?;
                 }
                 "spin" => {
                     // Busy for about `spin_ms` milliseconds, then answers (a long execution).

@@ -145,4 +145,11 @@ impl host::Host for SandboxState {
             .ok_or_else(|| format!("request index {request} is not in the batch"))?;
         job.sender.send_final_flag().map_err(str::to_string)
     }
+
+    fn is_cancelled(&mut self, request: u32) -> bool {
+        self.batch
+            .as_ref()
+            .and_then(|batch| batch.jobs.get(request as usize))
+            .is_some_and(|job| job.sender.is_cancelled())
+    }
 }

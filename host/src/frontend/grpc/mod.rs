@@ -340,7 +340,14 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
     };
     let decoupled = model.is_decoupled();
     let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
-    while let Some(item) = items.recv().await {
+    loop {
+        // A stream the client cancelled drops `items` at once, so the backend sees the
+        // cancellation (`is-cancelled`) without waiting for its next response.
+        let item = tokio::select! {
+            item = items.recv() => item,
+            () = tx.closed() => break,
+        };
+        let Some(item) = item else { break };
         let reply = match item.response {
             Some(Ok(response)) => match convert::response(response, &shm_outputs, server.shm()) {
                 Ok(mut response) => {
