@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the integration tests that drive the real `nereus` binary, and Triton's
-# own Python HTTP client against `nereus` serving model_repository/. Works on a fresh machine with
-# rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target, pip brings the client
-# and ONNX Runtime's library.
+# Runs every test: unit tests, the integration tests that drive the real `nereus` binary, each fuzz
+# target briefly, and Triton's own Python clients against `nereus` serving model_repository/. Works on
+# a fresh machine with rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target,
+# cargo brings cargo-fuzz, pip brings the clients and ONNX Runtime's library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -14,6 +14,9 @@ export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
 
 echo "== cargo test (unit + integration)"
 cargo test --release --locked
+
+echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
+scripts/fuzz.sh ci
 
 echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}

@@ -1,6 +1,6 @@
 //! Triton's gRPC protocol (`inference.GRPCInferenceService`) and `grpc.health.v1.Health`, on
 //! tonic. The service only translates: every decision is the server's.
-mod convert;
+pub mod convert;
 
 use std::future::Future;
 use std::pin::Pin;
