@@ -347,3 +347,58 @@ parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "60000
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.executions("waits").0, 0);
 }
+
+/// Inline execution (README, "Inline execution"): a model whose executions are short runs on the
+/// I/O thread after its warm-up; a fault ends that for good and the model keeps serving through its
+/// worker; a backend that blocks is run again on its worker and runs inline no more; a model with
+/// long executions never runs inline.
+#[test]
+fn only_fast_well_behaved_models_run_inline() {
+    let repo = Repo::new();
+    let one = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    for name in ["fast", "naps", "long"] {
+        let dir = repo.model(name, &faults_config(name, one), &["1"]);
+        install_faults_component(&dir);
+    }
+    let s = Server::start(repo.path(), &[]);
+    let inline = |m: &str| s.get(&format!("/nereus/test/models/{m}/executions")).json()["inline"].as_u64().unwrap();
+    let ok = |m: &str, body: &serde_json::Value| {
+        let r = s.post_json(&format!("/v2/models/{m}/infer"), body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["outputs"][0]["data"], json!([1, 2, 3]));
+    };
+    let warm_up = |m: &str| {
+        for _ in 0..200 {
+            ok(m, &faults_request(""));
+        }
+        let n = inline(m);
+        assert!(n > 0, "{m} never ran inline\n{}", s.log());
+        n
+    };
+
+    // A fault (a trap) fails its request and ends inline execution.
+    warm_up("fast");
+    let r = s.post_json("/v2/models/fast/infer", &faults_request("trap"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    let after_fault = inline("fast");
+    for _ in 0..200 {
+        ok("fast", &faults_request(""));
+    }
+    assert_eq!(inline("fast"), after_fault);
+
+    // A sleep is a blocking WASI call, which cannot run on an I/O thread: the request runs again
+    // on the worker and succeeds; the model is not tried inline again.
+    let before_nap = warm_up("naps");
+    ok("naps", &faults_request("nap"));
+    for _ in 0..100 {
+        ok("naps", &faults_request(""));
+    }
+    assert_eq!(inline("naps"), before_nap + 1, "only the nap was tried inline");
+
+    let mut spin = faults_request("spin");
+    spin["parameters"]["spin_ms"] = json!(2);
+    for _ in 0..100 {
+        ok("long", &spin);
+    }
+    assert_eq!(inline("long"), 0);
+}

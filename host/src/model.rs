@@ -52,6 +52,8 @@ pub struct ExecutionProbe {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     executions: AtomicU64,
+    /// Executions that ran inline, on an I/O thread.
+    inline: AtomicU64,
     /// Fast path: executions only take the gate's lock while a test has closed it.
     gate_engaged: AtomicBool,
     gate_closed: Mutex<bool>,
@@ -88,6 +90,22 @@ impl ExecutionProbe {
         }
     }
 
+    /// Counts an execution that runs inline, on an I/O thread.
+    pub fn count_inline(&self) {
+        self.inline.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Executions that ran inline so far.
+    pub fn inline_executions(&self) -> u64 {
+        self.inline.load(Ordering::Relaxed)
+    }
+
+    /// Whether a test has ever closed the gate: executions may then block in [`enter`](Self::enter),
+    /// which must never happen on an I/O thread.
+    pub fn gate_engaged(&self) -> bool {
+        self.gate_engaged.load(Ordering::Acquire)
+    }
+
     /// (executions in flight now, the most ever in flight at once, executions completed)
     pub fn snapshot(&self) -> (usize, usize, u64) {
         (
@@ -102,6 +120,8 @@ impl ExecutionProbe {
 pub struct SchedulerSetup {
     /// How long an idle default-scheduler worker polls before it parks.
     pub instance_poll: std::time::Duration,
+    /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
+    pub inline_under: std::time::Duration,
     /// The sequence batcher's rules, read at load (they need the model's folder).
     pub sequence: Option<SequenceRules>,
 }
@@ -133,12 +153,19 @@ impl ModelVersion {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
         use crate::config::schema::model_config::SchedulingChoice;
-        let SchedulerSetup { instance_poll, sequence } = setup;
+        let SchedulerSetup { instance_poll, inline_under, sequence } = setup;
         let ctx = WorkerContext {
             probe: probe.clone(),
             stats: stats.clone(),
             batching: config.max_batch_size > 0,
             poll: instance_poll,
+            // A decoupled model's responses leave during the execution, so one that had to be run
+            // again elsewhere (see `scheduler::inline`) would repeat them: never inline.
+            inline_under: if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+                std::time::Duration::ZERO
+            } else {
+                inline_under
+            },
         };
         let scheduler = match (&config.scheduling_choice, sequence) {
             (_, Some(rules)) => Scheduler::Sequence(SequenceBatcher::start(&config.name, instances, ctx, rules)),

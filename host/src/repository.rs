@@ -109,6 +109,8 @@ pub struct LoadContext {
     pub gpu_count: usize,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
+    /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
+    pub inline_under: std::time::Duration,
     /// The models loaded so far (an ensemble's composing models load before it).
     pub models: Arc<ModelTable>,
 }
@@ -336,7 +338,8 @@ fn load_version(
     instances: &[crate::backend::InstanceDesc],
     sequence: &Option<SequenceRules>,
 ) -> Result<ModelVersion, String> {
-    let setup = SchedulerSetup { instance_poll: ctx.instance_poll, sequence: sequence.clone() };
+    let setup =
+        SchedulerSetup { instance_poll: ctx.instance_poll, inline_under: ctx.inline_under, sequence: sequence.clone() };
     if backend == "onnxruntime" {
         let file = match config.default_model_filename.as_str() {
             "" => "model.onnx",

@@ -240,6 +240,12 @@ impl ResponseSender {
         }
     }
 
+    /// Whether the request failed with an internal error (the backend's fault: a trap, a limit, an
+    /// invalid response), while its final outcome is held.
+    pub fn failed_internally(&self) -> bool {
+        matches!(&self.held, Some(Final::Outcome(Err(e))) if e.kind == crate::error::ErrorKind::Internal)
+    }
+
     /// Whether the final response has been given.
     pub fn is_complete(&self) -> bool {
         self.held.is_some() || self.sink.is_none()

@@ -41,6 +41,8 @@ pub struct ServerOptions {
     pub strict_readiness: bool,
     /// How long an idle instance worker polls for work before it parks (`--instance-poll-us`).
     pub instance_poll: std::time::Duration,
+    /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
+    pub inline_under: std::time::Duration,
     /// Enables the test-only hooks (execution gates and counters) under `/nereus/test/`.
     pub test_hooks: bool,
     /// Lets clients register system shared memory (`--allow-client-shm`).
@@ -77,6 +79,7 @@ impl Server {
             autocomplete: options.autocomplete,
             gpu_count: crate::gpu::device_count(),
             instance_poll: options.instance_poll,
+            inline_under: options.inline_under,
             models: models.clone(),
         };
         let (found, conflicts) = repository::scan(&options.model_repositories);

@@ -99,6 +99,9 @@ impl Server {
             .args(extra)
             .env("NO_COLOR", "1")
             .env("NEREUS_LOG", "info")
+            // Two I/O threads whatever the machine: inline execution needs a spare one, and the
+            // tests should see the same server everywhere.
+            .env("TOKIO_WORKER_THREADS", "2")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

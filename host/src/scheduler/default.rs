@@ -1,38 +1,83 @@
 //! The default scheduler (a model with no `dynamic_batching` or `sequence_batching`): every
-//! request is its own batch, taken by the first idle instance.
+//! request is its own batch, taken by the first idle instance — or, for a model that has shown its
+//! executions are short, run at once on the I/O thread that received it when an instance is idle
+//! and nothing is queued (see [`super::inline`]).
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
+use super::inline::{InlineGate, IoSlot, ThreadClock};
 use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
 
+/// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
+/// it); `None` once finalised.
+type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
+
 pub struct DefaultScheduler {
     /// `None` once the model is unloading: new requests are refused, queued ones still run.
     queue: RwLock<Option<Sender<Vec<Job>>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    instances: Vec<SharedInstance>,
+    inline: Arc<InlineGate>,
+    ctx: WorkerContext,
 }
 
 impl DefaultScheduler {
     /// Starts one worker thread per instance, all taking from one queue.
     pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext) -> Self {
-        let poll = ctx.poll;
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
-        let workers =
-            spawn_workers(model, instances, move |_, instance| run_instance(rx.clone(), instance, ctx.clone(), poll));
-        DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers) }
+        let instances: Vec<SharedInstance> = instances.into_iter().map(|i| Arc::new(Mutex::new(Some(i)))).collect();
+        let inline = Arc::new(InlineGate::new(ctx.inline_under));
+        let worker = Worker { ctx: ctx.clone(), inline: inline.clone() };
+        let workers = spawn_workers(model, instances.clone(), move |_, instance| worker.run(rx.clone(), instance));
+        DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers), instances, inline, ctx }
     }
 
     pub fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
         job.enqueued = Instant::now();
-        match &*self.queue.read() {
-            Some(tx) => tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped")),
-            None => Err(InferError::unavailable("the model is being unloaded")),
+        let queue = self.queue.read();
+        let Some(tx) = &*queue else { return Err(InferError::unavailable("the model is being unloaded")) };
+        let Some(job) = self.try_inline(job, tx) else { return Ok(()) };
+        tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped"))
+    }
+
+    /// Runs `job` here and now if the model may run inline, an I/O slot is free, nothing is
+    /// queued and an instance is idle; hands it back otherwise.
+    fn try_inline(&self, job: Job, queue: &Sender<Vec<Job>>) -> Option<Job> {
+        if !self.inline.open() || !queue.is_empty() || self.ctx.probe.gate_engaged() {
+            return Some(job);
         }
+        let Some(_slot) = IoSlot::take() else { return Some(job) };
+        for instance in &self.instances {
+            if let Some(mut guard) = instance.try_lock()
+                && let Some(instance) = guard.as_mut()
+            {
+                let mut batch = vec![job];
+                self.ctx.probe.count_inline();
+                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+                drop(guard);
+                // A request the backend could not run here (a blocking WASI call on an I/O thread)
+                // is still open: it goes to the instance's worker, as it would have without inlining.
+                let (mut done, open): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|j| j.sender.is_complete());
+                flush(&mut done);
+                if !open.is_empty() {
+                    self.inline.bar();
+                    if let Err(e) = queue.send(open) {
+                        for mut job in e.into_inner() {
+                            job.fail(InferError::unavailable("the model's instances have stopped"));
+                        }
+                    }
+                }
+                return None;
+            }
+        }
+        Some(job)
     }
 
     pub fn queued(&self) -> usize {
@@ -47,6 +92,13 @@ impl DefaultScheduler {
             let _ = worker.join();
         }
     }
+}
+
+/// Executes one batch and tells the inline gate how it went.
+fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
+    let started = ThreadClock::now();
+    ctx.execute(instance, batch);
+    inline.record(started.elapsed(), batch.iter().any(|j| j.sender.failed_internally()));
 }
 
 /// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads) for
@@ -65,11 +117,27 @@ fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
     }
 }
 
-/// An instance's worker: executes one batch at a time.
-fn run_instance(queue: Receiver<Vec<Job>>, mut instance: Box<dyn BackendInstance>, ctx: WorkerContext, poll: Duration) {
-    while let Some(mut batch) = next_batch(&queue, poll) {
-        ctx.execute(instance.as_mut(), &mut batch);
-        flush(&mut batch);
+/// What an instance's worker thread needs.
+#[derive(Clone)]
+struct Worker {
+    ctx: WorkerContext,
+    inline: Arc<InlineGate>,
+}
+
+impl Worker {
+    /// Executes one batch at a time from the queue until the scheduler stops, then finalises the
+    /// instance.
+    fn run(&self, queue: Receiver<Vec<Job>>, instance: SharedInstance) {
+        while let Some(mut batch) = next_batch(&queue, self.ctx.poll) {
+            let mut guard = instance.lock();
+            if let Some(instance) = guard.as_mut() {
+                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+            }
+            drop(guard);
+            flush(&mut batch);
+        }
+        if let Some(instance) = instance.lock().take() {
+            instance.finalize();
+        }
     }
-    instance.finalize();
 }

@@ -2,6 +2,7 @@
 //! thread and executes one batch at a time; schedulers decide what goes into each batch.
 mod default;
 mod dynamic;
+pub mod inline;
 mod ordering;
 mod queue;
 mod sequence;
@@ -76,6 +77,8 @@ pub struct WorkerContext {
     pub batching: bool,
     /// How long an idle worker polls for work before it sleeps (`--instance-poll-us`).
     pub poll: std::time::Duration,
+    /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
+    pub inline_under: std::time::Duration,
 }
 
 impl WorkerContext {
@@ -110,10 +113,10 @@ impl WorkerContext {
 
 /// Starts one worker thread per instance, named `<model>#<index>`, each running `run` on its index
 /// and instance until the scheduler stops.
-fn spawn_workers(
+fn spawn_workers<I: Send + 'static>(
     model: &str,
-    instances: Vec<Box<dyn BackendInstance>>,
-    run: impl Fn(usize, Box<dyn BackendInstance>) + Clone + Send + 'static,
+    instances: Vec<I>,
+    run: impl Fn(usize, I) + Clone + Send + 'static,
 ) -> Vec<std::thread::JoinHandle<()>> {
     instances
         .into_iter()

@@ -8,7 +8,8 @@
 //! and responses the host must refuse: "huge_output" (`count` INT32 elements), "unknown_output",
 //! "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled models "flood" (`count`
 //! responses, then the final flag) and "never_final" (one response, no final); "until_cancelled" (waits
-//! until the client is gone, then fails the request). The model parameter `init_fault` = "model"
+//! until the client is gone, then fails the request); "nap" (sleeps 1 ms, a blocking WASI call, then
+//! echoes). The model parameter `init_fault` = "model"
 //! makes model initialisation fail, to test load errors.
 use nereus_sdk::{
     Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
@@ -137,6 +138,12 @@ impl Backend for Faults {
                 "never_final" => {
                     let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
                     request.send(Response::new().output(t), false)?;
+                }
+                "nap" => {
+                    // Sleeps a millisecond (a blocking WASI call), then echoes.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    request.respond(Response::new().output(t))?;
                 }
                 "until_cancelled" => {
                     // Works until nobody waits for the answer any more (no deadline of its own:

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
-use sandbox::{ActiveBatch, CallError, Sandbox};
+use sandbox::{ActiveBatch, CallError, Executed, Sandbox};
 
 use super::{BackendInstance, InstanceDesc};
 use crate::error::InferError;
@@ -194,6 +194,7 @@ pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
                 info,
                 version: params.version,
                 health: params.health.clone(),
+                rebuild_pending: false,
             })),
             Err(e) => {
                 for i in instances {
@@ -214,6 +215,9 @@ struct WasmInstance {
     info: bindings::InstanceInfo,
     version: i64,
     health: Arc<Health>,
+    /// The store was dropped during an inline execution; the worker rebuilds it (building runs
+    /// the guest's initialisation, which may block, so never on an I/O thread).
+    rebuild_pending: bool,
 }
 
 impl WasmInstance {
@@ -279,6 +283,16 @@ impl WasmInstance {
 impl BackendInstance for WasmInstance {
     fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
         let started = Instant::now();
+        // On an I/O thread this is an inline execution (see `scheduler::inline`).
+        let inline = tokio::runtime::Handle::try_current().is_ok();
+        if self.sandbox.is_none() && self.rebuild_pending {
+            if inline {
+                // Left open, the requests go to the instance's worker, which rebuilds first.
+                return ExecutionTimes::default();
+            }
+            self.rebuild_pending = false;
+            self.rebuild();
+        }
         let Some(sandbox) = self.sandbox.as_mut() else {
             let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
             for job in jobs.iter_mut() {
@@ -310,15 +324,34 @@ impl BackendInstance for WasmInstance {
         drop(requests);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
-            Ok(Ok(())) if self.factory.decoupled => (
+            // On an I/O thread the guest made a blocking WASI call: the requests it has not
+            // completed stay open for the scheduler to run again on the instance's own worker,
+            // where the store is rebuilt (the guest's state is per instance and starts over).
+            Executed::HostPanicked(message) if inline => {
+                tracing::info!("model '{model}': {message}; running the batch again on the instance's worker");
+                *jobs = batch.jobs;
+                self.sandbox = None;
+                self.rebuild_pending = true;
+                return ExecutionTimes {
+                    input: called - started,
+                    infer: returned - called,
+                    output: returned.elapsed(),
+                };
+            }
+            Executed::HostPanicked(message) => {
+                (InferError::internal(format!("model '{model}': the host failed while executing: {message}")), true)
+            }
+            Executed::Returned(Ok(())) if self.factory.decoupled => (
                 InferError::internal(format!("model '{model}' returned without sending the request's final response")),
                 false,
             ),
-            Ok(Ok(())) => {
+            Executed::Returned(Ok(())) => {
                 (InferError::internal(format!("model '{model}' returned no response for the request")), false)
             }
-            Ok(Err(message)) => (InferError::internal(format!("model '{model}' failed to execute: {message}")), false),
-            Err(fault) => (InferError::internal(fault.0), true),
+            Executed::Returned(Err(message)) => {
+                (InferError::internal(format!("model '{model}' failed to execute: {message}")), false)
+            }
+            Executed::Faulted(fault) => (InferError::internal(fault.0), true),
         };
         for job in &mut batch.jobs {
             job.fail(error.clone());
@@ -326,10 +359,19 @@ impl BackendInstance for WasmInstance {
         *jobs = batch.jobs;
         if fault {
             tracing::warn!("{error}; rebuilding the instance");
-            deprioritize_this_thread(&self.factory.model_info.name);
-            // A faulted store is never reused: drop it (no finalisation can run in it) and build anew.
+            // Only an instance's own worker: an inline execution runs on an I/O thread, which must
+            // keep its priority (and the model runs inline no more after a fault).
+            if !inline {
+                deprioritize_this_thread(&self.factory.model_info.name);
+            }
+            // A faulted store is never reused: drop it (no finalisation can run in it) and build anew
+            // (on the worker when this ran inline: building runs the guest's initialisation).
             self.sandbox = None;
-            self.rebuild();
+            if inline {
+                self.rebuild_pending = true;
+            } else {
+                self.rebuild();
+            }
         }
         ExecutionTimes { input: called - started, infer: returned - called, output: returned.elapsed() }
     }

@@ -74,6 +74,28 @@ impl WasiView for SandboxState {
 #[derive(Debug, Clone)]
 pub struct Fault(pub String);
 
+/// How an `execute` call ended.
+#[derive(Debug)]
+pub enum Executed {
+    /// The guest returned (its own `result`).
+    Returned(Result<(), String>),
+    /// A trap, deadline, memory cap or other limit: the store must not be used again.
+    Faulted(Fault),
+    /// A host function panicked while the guest ran; the store must not be used again either.
+    /// Expected in one case: a blocking WASI call (a sleep, a print) made during an inline
+    /// execution, on an I/O thread, where wasmtime-wasi cannot block (see `scheduler::inline`).
+    HostPanicked(String),
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a host function panicked".into())
+}
+
 /// A lifecycle call's outcome: the plugin's own error, or a fault.
 #[derive(Debug, Clone)]
 pub enum CallError {
@@ -202,15 +224,20 @@ impl Sandbox {
     }
 
     /// Runs `execute` over `batch`; the batch comes back with each request answered or not.
-    pub fn execute(
-        &mut self,
-        requests: &[Request],
-        batch: ActiveBatch,
-    ) -> (ActiveBatch, Result<Result<(), String>, Fault>) {
+    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch) -> (ActiveBatch, Executed) {
         self.store.data_mut().batch = Some(batch);
-        let outcome = self.lifecycle(|b, s| b.nereus_backend_lifecycle().call_execute(s, requests));
+        // A host function that panics (wasmtime carries the panic out of the guest) must not lose
+        // the batch, which sits in the store: catch it, take the batch back, report it.
+        let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.lifecycle(|b, s| b.nereus_backend_lifecycle().call_execute(s, requests))
+        }));
         let batch = self.store.data_mut().batch.take().expect("the batch stays in the store during execute");
-        (batch, outcome)
+        let executed = match call {
+            Ok(Ok(returned)) => Executed::Returned(returned),
+            Ok(Err(fault)) => Executed::Faulted(fault),
+            Err(panic) => Executed::HostPanicked(panic_message(&panic)),
+        };
+        (batch, executed)
     }
 
     /// Unwinds the lifecycle (instance, model, backend — as far as it got), each call under the

@@ -479,7 +479,8 @@ async fn test_hook(
             let (in_flight, max_in_flight, executions) = model.probe.snapshot();
             let queued = model.queued();
             Ok(json_reply(&json!({
-                "in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions, "queued": queued
+                "in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions, "queued": queued,
+                "inline": model.probe.inline_executions()
             })))
         }
         _ => Err(InferError::not_found("Not Found")),
