@@ -105,6 +105,10 @@ pub struct ServeArgs {
     /// gRPC port; 0 picks a free one (the log says which).
     #[arg(long = "grpc-port", default_value_t = 8001)]
     pub grpc_port: u16,
+    /// Threads serving gRPC, each with its own single-threaded runtime taking connections from
+    /// the shared listener (a connection stays on one thread); 0 means half the CPUs, at least one.
+    #[arg(long = "grpc-io-threads", default_value_t = 0)]
+    pub grpc_io_threads: usize,
     /// Largest gRPC message, in bytes (default: tritonserver's 2 GiB - 1).
     #[arg(long = "grpc-max-message-size", default_value_t = i32::MAX as usize)]
     pub grpc_max_message_size: usize,

@@ -56,6 +56,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
+    let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
+    nereus::scheduler::inline::set_io_threads(runtime.metrics().num_workers() + grpc_threads);
     runtime.block_on(async {
         let mut tasks = Vec::new();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -84,10 +86,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 restricted: grpc_restricted.clone(),
                 tls: grpc_tls.clone(),
             };
-            let mut stop = stop_rx.clone();
-            tasks.push(tokio::spawn(grpc::serve(listener, server.clone(), options, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })));
+            let listener = listener.into_std()?;
+            for i in 0..grpc_threads {
+                let listener = listener.try_clone()?;
+                let (server, options, mut stop) = (server.clone(), options.clone(), stop_rx.clone());
+                let thread = std::thread::Builder::new().name(format!("nereus-grpc-{i}")).spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                    runtime.block_on(async move {
+                        let listener = tokio::net::TcpListener::from_std(listener)?;
+                        grpc::serve(listener, server, options, async move {
+                            let _ = stop.wait_for(|s| *s).await;
+                        })
+                        .await;
+                        anyhow::Ok(())
+                    })
+                })?;
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    if let Ok(Err(e)) = thread.join() {
+                        tracing::error!("gRPC I/O thread failed: {e}");
+                    }
+                }));
+            }
         }
         shutdown_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
@@ -101,6 +120,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// How many threads serve gRPC: `--grpc-io-threads`, or half the CPUs (at least one) when 0.
+///
+/// Each runs its own single-threaded runtime and takes connections from the shared listener, so a
+/// connection's HTTP/2 streams, its request tasks and their responses stay on one thread: on a
+/// multi-threaded runtime every stream is a task of its own, and handing those between threads
+/// cost a quarter of gRPC's throughput on 2 cores (bench/README.md).
+fn grpc_io_threads(flag: usize) -> usize {
+    if flag > 0 {
+        return flag;
+    }
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 /// The frontends' TLS settings from the flags (checked before any model loads).

@@ -12,9 +12,10 @@
 //!   it for good, so a plugin that turns hostile costs at most one blocked I/O thread for one
 //!   execution. CPU time of the executing thread, not wall time: on a loaded machine a short
 //!   execution can be preempted for milliseconds, which says nothing about the model;
-//! * per server ([`IoSlot`]): at most one I/O thread fewer than the runtime has runs inline at any
-//!   moment, so one is always free to accept connections and answer other models; a runtime with a
-//!   single I/O thread, and threads outside the runtime, never run inline;
+//! * per server ([`IoSlot`]): at most one I/O thread fewer than the server has (the HTTP runtime's
+//!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
+//!   free to accept connections and answer other models; a server with a single I/O thread, and
+//!   threads outside a runtime, never run inline;
 //! * only where nothing is queued, so inline requests never overtake waiting ones;
 //! * a backend that turns out to block (a Wasm plugin making a blocking WASI call — a sleep, a
 //!   print — which wasmtime-wasi cannot do on an I/O thread) gives the request back unfinished; it
@@ -99,16 +100,24 @@ impl ThreadClock {
 /// Inline executions running now, across the server.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
+/// The server's I/O threads; 0 (never inline) until the server says.
+static IO_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Tells how many I/O threads the server runs (HTTP runtime workers plus gRPC threads).
+pub fn set_io_threads(n: usize) {
+    IO_THREADS.store(n, Ordering::Relaxed);
+}
+
 /// Permission for one inline execution on the current I/O thread; released on drop.
 #[derive(Debug)]
 pub struct IoSlot(());
 
 impl IoSlot {
-    /// A slot, if the calling thread is an I/O thread of a runtime with more than one and fewer
-    /// than all but one of them are running inline now.
+    /// A slot, if the calling thread runs an async runtime (an I/O thread) and fewer than all but
+    /// one of the server's I/O threads are running inline now.
     pub fn take() -> Option<IoSlot> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let allowed = runtime.metrics().num_workers().checked_sub(1).filter(|&n| n > 0)?;
+        tokio::runtime::Handle::try_current().ok()?;
+        let allowed = IO_THREADS.load(Ordering::Relaxed).checked_sub(1).filter(|&n| n > 0)?;
         RUNNING
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < allowed).then_some(n + 1))
             .ok()
@@ -191,11 +200,13 @@ mod tests {
 
     #[test]
     fn slots_leave_one_io_thread_free_and_none_outside_a_runtime() {
+        set_io_threads(3);
         assert!(IoSlot::take().is_none());
-        let one = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
-        assert!(one.block_on(async { IoSlot::take() }).is_none());
-        let three = tokio::runtime::Builder::new_multi_thread().worker_threads(3).build().unwrap();
-        three.block_on(async {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        set_io_threads(1);
+        assert!(runtime.block_on(async { IoSlot::take() }).is_none());
+        set_io_threads(3);
+        runtime.block_on(async {
             let a = IoSlot::take().expect("a first slot");
             let b = IoSlot::take().expect("a second slot");
             assert!(IoSlot::take().is_none());
