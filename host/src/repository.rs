@@ -338,8 +338,11 @@ fn load_version(
     instances: &[crate::backend::InstanceDesc],
     sequence: &Option<SequenceRules>,
 ) -> Result<ModelVersion, String> {
-    let setup =
-        SchedulerSetup { instance_poll: ctx.instance_poll, inline_under: ctx.inline_under, sequence: sequence.clone() };
+    // Only sandboxed backends run inline: a Wasm execution cannot wait inline (a blocking WASI call
+    // hands the request back), so its CPU time is its whole cost; ONNX Runtime may wait on its own
+    // threads or a GPU stream, time the inline gate would not see.
+    let inline_under = if backend == "onnxruntime" { std::time::Duration::ZERO } else { ctx.inline_under };
+    let setup = SchedulerSetup { instance_poll: ctx.instance_poll, inline_under, sequence: sequence.clone() };
     if backend == "onnxruntime" {
         let file = match config.default_model_filename.as_str() {
             "" => "model.onnx",

@@ -16,6 +16,9 @@
 //!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
 //!   free to accept connections and answer other models; a server with a single I/O thread, and
 //!   threads outside a runtime, never run inline;
+//! * only for Wasm backends (the repository passes a zero limit for the others): a sandbox cannot
+//!   wait inline, so CPU time is all an execution costs, while ONNX Runtime may wait on its own
+//!   threads or a GPU stream;
 //! * only where nothing is queued, so inline requests never overtake waiting ones;
 //! * a backend that turns out to block (a Wasm plugin making a blocking WASI call — a sleep, a
 //!   print — which wasmtime-wasi cannot do on an I/O thread) gives the request back unfinished; it
