@@ -446,10 +446,7 @@ ensemble_scheduling {
 #[test]
 fn a_cancelled_ensemble_request_cancels_its_running_steps() {
     let repo = Repo::new();
-    let limits = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "600000" } } ]"#;
-    let dir = repo.model("waits", &faults_config("waits", limits), &["1"]);
-    install_faults_component(&dir);
+    waiting_faults_model(&repo, "waits");
     wrap_in_ensemble(&repo, "wrapped", "waits");
     let s = Server::start(repo.path(), &[]);
     let mut body = faults_request("until_cancelled");

@@ -335,10 +335,7 @@ fn a_fuel_budget_stops_a_loop_deterministically() {
 #[test]
 fn a_client_that_disconnects_cancels_its_request() {
     let repo = Repo::new();
-    let limits = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "600000" } } ]"#;
-    let dir = repo.model("waits", &faults_config("waits", limits), &["1"]);
-    install_faults_component(&dir);
+    waiting_faults_model(&repo, "waits");
     let s = Server::start(repo.path(), &[]);
     s.post_then_hang_up("/v2/models/waits/infer", &faults_request("until_cancelled"), || s.executions("waits").0 == 1);
     let fails = || s.get("/v2/models/waits/stats").json()["model_stats"][0]["inference_stats"]["fail"]["count"].clone();

@@ -135,9 +135,9 @@ pub struct ServeArgs {
     /// Polling saves a thread wake-up per request under load; 0 sleeps at once (least idle CPU).
     #[arg(long = "instance-poll-us", default_value_t = 200)]
     pub instance_poll_us: u64,
-    /// Models without a batcher whose executions have all been shorter than this (in
+    /// Wasm models without a batcher whose executions have all taken less CPU time than this (in
     /// microseconds, over a warm-up) run on the I/O thread that received the request, skipping
-    /// the hand-off to an instance thread and back; one slower or faulting execution ends that
+    /// the hand-off to an instance thread and back; one costlier or faulting execution ends that
     /// for the model. 0 turns it off. See "Inline execution" in the README.
     #[arg(long = "inline-execution-us", default_value_t = 250)]
     pub inline_execution_us: u64,

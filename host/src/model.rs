@@ -159,13 +159,7 @@ impl ModelVersion {
             stats: stats.clone(),
             batching: config.max_batch_size > 0,
             poll: instance_poll,
-            // A decoupled model's responses leave during the execution, so one that had to be run
-            // again elsewhere (see `scheduler::inline`) would repeat them: never inline.
-            inline_under: if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-                std::time::Duration::ZERO
-            } else {
-                inline_under
-            },
+            inline_under,
         };
         let scheduler = match (&config.scheduling_choice, sequence) {
             (_, Some(rules)) => Scheduler::Sequence(SequenceBatcher::start(&config.name, instances, ctx, rules)),

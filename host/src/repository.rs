@@ -340,8 +340,10 @@ fn load_version(
 ) -> Result<ModelVersion, String> {
     // Only sandboxed backends run inline: a Wasm execution cannot wait inline (a blocking WASI call
     // hands the request back), so its CPU time is its whole cost; ONNX Runtime may wait on its own
-    // threads or a GPU stream, time the inline gate would not see.
-    let inline_under = if backend == "onnxruntime" { std::time::Duration::ZERO } else { ctx.inline_under };
+    // threads or a GPU stream, time the inline gate would not see. Never decoupled models: their
+    // responses leave during the execution, so one run again elsewhere would repeat them.
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    let inline_under = if backend == "onnxruntime" || decoupled { std::time::Duration::ZERO } else { ctx.inline_under };
     let setup = SchedulerSetup { instance_poll: ctx.instance_poll, inline_under, sequence: sequence.clone() };
     if backend == "onnxruntime" {
         let file = match config.default_model_filename.as_str() {

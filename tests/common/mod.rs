@@ -320,6 +320,15 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
     )
 }
 
+/// A `test_faults` model with one instance and a ten-minute sandbox deadline: a request with the
+/// "until_cancelled" fault then ends only when its client goes away, well within a test's bound.
+pub fn waiting_faults_model(repo: &Repo, name: &str) {
+    let limits = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "600000" } } ]"#;
+    let dir = repo.model(name, &faults_config(name, limits), &["1"]);
+    install_faults_component(&dir);
+}
+
 /// Puts the `test_faults` component where `dir`'s model finds it (the model folder itself).
 pub fn install_faults_component(model_dir: &Path) {
     std::fs::copy(nereus_plugins::TEST_FAULTS, model_dir.join("test_faults.wasm")).unwrap();

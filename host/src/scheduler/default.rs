@@ -62,13 +62,13 @@ impl DefaultScheduler {
                 self.ctx.probe.count_inline();
                 run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
                 drop(guard);
+                flush(&mut batch);
                 // A request the backend could not run here (a blocking WASI call on an I/O thread)
                 // is still open: it goes to the instance's worker, as it would have without inlining.
-                let (mut done, open): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|j| j.sender.is_complete());
-                flush(&mut done);
-                if !open.is_empty() {
+                batch.retain(|j| !j.sender.is_complete());
+                if !batch.is_empty() {
                     self.inline.bar();
-                    if let Err(e) = queue.send(open) {
+                    if let Err(e) = queue.send(batch) {
                         for mut job in e.into_inner() {
                             job.fail(InferError::unavailable("the model's instances have stopped"));
                         }
@@ -96,9 +96,11 @@ impl DefaultScheduler {
 
 /// Executes one batch and tells the inline gate how it went.
 fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
-    let started = ThreadClock::now();
+    let started = inline.watching().then(ThreadClock::now);
     ctx.execute(instance, batch);
-    inline.record(started.elapsed(), batch.iter().any(|j| j.sender.failed_internally()));
+    if let Some(started) = started {
+        inline.record(started.elapsed(), batch.iter().any(|j| j.sender.failed_internally()));
+    }
 }
 
 /// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads) for

@@ -50,6 +50,12 @@ impl InlineGate {
         !self.barred.load(Ordering::Relaxed) && self.streak.load(Ordering::Relaxed) >= WARMUP
     }
 
+    /// Whether executions still tell the gate anything (not barred); when not, nobody needs to
+    /// time them.
+    pub fn watching(&self) -> bool {
+        !self.barred.load(Ordering::Relaxed)
+    }
+
     /// Ends inline execution for the model, for good: its backend cannot run on an I/O thread.
     pub fn bar(&self) {
         if !self.barred.swap(true, Ordering::Relaxed) {

@@ -329,40 +329,40 @@ impl BackendInstance for WasmInstance {
             // where the store is rebuilt (the guest's state is per instance and starts over).
             Executed::HostPanicked(message) if inline => {
                 tracing::info!("model '{model}': {message}; running the batch again on the instance's worker");
-                *jobs = batch.jobs;
-                self.sandbox = None;
-                self.rebuild_pending = true;
-                return ExecutionTimes {
-                    input: called - started,
-                    infer: returned - called,
-                    output: returned.elapsed(),
-                };
+                (None, true)
             }
-            Executed::HostPanicked(message) => {
-                (InferError::internal(format!("model '{model}': the host failed while executing: {message}")), true)
-            }
+            Executed::HostPanicked(message) => (
+                Some(InferError::internal(format!("model '{model}': the host failed while executing: {message}"))),
+                true,
+            ),
             Executed::Returned(Ok(())) if self.factory.decoupled => (
-                InferError::internal(format!("model '{model}' returned without sending the request's final response")),
+                Some(InferError::internal(format!(
+                    "model '{model}' returned without sending the request's final response"
+                ))),
                 false,
             ),
             Executed::Returned(Ok(())) => {
-                (InferError::internal(format!("model '{model}' returned no response for the request")), false)
+                (Some(InferError::internal(format!("model '{model}' returned no response for the request"))), false)
             }
             Executed::Returned(Err(message)) => {
-                (InferError::internal(format!("model '{model}' failed to execute: {message}")), false)
+                (Some(InferError::internal(format!("model '{model}' failed to execute: {message}"))), false)
             }
-            Executed::Faulted(fault) => (InferError::internal(fault.0), true),
+            Executed::Faulted(fault) => (Some(InferError::internal(fault.0)), true),
         };
-        for job in &mut batch.jobs {
-            job.fail(error.clone());
+        if let Some(error) = &error {
+            for job in &mut batch.jobs {
+                job.fail(error.clone());
+            }
         }
         *jobs = batch.jobs;
         if fault {
-            tracing::warn!("{error}; rebuilding the instance");
-            // Only an instance's own worker: an inline execution runs on an I/O thread, which must
-            // keep its priority (and the model runs inline no more after a fault).
-            if !inline {
-                deprioritize_this_thread(&self.factory.model_info.name);
+            if let Some(error) = &error {
+                tracing::warn!("{error}; rebuilding the instance");
+                // Only an instance's own worker: an inline execution runs on an I/O thread, which
+                // must keep its priority (and the model runs inline no more after a fault).
+                if !inline {
+                    deprioritize_this_thread(&self.factory.model_info.name);
+                }
             }
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew
             // (on the worker when this ran inline: building runs the guest's initialisation).
