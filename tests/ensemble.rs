@@ -109,6 +109,12 @@ ensemble_scheduling {
     assert_eq!(config["ensemble_scheduling"]["step"].as_array().unwrap().len(), 2);
     let e = stats(&s, "add_sub_twice");
     assert_eq!(e["inference_stats"]["success"]["count"], 3, "two direct requests and one from `outer`");
+    // Triton's shape for an ensemble, which perf_analyzer relies on: it finds the version it
+    // measured by the queue count, and requires equal compute counts.
+    for stat in ["queue", "compute_input", "compute_infer", "compute_output"] {
+        assert_eq!(e["inference_stats"][stat]["count"], 3, "{stat}");
+    }
+    assert_eq!((e["inference_count"].as_u64(), e["execution_count"].as_u64()), (Some(3), Some(3)));
     let simple = stats(&s, "simple");
     assert_eq!(simple["inference_stats"]["success"]["count"], 7, "two steps per add_sub_twice, one more per outer");
     assert_eq!(stats(&s, "outer")["inference_stats"]["success"]["count"], 1);

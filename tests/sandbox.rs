@@ -353,11 +353,12 @@ fn a_client_that_disconnects_cancels_its_request() {
 fn only_fast_well_behaved_models_run_inline() {
     let repo = Repo::new();
     let one = "instance_group [ { count: 1 kind: KIND_CPU } ]";
-    for name in ["fast", "naps", "long"] {
+    for name in ["fast", "naps", "long", "spiky"] {
         let dir = repo.model(name, &faults_config(name, one), &["1"]);
         install_faults_component(&dir);
     }
-    let s = Server::start(repo.path(), &[]);
+    // A limit well above a fast execution even on a loaded machine, well below the 2 ms spins.
+    let s = Server::start(repo.path(), &["--inline-execution-us", "1000"]);
     let inline = |m: &str| s.get(&format!("/nereus/test/models/{m}/executions")).json()["inline"].as_u64().unwrap();
     let ok = |m: &str, body: &serde_json::Value| {
         let r = s.post_json(&format!("/v2/models/{m}/infer"), body);
@@ -398,4 +399,18 @@ fn only_fast_well_behaved_models_run_inline() {
         ok("long", &spin);
     }
     assert_eq!(inline("long"), 0);
+
+    // One slow execution once inline sends the model back to its worker for a warm-up twice as
+    // long (2 × 64 fast executions), after which it runs inline again.
+    let before_spin = warm_up("spiky");
+    ok("spiky", &spin);
+    assert_eq!(inline("spiky"), before_spin + 1, "the slow execution itself ran inline");
+    for _ in 0..2 * 64 - 1 {
+        ok("spiky", &faults_request(""));
+    }
+    assert_eq!(inline("spiky"), before_spin + 1, "no inline execution during the longer warm-up");
+    for _ in 0..200 {
+        ok("spiky", &faults_request(""));
+    }
+    assert!(inline("spiky") > before_spin + 1, "inline again after the warm-up");
 }

@@ -137,8 +137,8 @@ pub struct ServeArgs {
     pub instance_poll_us: u64,
     /// Wasm models without a batcher whose executions have all taken less CPU time than this (in
     /// microseconds, over a warm-up) run on the I/O thread that received the request, skipping
-    /// the hand-off to an instance thread and back; one costlier or faulting execution ends that
-    /// for the model. 0 turns it off. See "Inline execution" in the README.
+    /// the hand-off to an instance thread and back; a faulting execution ends that for the model,
+    /// a costlier one doubles the warm-up. 0 turns it off. See "Inline execution" in the README.
     #[arg(long = "inline-execution-us", default_value_t = 250)]
     pub inline_execution_us: u64,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).

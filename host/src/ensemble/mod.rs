@@ -185,6 +185,9 @@ impl Ensemble {
             let request = std::mem::take(&mut job.request);
             let outcome = this.run(request, version, &models, &mut job.sender).await;
             if outcome.is_ok() {
+                // As Triton does for an ensemble: one queue entry and one execution per successful
+                // request (perf_analyzer finds the version it measured by its queue count).
+                stats.record_queue(started.saturating_duration_since(job.enqueued));
                 let times = ExecutionTimes { infer: started.elapsed(), ..Default::default() };
                 stats.record_execution(1, batch_size, times);
             }

@@ -7,11 +7,14 @@
 //! short and safe:
 //!
 //! * per model ([`InlineGate`]): after [`WARMUP`] consecutive executions, on any thread, each
-//!   taking less than `--inline-execution-us` of CPU time; one costlier execution or one that fails
-//!   with an internal error (a trap, a deadline, a memory cap, an invalid response) afterwards ends
-//!   it for good, so a plugin that turns hostile costs at most one blocked I/O thread for one
-//!   execution. CPU time of the executing thread, not wall time: on a loaded machine a short
-//!   execution can be preempted for milliseconds, which says nothing about the model;
+//!   taking less than `--inline-execution-us` of CPU time. One that fails with an internal error
+//!   (a trap, a deadline, a memory cap, an invalid response) afterwards ends it for good, so a
+//!   plugin that turns hostile costs at most one blocked I/O thread for one execution; a costlier
+//!   one sends the model back to its workers for a warm-up twice as long as the last (up to
+//!   [`MAX_WARMUP`]), so a fast model survives the odd hiccup of a busy machine and a slow one
+//!   runs inline ever more rarely. CPU time of the executing thread, not wall time: on a loaded machine a short
+//!   execution can be preempted for milliseconds, which says nothing about the model; but never
+//!   more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]);
 //! * per server ([`IoSlot`]): at most one I/O thread fewer than the server has (the HTTP runtime's
 //!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
 //!   free to accept connections and answer other models; a server with a single I/O thread, and
@@ -24,30 +27,53 @@
 //!   print — which wasmtime-wasi cannot do on an I/O thread) gives the request back unfinished; it
 //!   runs again on the instance's worker, and the model runs inline no more.
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Consecutive fast executions before a model may run inline.
 pub const WARMUP: u32 = 64;
 
+/// The longest warm-up a model can be sent back to: after repeated slow executions it may run one
+/// slow execution inline per this many executions at most.
+pub const MAX_WARMUP: u32 = 1 << 16;
+
+/// Fast executions, as a multiple of the current warm-up, after which the warm-up halves again.
+const FORGIVE_AFTER: u32 = 16;
+
 /// Whether a model's executions may run inline, learned from the executions it has run.
+///
+/// A slow execution once the gate is open closes it and doubles the warm-up the model must run
+/// again (on its workers) before it reopens, up to [`MAX_WARMUP`]; a long run of fast executions
+/// halves it back. Not barred for good on one slow execution: on a busy VM an execution of a few
+/// microseconds is now and then charged hundreds (interrupts handled on its thread, the host
+/// stealing the vCPU), which measured about once per 100 000 executions here — that barred fast
+/// models within seconds. A plugin slow on purpose still gets at most one slow execution inline
+/// per warm-up, and the warm-up grows exponentially with each.
 #[derive(Debug)]
 pub struct InlineGate {
     /// Executions must be shorter than this; zero disables inline execution.
     limit: Duration,
-    /// Consecutive executions under `limit` (saturating at [`WARMUP`]).
+    /// Consecutive executions under `limit` since the gate last closed (saturating).
     streak: AtomicU32,
-    /// Set for good by a slow or faulting execution after the warm-up.
+    /// Fast executions needed before the gate opens: [`WARMUP`] doubled per slow execution.
+    warmup: AtomicU32,
+    /// Set for good by a faulting execution after the warm-up, or a backend that blocks.
     barred: AtomicBool,
 }
 
 impl InlineGate {
     pub fn new(limit: Duration) -> Self {
-        InlineGate { limit, streak: AtomicU32::new(0), barred: AtomicBool::new(limit.is_zero()) }
+        InlineGate {
+            limit,
+            streak: AtomicU32::new(0),
+            warmup: AtomicU32::new(WARMUP),
+            barred: AtomicBool::new(limit.is_zero()),
+        }
     }
 
     /// Whether the model has earned inline execution and not lost it.
     pub fn open(&self) -> bool {
-        !self.barred.load(Ordering::Relaxed) && self.streak.load(Ordering::Relaxed) >= WARMUP
+        !self.barred.load(Ordering::Relaxed)
+            && self.streak.load(Ordering::Relaxed) >= self.warmup.load(Ordering::Relaxed)
     }
 
     /// Whether executions still tell the gate anything (not barred); when not, nobody needs to
@@ -63,47 +89,74 @@ impl InlineGate {
         }
     }
 
-    /// Records an execution: the CPU time it took and whether it faulted.
+    /// Records an execution: what it cost (see [`ThreadClock`]) and whether it faulted.
     pub fn record(&self, took: Duration, faulted: bool) {
         if self.barred.load(Ordering::Relaxed) {
             return;
         }
-        let fast = !faulted && took < self.limit;
-        if fast {
-            let _ = self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| (s < WARMUP).then_some(s + 1));
-        } else if self.open() {
+        let was_open = self.open();
+        if faulted && was_open {
             self.barred.store(true, Ordering::Relaxed);
-            tracing::info!("an execution took {took:?} (or faulted): this model no longer runs on I/O threads");
-        } else {
-            // Still warming up: start over.
+            tracing::info!("an execution faulted: this model no longer runs on I/O threads");
+        } else if faulted || took >= self.limit {
             self.streak.store(0, Ordering::Relaxed);
+            if was_open {
+                let warmup = self.warmup.load(Ordering::Relaxed).saturating_mul(2).min(MAX_WARMUP);
+                self.warmup.store(warmup, Ordering::Relaxed);
+                tracing::debug!("an execution took {took:?}: runs on the workers for the next {warmup} executions");
+            }
+        } else {
+            let streak = self
+                .streak
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_add(1))
+                .map_or(u32::MAX, |s| s + 1);
+            let warmup = self.warmup.load(Ordering::Relaxed);
+            if warmup > WARMUP && streak >= warmup.saturating_mul(FORGIVE_AFTER) {
+                // Halved, and the run counted afresh: the next halving takes another long run.
+                self.warmup.store(warmup / 2, Ordering::Relaxed);
+                self.streak.store(warmup / 2, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// The CPU time the calling thread has used (wall time where the platform has no thread clock).
+/// What an execution cost its thread: the CPU time the thread used, but never more than the wall
+/// time that passed. CPU time because a preempted execution's wall time says nothing about the
+/// model; capped by wall time because the thread clock is not exact on a VM: it jumps (measured
+/// here: 72 µs of CPU time charged within 9 µs of wall time), and one such jump past the limit
+/// would bar a fast model for good. A truly costly execution is long on both clocks.
 #[derive(Clone, Copy, Debug)]
-pub struct ThreadClock(Duration);
+pub struct ThreadClock {
+    cpu: Duration,
+    wall: Instant,
+}
 
 impl ThreadClock {
     pub fn now() -> Self {
-        #[cfg(target_os = "linux")]
-        #[allow(unsafe_code)]
-        {
-            let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: clock_gettime writes only the timespec it is given.
-            if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
-                return ThreadClock(Duration::new(t.tv_sec as u64, t.tv_nsec as u32));
-            }
-        }
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        ThreadClock(START.get_or_init(std::time::Instant::now).elapsed())
+        ThreadClock { cpu: thread_cpu_time(), wall: Instant::now() }
     }
 
-    /// The time used since `self`.
+    /// The cost since `self`: the smaller of the thread's CPU time and the wall time.
     pub fn elapsed(self) -> Duration {
-        Self::now().0.saturating_sub(self.0)
+        let wall = self.wall.elapsed();
+        thread_cpu_time().saturating_sub(self.cpu).min(wall)
     }
+}
+
+/// The CPU time the calling thread has used (wall time since the first call where the platform
+/// has no thread clock).
+fn thread_cpu_time() -> Duration {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes only the timespec it is given.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+            return Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+        }
+    }
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
 }
 
 /// Inline executions running now, across the server.
@@ -173,15 +226,47 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_or_faulting_execution_after_the_warm_up_closes_it_for_good() {
-        for (took, faulted) in [(SLOW, false), (FAST, true)] {
-            let gate = warmed();
-            gate.record(took, faulted);
-            for _ in 0..10 * WARMUP {
-                gate.record(FAST, false);
-            }
-            assert!(!gate.open());
+    fn a_fault_after_the_warm_up_closes_it_for_good() {
+        let gate = warmed();
+        gate.record(FAST, true);
+        for _ in 0..10 * WARMUP {
+            gate.record(FAST, false);
         }
+        assert!(!gate.open());
+    }
+
+    /// Fast executions until the gate opens (bounded).
+    fn reopen(gate: &InlineGate) -> u32 {
+        let mut n = 0;
+        while !gate.open() {
+            gate.record(FAST, false);
+            n += 1;
+            assert!(n <= 2 * MAX_WARMUP, "the gate never reopens");
+        }
+        n
+    }
+
+    #[test]
+    fn each_slow_execution_after_the_warm_up_doubles_the_next_warm_up_and_good_runs_halve_it() {
+        let gate = warmed();
+        gate.record(SLOW, false);
+        assert!(!gate.open());
+        assert_eq!(reopen(&gate), 2 * WARMUP);
+        gate.record(SLOW, false);
+        assert_eq!(reopen(&gate), 4 * WARMUP);
+        // Slow again and again: at most one slow execution inline per MAX_WARMUP executions.
+        for _ in 0..20 {
+            gate.record(SLOW, false);
+            reopen(&gate);
+        }
+        gate.record(SLOW, false);
+        assert_eq!(reopen(&gate), MAX_WARMUP);
+        // A long good run halves the warm-up again, step by step.
+        for _ in 0..MAX_WARMUP * FORGIVE_AFTER {
+            gate.record(FAST, false);
+        }
+        gate.record(SLOW, false);
+        assert_eq!(reopen(&gate), MAX_WARMUP, "halved once, then doubled by the slow execution");
     }
 
     #[test]
