@@ -347,8 +347,9 @@ fn a_client_that_disconnects_cancels_its_request() {
 
 /// Inline execution (README, "Inline execution"): a model whose executions are short runs on the
 /// I/O thread after its warm-up; a fault ends that for good and the model keeps serving through its
-/// worker; a backend that blocks is run again on its worker and runs inline no more; a model with
-/// long executions never runs inline.
+/// worker; a backend that blocks is run again on its worker and runs inline no more; one slow
+/// execution sends a model back to its worker for a longer warm-up; a model with long executions
+/// never runs inline.
 #[test]
 fn only_fast_well_behaved_models_run_inline() {
     let repo = Repo::new();
