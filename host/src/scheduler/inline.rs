@@ -12,9 +12,9 @@
 //!   plugin that turns hostile costs at most one blocked I/O thread for one execution; a costlier
 //!   one sends the model back to its workers for a warm-up twice as long as the last (up to
 //!   [`MAX_WARMUP`]), so a fast model survives the odd hiccup of a busy machine and a slow one
-//!   runs inline ever more rarely. CPU time of the executing thread, not wall time: on a loaded machine a short
-//!   execution can be preempted for milliseconds, which says nothing about the model; but never
-//!   more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]);
+//!   runs inline ever more rarely. CPU time of the executing thread, not wall time: on a loaded
+//!   machine a short execution can be preempted for milliseconds, which says nothing about the
+//!   model; but never more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]);
 //! * per server ([`IoSlot`]): at most one I/O thread fewer than the server has (the HTTP runtime's
 //!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
 //!   free to accept connections and answer other models; a server with a single I/O thread, and
@@ -123,8 +123,8 @@ impl InlineGate {
 /// What an execution cost its thread: the CPU time the thread used, but never more than the wall
 /// time that passed. CPU time because a preempted execution's wall time says nothing about the
 /// model; capped by wall time because the thread clock is not exact on a VM: it jumps (measured
-/// here: 72 µs of CPU time charged within 9 µs of wall time), and one such jump past the limit
-/// would bar a fast model for good. A truly costly execution is long on both clocks.
+/// here: 72 µs of CPU time charged within 9 µs of wall time), and a jump past the limit would send
+/// a fast model back to its workers. A truly costly execution is long on both clocks.
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadClock {
     cpu: Duration,
