@@ -141,6 +141,12 @@ pub struct ServeArgs {
     /// a costlier one doubles the warm-up. 0 turns it off. See "Inline execution" in the README.
     #[arg(long = "inline-execution-us", default_value_t = 250)]
     pub inline_execution_us: u64,
+    /// For this many microseconds after each inference request, one idle-priority thread spins
+    /// to keep a CPU awake, so the next request is not delayed by waking a halted (virtual) CPU.
+    /// It yields to any other work at once and parks when requests stop. 0 turns it off. See
+    /// "Busy polling" in the README.
+    #[arg(long = "busy-poll-us", default_value_t = 1000)]
+    pub busy_poll_us: u64,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
     #[arg(long = "test-hooks", hide = true)]
     pub test_hooks: bool,

@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod busy_poll;
 pub mod cli;
 pub mod config;
 pub mod ensemble;

@@ -48,6 +48,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         allow_client_shm: args.allow_client_shm,
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
         inline_under: std::time::Duration::from_micros(args.inline_execution_us),
+        busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
     })?;
     if args.allow_metrics {
         tracing::warn!(

@@ -47,6 +47,9 @@ pub struct ServerOptions {
     pub test_hooks: bool,
     /// Lets clients register system shared memory (`--allow-client-shm`).
     pub allow_client_shm: bool,
+    /// How long an idle-priority thread keeps a CPU awake after each request (`--busy-poll-us`;
+    /// zero: no such thread). See [`crate::busy_poll`].
+    pub busy_poll: std::time::Duration,
 }
 
 pub struct Server {
@@ -54,6 +57,7 @@ pub struct Server {
     options: ServerOptions,
     shm: crate::shm::SystemShm,
     shutting_down: AtomicBool,
+    busy_poll: Option<crate::busy_poll::BusyPoll>,
     _runtime: Arc<WasmRuntime>,
 }
 
@@ -121,7 +125,15 @@ impl Server {
             load(name, dir);
         }
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
-        Ok(Arc::new(Server { models, options, shm, shutting_down: AtomicBool::new(false), _runtime: runtime }))
+        let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll);
+        Ok(Arc::new(Server {
+            models,
+            options,
+            shm,
+            shutting_down: AtomicBool::new(false),
+            busy_poll,
+            _runtime: runtime,
+        }))
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -277,6 +289,9 @@ impl Server {
     }
 
     fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
+        if let Some(poll) = &self.busy_poll {
+            poll.touch();
+        }
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(InferError::unavailable("Server is shutting down"));
         }

@@ -1,0 +1,52 @@
+//! Busy polling (`--busy-poll-us`): one idle-priority thread spins after requests and parks when
+//! they stop, observed through /proc.
+mod common;
+
+use common::*;
+
+/// The state letter and scheduling policy of the server's busy-poll thread, if it has one.
+#[cfg(target_os = "linux")]
+fn spinner(s: &Server) -> Option<(char, u32)> {
+    for task in std::fs::read_dir(format!("/proc/{}/task", s.pid())).ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "nereus-busypoll" {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            // After "(comm)": state is field 3, policy field 41.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            return Some((fields.first()?.chars().next()?, fields.get(38)?.parse().ok()?));
+        }
+    }
+    None
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_spinner_runs_at_idle_priority_only_while_requests_arrive() {
+    const SCHED_IDLE: u32 = 5;
+    let repo = Repo::new();
+    repo.example("simple");
+    // A window long enough to observe the spinning on a loaded machine.
+    let s = Server::start(repo.path(), &["--busy-poll-us", "1500000"]);
+    s.wait_until("the spinner to start", || spinner(&s).is_some());
+    let Some((_, policy)) = spinner(&s) else { unreachable!() };
+    assert_eq!(policy, SCHED_IDLE);
+    // Quiet after start: it parks (sleeping, 'S') once the window has passed.
+    s.wait_until("the spinner to park", || spinner(&s).is_some_and(|(state, _)| state == 'S'));
+    // A request wakes it: runnable ('R') for the window after the request...
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(spinner(&s).map(|(state, _)| state), Some('R'));
+    // ... and it parks again when requests stop.
+    s.wait_until("the spinner to park again", || spinner(&s).is_some_and(|(state, _)| state == 'S'));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn zero_turns_busy_polling_off() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--busy-poll-us", "0"]);
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(spinner(&s), None);
+}
