@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
-use super::inline::{InlineGate, IoSlot, ThreadClock};
+use super::inline::{InlineGate, IoSlot};
 use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
@@ -96,10 +96,10 @@ impl DefaultScheduler {
 
 /// Executes one batch and tells the inline gate how it went.
 fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
-    let started = inline.watching().then(ThreadClock::now);
+    let timer = inline.timer();
     ctx.execute(instance, batch);
-    if let Some(started) = started {
-        inline.record(started.elapsed(), batch.iter().any(|j| j.sender.failed_internally()));
+    if let Some(timer) = timer {
+        inline.finish(timer, batch.iter().any(|j| j.sender.failed_internally()));
     }
 }
 

@@ -14,7 +14,9 @@
 //!   [`MAX_WARMUP`]), so a fast model survives the odd hiccup of a busy machine and a slow one
 //!   runs inline ever more rarely. CPU time of the executing thread, not wall time: on a loaded
 //!   machine a short execution can be preempted for milliseconds, which says nothing about the
-//!   model; but never more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]);
+//!   model; but never more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]).
+//!   The CPU clock is a system call, so it is read only after an execution over the limit in wall
+//!   time, for the next one: that first execution is not counted, the next one is;
 //! * per server ([`IoSlot`]): at most one I/O thread fewer than the server has (the HTTP runtime's
 //!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
 //!   free to accept connections and answer other models; a server with a single I/O thread, and
@@ -58,6 +60,9 @@ pub struct InlineGate {
     warmup: AtomicU32,
     /// Set for good by a faulting execution after the warm-up, or a backend that blocks.
     barred: AtomicBool,
+    /// Time the next execution with the thread's CPU clock too: the last one took longer than the
+    /// limit in wall time, which only the CPU clock can tell from a preemption.
+    verify: AtomicBool,
 }
 
 impl InlineGate {
@@ -67,6 +72,30 @@ impl InlineGate {
             streak: AtomicU32::new(0),
             warmup: AtomicU32::new(WARMUP),
             barred: AtomicBool::new(limit.is_zero()),
+            verify: AtomicBool::new(false),
+        }
+    }
+
+    /// A clock for the next execution, when executions still tell the gate anything (not barred).
+    pub fn timer(&self) -> Option<ThreadClock> {
+        self.watching().then(|| ThreadClock::start(self.verify.load(Ordering::Relaxed)))
+    }
+
+    /// Records an execution timed by [`Self::timer`]. One longer than the limit in wall time whose
+    /// CPU time was not read is not counted either way (most are preemptions on a busy machine);
+    /// the next execution is timed on the CPU clock too, and counts. So a plugin slow on purpose
+    /// runs at most two slow executions inline before the gate closes.
+    pub fn finish(&self, timer: ThreadClock, faulted: bool) {
+        match timer.cost(self.limit) {
+            Some(took) => {
+                if took < self.limit && self.verify.load(Ordering::Relaxed) {
+                    self.verify.store(false, Ordering::Relaxed);
+                }
+                self.record(took, faulted);
+            }
+            // A fault counts whatever the execution cost.
+            None if faulted => self.record(self.limit, true),
+            None => self.verify.store(true, Ordering::Relaxed),
         }
     }
 
@@ -90,7 +119,7 @@ impl InlineGate {
     }
 
     /// Records an execution: what it cost (see [`ThreadClock`]) and whether it faulted.
-    pub fn record(&self, took: Duration, faulted: bool) {
+    fn record(&self, took: Duration, faulted: bool) {
         if self.barred.load(Ordering::Relaxed) {
             return;
         }
@@ -125,21 +154,32 @@ impl InlineGate {
 /// model; capped by wall time because the thread clock is not exact on a VM: it jumps (measured
 /// here: 72 µs of CPU time charged within 9 µs of wall time), and a jump past the limit would send
 /// a fast model back to its workers. A truly costly execution is long on both clocks.
+///
+/// The thread's CPU clock is a system call (no vDSO), read twice per execution it was ~4% of a
+/// busy I/O thread's CPU; so it is read only when asked for ([`InlineGate::timer`]): wall time
+/// under the limit proves an execution fast without it.
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadClock {
-    cpu: Duration,
+    cpu: Option<Duration>,
     wall: Instant,
 }
 
 impl ThreadClock {
-    pub fn now() -> Self {
-        ThreadClock { cpu: thread_cpu_time(), wall: Instant::now() }
+    /// Starts timing; `cpu` also reads the thread's CPU clock, so a long wall time can be told
+    /// from a preemption.
+    pub fn start(cpu: bool) -> Self {
+        ThreadClock { cpu: cpu.then(thread_cpu_time), wall: Instant::now() }
     }
 
-    /// The cost since `self`: the smaller of the thread's CPU time and the wall time.
-    pub fn elapsed(self) -> Duration {
+    /// The cost since `self` — the smaller of the thread's CPU time and the wall time — when it can
+    /// be told against `limit`: a wall time under it is the cost; above it only the CPU clock
+    /// can tell, so `None` if it was not read.
+    pub fn cost(self, limit: Duration) -> Option<Duration> {
         let wall = self.wall.elapsed();
-        thread_cpu_time().saturating_sub(self.cpu).min(wall)
+        if wall < limit {
+            return Some(wall);
+        }
+        Some(thread_cpu_time().saturating_sub(self.cpu?).min(wall))
     }
 }
 
@@ -271,16 +311,62 @@ mod tests {
 
     #[test]
     fn the_thread_clock_counts_cpu_not_sleep() {
-        let start = ThreadClock::now();
+        let limit = Duration::from_millis(25);
+        let start = ThreadClock::start(true);
         std::thread::sleep(Duration::from_millis(50));
-        assert!(start.elapsed() < Duration::from_millis(25), "{:?}", start.elapsed());
+        let cost = start.cost(limit).expect("the CPU clock was read");
+        assert!(cost < limit, "{cost:?}");
         // and it advances while the thread computes (bounded, should the clock be stuck)
-        let start = ThreadClock::now();
+        let start = ThreadClock::start(true);
         let bound = std::time::Instant::now() + Duration::from_secs(10);
-        while start.elapsed() < Duration::from_millis(5) {
+        while start.cost(Duration::ZERO).expect("the CPU clock was read") < Duration::from_millis(5) {
             assert!(std::time::Instant::now() < bound, "the thread clock does not advance");
             std::hint::spin_loop();
         }
+        // Without the CPU clock a cost over the limit cannot be told; under it, wall time tells.
+        let start = ThreadClock::start(false);
+        assert!(start.cost(Duration::from_secs(3600)).is_some());
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(start.cost(Duration::from_millis(1)), None);
+    }
+
+    /// A clock started `ago`, as if an execution had been running that long (mostly preempted:
+    /// its CPU time is what the test thread used since).
+    fn started_ago(ago: Duration, cpu: bool) -> ThreadClock {
+        ThreadClock { wall: std::time::Instant::now() - ago, ..ThreadClock::start(cpu) }
+    }
+
+    #[test]
+    fn a_long_wall_time_is_verified_on_the_cpu_clock_before_it_counts() {
+        let gate = warmed();
+        // Long in wall time, CPU clock not read: not counted, the next one reads it.
+        let timer = gate.timer().expect("watching");
+        assert!(timer.cpu.is_none(), "the CPU clock is only read when asked for");
+        gate.finish(started_ago(SLOW, false), false);
+        assert!(gate.open());
+        let timer = gate.timer().expect("watching");
+        assert!(timer.cpu.is_some());
+        // A preemption (long wall time, little CPU time) counts as fast, and ends the verifying.
+        gate.finish(started_ago(SLOW, true), false);
+        assert!(gate.open());
+        assert!(gate.timer().expect("watching").cpu.is_none());
+        // Two slow executions in a row: the second, timed on the CPU clock, closes the gate.
+        gate.finish(started_ago(SLOW, false), false);
+        let timer = gate.timer().expect("watching");
+        let bound = std::time::Instant::now() + Duration::from_secs(10);
+        while timer.cost(Duration::ZERO).expect("the CPU clock was read") < SLOW {
+            assert!(std::time::Instant::now() < bound, "the thread clock does not advance");
+            std::hint::spin_loop();
+        }
+        gate.finish(timer, false);
+        assert!(!gate.open());
+        // A fault counts even when its cost cannot be told.
+        let gate = warmed();
+        gate.finish(started_ago(SLOW, false), true);
+        for _ in 0..10 * WARMUP {
+            gate.record(FAST, false);
+        }
+        assert!(!gate.open());
     }
 
     #[test]
