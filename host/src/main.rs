@@ -2,9 +2,6 @@
 use std::sync::Arc;
 
 use clap::Parser;
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use nereus::cli::{Cli, Command, ServeArgs};
 use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
