@@ -15,6 +15,10 @@ use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
 
+/// How long an I/O thread waits for a busy instance of an inline model before it hands the
+/// request to the instance's worker instead.
+const INSTANCE_WAIT: Duration = Duration::from_micros(50);
+
 /// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
 /// it); `None` once finalised.
 type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
@@ -48,34 +52,37 @@ impl DefaultScheduler {
     }
 
     /// Runs `job` here and now if the model may run inline, an I/O slot is free, nothing is
-    /// queued and an instance is idle; hands it back otherwise.
+    /// queued and an instance is idle or soon will be; hands it back otherwise.
     fn try_inline(&self, job: Job, queue: &Sender<Vec<Job>>) -> Option<Job> {
         if !self.inline.open() || !queue.is_empty() || self.ctx.probe.gate_engaged() {
             return Some(job);
         }
         let Some(_slot) = IoSlot::take() else { return Some(job) };
-        for instance in &self.instances {
-            if let Some(mut guard) = instance.try_lock()
-                && let Some(instance) = guard.as_mut()
-            {
-                let mut batch = vec![job];
-                self.ctx.probe.count_inline();
-                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
-                drop(guard);
-                flush(&mut batch);
-                // A request the backend could not run here (a blocking WASI call on an I/O thread)
-                // is still open: it goes to the instance's worker, as it would have without inlining.
-                batch.retain(|j| !j.sender.is_complete());
-                if !batch.is_empty() {
-                    self.inline.bar();
-                    if let Err(e) = queue.send(batch) {
-                        for mut job in e.into_inner() {
-                            job.fail(InferError::unavailable("the model's instances have stopped"));
-                        }
+        // An idle instance, or else the first one once its current execution ends, if that is soon:
+        // the model's executions are short (the gate says so), and waiting here for one costs less
+        // than handing the request to the worker and being woken with the answer.
+        let free = self.instances.iter().find_map(|i| i.try_lock());
+        let free = free.or_else(|| self.instances.first().and_then(|i| i.try_lock_for(INSTANCE_WAIT)));
+        if let Some(mut guard) = free
+            && let Some(instance) = guard.as_mut()
+        {
+            let mut batch = vec![job];
+            self.ctx.probe.count_inline();
+            run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+            drop(guard);
+            flush(&mut batch);
+            // A request the backend could not run here (a blocking WASI call on an I/O thread)
+            // is still open: it goes to the instance's worker, as it would have without inlining.
+            batch.retain(|j| !j.sender.is_complete());
+            if !batch.is_empty() {
+                self.inline.bar();
+                if let Err(e) = queue.send(batch) {
+                    for mut job in e.into_inner() {
+                        job.fail(InferError::unavailable("the model's instances have stopped"));
                     }
                 }
-                return None;
             }
+            return None;
         }
         Some(job)
     }
