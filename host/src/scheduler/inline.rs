@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 /// Consecutive fast executions before a model may run inline.
 pub const WARMUP: u32 = 64;
 
-/// The longest warm-up a model can be sent back to: after repeated slow executions it may run one
-/// slow execution inline per this many executions at most.
+/// The longest warm-up a model can be sent back to: after repeated slow executions it may run two
+/// slow executions inline (the first only makes the gate read the CPU clock) per this many at most.
 pub const MAX_WARMUP: u32 = 1 << 16;
 
 /// Fast executions, as a multiple of the current warm-up, after which the warm-up halves again.
@@ -48,8 +48,8 @@ const FORGIVE_AFTER: u32 = 16;
 /// halves it back. Not barred for good on one slow execution: on a busy VM an execution of a few
 /// microseconds is now and then charged hundreds (interrupts handled on its thread, the host
 /// stealing the vCPU), which measured about once per 100 000 executions here — that barred fast
-/// models within seconds. A plugin slow on purpose still gets at most one slow execution inline
-/// per warm-up, and the warm-up grows exponentially with each.
+/// models within seconds. A plugin slow on purpose still gets at most two slow executions inline
+/// per warm-up (see [`Self::finish`]), and the warm-up grows exponentially with each.
 #[derive(Debug)]
 pub struct InlineGate {
     /// Executions must be shorter than this; zero disables inline execution.
@@ -155,8 +155,8 @@ impl InlineGate {
 /// here: 72 µs of CPU time charged within 9 µs of wall time), and a jump past the limit would send
 /// a fast model back to its workers. A truly costly execution is long on both clocks.
 ///
-/// The thread's CPU clock is a system call (no vDSO), read twice per execution it was ~4% of a
-/// busy I/O thread's CPU; so it is read only when asked for ([`InlineGate::timer`]): wall time
+/// The thread's CPU clock is a system call (no vDSO): read twice per execution, it cost ~4% of a
+/// busy I/O thread's CPU. So it is read only when asked for ([`InlineGate::timer`]); wall time
 /// under the limit proves an execution fast without it.
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadClock {
