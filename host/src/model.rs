@@ -227,7 +227,8 @@ impl ModelVersion {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
         let (sender, receiver) = ResponseSender::unary(self.stats.clone());
-        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
+        let enqueued = sender.arrived();
+        self.scheduler.enqueue(Job { request, sender, enqueued })?;
         Ok(receiver)
     }
 
@@ -237,7 +238,8 @@ impl ModelVersion {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
         let (sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
-        self.scheduler.enqueue(Job { request, sender, enqueued: std::time::Instant::now() })?;
+        let enqueued = sender.arrived();
+        self.scheduler.enqueue(Job { request, sender, enqueued })?;
         Ok(receiver)
     }
 

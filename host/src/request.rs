@@ -189,6 +189,11 @@ impl ResponseSender {
         ResponseSender { sink: Some(Sink::Discard), held: None, stats, arrived: Instant::now(), responses: None }
     }
 
+    /// When the request arrived (the sender was made): the start of its queue time.
+    pub fn arrived(&self) -> Instant {
+        self.arrived
+    }
+
     /// Whether this is a padding request's sender ([`discard`](Self::discard)).
     pub fn is_padding(&self) -> bool {
         matches!(self.sink, Some(Sink::Discard))

@@ -1,7 +1,8 @@
 //! The default scheduler (a model with no `dynamic_batching` or `sequence_batching`): every
 //! request is its own batch, taken by the first idle instance — or, for a model that has shown its
-//! executions are short, run at once on the I/O thread that received it when an instance is idle
-//! and nothing is queued (see [`super::inline`]).
+//! executions are short, run at once on the I/O thread that received it (see [`super::inline`]);
+//! a request that finds every instance busy is left for the thread holding one
+//! ([`super::handoff`]).
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -9,15 +10,17 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
+use super::handoff::Handoff;
 use super::inline::{InlineGate, IoSlot};
 use super::{WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
 
-/// How long an I/O thread waits for a busy instance of an inline model before it hands the
-/// request to the instance's worker instead.
-const INSTANCE_WAIT: Duration = Duration::from_micros(50);
+/// The most requests an I/O thread runs in one go (its own and those left for it) before it hands
+/// the rest to the workers: an inline execution is short, but an I/O thread has connections of its
+/// own to serve.
+const INLINE_RUN: usize = 4;
 
 /// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
 /// it); `None` once finalised.
@@ -27,9 +30,7 @@ pub struct DefaultScheduler {
     /// `None` once the model is unloading: new requests are refused, queued ones still run.
     queue: RwLock<Option<Sender<Vec<Job>>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
-    instances: Vec<SharedInstance>,
-    inline: Arc<InlineGate>,
-    ctx: WorkerContext,
+    pool: Arc<Pool>,
 }
 
 impl DefaultScheduler {
@@ -37,58 +38,48 @@ impl DefaultScheduler {
     pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
         let instances: Vec<SharedInstance> = instances.into_iter().map(|i| Arc::new(Mutex::new(Some(i)))).collect();
-        let inline = Arc::new(InlineGate::new(ctx.inline_under));
-        let worker = Worker { ctx: ctx.clone(), inline: inline.clone() };
-        let workers = spawn_workers(model, instances.clone(), move |_, instance| worker.run(rx.clone(), instance));
-        DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers), instances, inline, ctx }
+        let pool = Arc::new(Pool {
+            instances: instances.clone(),
+            handoff: Handoff::default(),
+            inline: InlineGate::new(ctx.inline_under),
+            ctx,
+        });
+        let worker_pool = pool.clone();
+        let workers = spawn_workers(model, instances, move |_, instance| worker_pool.run_worker(rx.clone(), instance));
+        DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers), pool }
     }
 
-    pub fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
-        job.enqueued = Instant::now();
+    pub fn enqueue(&self, job: Job) -> Result<(), InferError> {
         let queue = self.queue.read();
         let Some(tx) = &*queue else { return Err(InferError::unavailable("the model is being unloaded")) };
         let Some(job) = self.try_inline(job, tx) else { return Ok(()) };
         tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped"))
     }
 
-    /// Runs `job` here and now if the model may run inline, an I/O slot is free, nothing is
-    /// queued and an instance is idle or soon will be; hands it back otherwise.
+    /// Runs `job` here and now if the model may run inline, an I/O slot is free and nothing is
+    /// queued for the workers — or, when every instance is busy, leaves it for the thread holding
+    /// one; hands it back otherwise.
     fn try_inline(&self, job: Job, queue: &Sender<Vec<Job>>) -> Option<Job> {
-        if !self.inline.open() || !queue.is_empty() || self.ctx.probe.gate_engaged() {
+        let pool = &*self.pool;
+        let may_run = || pool.inline.open() && queue.is_empty() && !pool.ctx.probe.gate_engaged();
+        if !may_run() {
             return Some(job);
         }
         let Some(_slot) = IoSlot::take() else { return Some(job) };
-        // An idle instance, or else the first one once its current execution ends, if that is soon:
-        // the model's executions are short (the gate says so), and waiting here for one costs less
-        // than handing the request to the worker and being woken with the answer.
-        let free = self.instances.iter().find_map(|i| i.try_lock());
-        let free = free.or_else(|| self.instances.first().and_then(|i| i.try_lock_for(INSTANCE_WAIT)));
-        if let Some(mut guard) = free
-            && let Some(instance) = guard.as_mut()
+        pool.handoff.push(job);
+        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, may_run);
+        if !leftover.is_empty()
+            && let Err(e) = queue.send(leftover)
         {
-            let mut batch = vec![job];
-            self.ctx.probe.count_inline();
-            run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
-            drop(guard);
-            flush(&mut batch);
-            // A request the backend could not run here (a blocking WASI call on an I/O thread)
-            // is still open: it goes to the instance's worker, as it would have without inlining.
-            batch.retain(|j| !j.sender.is_complete());
-            if !batch.is_empty() {
-                self.inline.bar();
-                if let Err(e) = queue.send(batch) {
-                    for mut job in e.into_inner() {
-                        job.fail(InferError::unavailable("the model's instances have stopped"));
-                    }
-                }
+            for mut job in e.into_inner() {
+                job.fail(InferError::unavailable("the model's instances have stopped"));
             }
-            return None;
         }
-        Some(job)
+        None
     }
 
     pub fn queued(&self) -> usize {
-        self.queue.read().as_ref().map_or(0, |tx| tx.len())
+        self.queue.read().as_ref().map_or(0, |tx| tx.len()) + self.pool.handoff.len()
     }
 
     /// Stops taking requests, lets the instances finish every queued one, then finalises them.
@@ -97,6 +88,95 @@ impl DefaultScheduler {
         self.queue.write().take();
         for worker in self.workers.lock().drain(..) {
             let _ = worker.join();
+        }
+    }
+}
+
+/// The model's instances and the requests left for them, shared by the I/O threads and the
+/// instances' workers.
+struct Pool {
+    instances: Vec<SharedInstance>,
+    handoff: Handoff,
+    inline: InlineGate,
+    ctx: WorkerContext,
+}
+
+/// The kind of thread running requests left in the handoff.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    /// An I/O thread, running them inline: may not block.
+    IoThread,
+    /// An instance's worker thread.
+    Worker,
+}
+
+impl Pool {
+    /// Runs the requests left in the handoff, oldest first, on whichever instance is free, and looks
+    /// again after letting go of it (the rule in [`super::handoff`]); stops when none is left, when
+    /// every instance is held (its holder runs the rest), or when this thread may run no more:
+    /// `budget` requests run or `may_run` false. Returns the requests the caller must give the
+    /// workers: those left then, and any the backend could not run here (a blocking WASI call on an
+    /// I/O thread, which bars the model from running inline).
+    fn run_handoff(&self, runner: Runner, mut budget: usize, may_run: impl Fn() -> bool) -> Vec<Job> {
+        let mut leftover = Vec::new();
+        loop {
+            if self.handoff.is_empty() {
+                return leftover;
+            }
+            if budget == 0 || !may_run() {
+                leftover.extend(self.handoff.take_all());
+                return leftover;
+            }
+            let Some(mut guard) = self.instances.iter().find_map(|i| i.try_lock()) else { return leftover };
+            let Some(instance) = guard.as_mut() else {
+                leftover.extend(self.handoff.take_all());
+                return leftover;
+            };
+            while budget > 0
+                && may_run()
+                && let Some(job) = self.handoff.pop()
+            {
+                budget -= 1;
+                let mut batch = vec![job];
+                if runner == Runner::IoThread {
+                    self.ctx.probe.count_inline();
+                }
+                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+                // Now, not after letting go: the request's connection may be another thread's.
+                flush(&mut batch);
+                batch.retain(|j| !j.sender.is_complete());
+                if !batch.is_empty() {
+                    self.inline.bar();
+                    leftover.append(&mut batch);
+                }
+            }
+            drop(guard);
+        }
+    }
+
+    /// An instance's worker: executes one batch at a time from the queue, and after each the
+    /// requests left for a holder, until the scheduler stops; then finalises the instance.
+    fn run_worker(&self, queue: Receiver<Vec<Job>>, instance: SharedInstance) {
+        while let Some(mut batch) = next_batch(&queue, self.ctx.poll) {
+            let mut guard = instance.lock();
+            if let Some(instance) = guard.as_mut() {
+                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+            }
+            drop(guard);
+            flush(&mut batch);
+            self.run_handoff_on_worker();
+        }
+        self.run_handoff_on_worker();
+        if let Some(instance) = instance.lock().take() {
+            instance.finalize();
+        }
+    }
+
+    /// Runs what was left while this worker held its instance. Nothing can come back: a worker may
+    /// block, and it has no budget; what does (an instance finalised under it) fails.
+    fn run_handoff_on_worker(&self) {
+        for mut job in self.run_handoff(Runner::Worker, usize::MAX, || true) {
+            job.fail(InferError::unavailable("the model's instances have stopped"));
         }
     }
 }
@@ -126,27 +206,144 @@ fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
     }
 }
 
-/// What an instance's worker thread needs.
-#[derive(Clone)]
-struct Worker {
-    ctx: WorkerContext,
-    inline: Arc<InlineGate>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ExecutionProbe;
+    use crate::request::{InferenceRequest, InferenceResponse, ResponseSender};
+    use crate::stats::{ExecutionTimes, ModelStats};
 
-impl Worker {
-    /// Executes one batch at a time from the queue until the scheduler stops, then finalises the
-    /// instance.
-    fn run(&self, queue: Receiver<Vec<Job>>, instance: SharedInstance) {
-        while let Some(mut batch) = next_batch(&queue, self.ctx.poll) {
-            let mut guard = instance.lock();
-            if let Some(instance) = guard.as_mut() {
-                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+    /// Answers each request with its own id, after a few microseconds of work, so threads
+    /// often find the instance busy.
+    struct Echo;
+
+    impl BackendInstance for Echo {
+        fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
+            let until = Instant::now() + Duration::from_micros(5);
+            while Instant::now() < until {
+                std::hint::spin_loop();
             }
-            drop(guard);
-            flush(&mut batch);
+            for job in jobs.iter_mut() {
+                let response = InferenceResponse {
+                    model_name: "echo".into(),
+                    model_version: 1,
+                    id: job.request.id.clone(),
+                    parameters: Vec::new(),
+                    outputs: Vec::new(),
+                };
+                job.sender.send_final(Ok(response));
+            }
+            ExecutionTimes::default()
         }
-        if let Some(instance) = instance.lock().take() {
-            instance.finalize();
+
+        fn finalize(self: Box<Self>) {}
+    }
+
+    fn pool(instances: usize) -> Pool {
+        let ctx = WorkerContext {
+            probe: Arc::new(ExecutionProbe::default()),
+            stats: Arc::new(ModelStats::default()),
+            batching: false,
+            poll: Duration::ZERO,
+            inline_under: Duration::from_secs(1),
+        };
+        Pool {
+            instances: (0..instances)
+                .map(|_| Arc::new(Mutex::new(Some(Box::new(Echo) as Box<dyn BackendInstance>))))
+                .collect(),
+            handoff: Handoff::default(),
+            inline: InlineGate::new(ctx.inline_under),
+            ctx,
         }
+    }
+
+    /// Threads leave requests and run what they can, as I/O threads do; what comes back (over
+    /// the budget) the test answers as the workers would. Every request must end with exactly its
+    /// own answer, and nothing may stay behind in the handoff.
+    fn every_request_is_run_once(instances: usize) {
+        const THREADS: usize = 4;
+        const REQUESTS: usize = 2000;
+        let pool = Arc::new(pool(instances));
+        let handed_to_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let pool = pool.clone();
+                let handed_to_workers = handed_to_workers.clone();
+                std::thread::spawn(move || {
+                    let mut receivers = Vec::new();
+                    for i in 0..REQUESTS {
+                        let id = format!("{t}-{i}");
+                        let (sender, rx) = ResponseSender::unary(pool.ctx.stats.clone());
+                        let request = InferenceRequest { id: id.clone(), ..Default::default() };
+                        pool.handoff.push(Job { request, sender, enqueued: Instant::now() });
+                        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, || true);
+                        handed_to_workers.fetch_add(leftover.len(), std::sync::atomic::Ordering::Relaxed);
+                        for mut job in leftover {
+                            let mut batch = vec![job];
+                            let mut guard = pool.instances[0].lock();
+                            run_batch(&pool.ctx, &pool.inline, guard.as_mut().unwrap().as_mut(), &mut batch);
+                            drop(guard);
+                            flush(&mut batch);
+                            job = batch.pop().unwrap();
+                            assert!(job.sender.is_complete());
+                        }
+                        receivers.push((id, rx));
+                    }
+                    receivers
+                })
+            })
+            .collect();
+        // A request may still be held by another thread until that one is done too.
+        let receivers: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        let mut answered = 0;
+        {
+            for (id, mut rx) in receivers {
+                let response = rx.try_recv().expect("every request is answered once all threads are done").unwrap();
+                assert_eq!(response.id, id);
+                answered += 1;
+            }
+        }
+        assert_eq!(answered, THREADS * REQUESTS);
+        assert!(pool.handoff.is_empty());
+        let (_, _, executions) = pool.ctx.probe.snapshot();
+        let inline = pool.ctx.probe.inline_executions();
+        assert!(inline > 0);
+        eprintln!(
+            "{instances} instance(s): {executions} executions, {inline} inline, {} handed to workers",
+            handed_to_workers.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    #[test]
+    fn every_request_left_for_a_single_busy_instance_is_run_once() {
+        every_request_is_run_once(1);
+    }
+
+    #[test]
+    fn every_request_left_for_two_busy_instances_is_run_once() {
+        every_request_is_run_once(2);
+    }
+
+    #[test]
+    fn a_thread_stops_at_its_budget_and_hands_back_the_rest() {
+        let pool = pool(1);
+        let mut receivers = Vec::new();
+        for i in 0..INLINE_RUN + 3 {
+            let (sender, rx) = ResponseSender::unary(pool.ctx.stats.clone());
+            let request = InferenceRequest { id: i.to_string(), ..Default::default() };
+            pool.handoff.push(Job { request, sender, enqueued: Instant::now() });
+            receivers.push(rx);
+        }
+        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, || true);
+        let ids: Vec<_> = leftover.iter().map(|j| j.request.id.clone()).collect();
+        assert_eq!(ids, (INLINE_RUN..INLINE_RUN + 3).map(|i| i.to_string()).collect::<Vec<_>>());
+        for (i, rx) in receivers.iter_mut().enumerate() {
+            assert_eq!(rx.try_recv().is_ok(), i < INLINE_RUN, "request {i}");
+        }
+        assert!(pool.handoff.is_empty());
+        // A thread that may not run inline (the gate closed) runs none.
+        let (sender, _rx) = ResponseSender::unary(pool.ctx.stats.clone());
+        pool.handoff.push(Job { request: InferenceRequest::default(), sender, enqueued: Instant::now() });
+        assert_eq!(pool.run_handoff(Runner::IoThread, INLINE_RUN, || false).len(), 1);
     }
 }

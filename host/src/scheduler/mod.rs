@@ -2,6 +2,7 @@
 //! thread and executes one batch at a time; schedulers decide what goes into each batch.
 mod default;
 mod dynamic;
+mod handoff;
 pub mod inline;
 mod ordering;
 mod queue;

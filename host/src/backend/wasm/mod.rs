@@ -335,6 +335,8 @@ impl BackendInstance for WasmInstance {
                 Some(InferError::internal(format!("model '{model}': the host failed while executing: {message}"))),
                 true,
             ),
+            // The usual outcome: nothing to say (and no message to format per request).
+            Executed::Returned(Ok(())) if batch.jobs.iter().all(|j| j.sender.is_complete()) => (None, false),
             Executed::Returned(Ok(())) if self.factory.decoupled => (
                 Some(InferError::internal(format!(
                     "model '{model}' returned without sending the request's final response"
