@@ -18,6 +18,7 @@ fn examples() -> &'static (Repo, Server) {
         let dir = repo.model("echo", &faults_config("echo", ""), &["1"]);
         install_faults_component(&dir);
         let server = Server::start(repo.path(), &[]);
+        clean_up_at_exit(&server, &repo);
         (repo, server)
     })
 }

@@ -40,6 +40,36 @@ impl Drop for TempDir {
     }
 }
 
+/// Servers (and their repositories) kept in a `static`, which Rust never drops: killed and removed
+/// when the test process exits, so a test run leaves no server behind.
+static AT_EXIT: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+extern "C" fn clean_up_statics() {
+    let Ok(list) = AT_EXIT.lock() else { return };
+    for (pid, dir) in list.iter() {
+        // SAFETY: kill(2) of a child process this test process started and never waited for.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Kills `server` and removes `repo` when the test process exits; for a server shared by a test
+/// file's tests through a `static`.
+pub fn clean_up_at_exit(server: &Server, repo: &Repo) {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function with no arguments, as atexit(3) expects.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(clean_up_statics);
+        }
+    });
+    AT_EXIT.lock().unwrap().push((server.child.id(), repo.path().to_path_buf()));
+}
+
 /// A model repository under construction.
 pub struct Repo {
     pub dir: TempDir,
