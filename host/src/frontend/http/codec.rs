@@ -4,6 +4,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde::ser::{SerializeSeq, Serializer};
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::error::InferError;
@@ -12,32 +14,104 @@ use crate::shm::{ShmPlace, SystemShm};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
-struct RequestBody {
+struct RequestBody<'a> {
     #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    inputs: Vec<InputBody>,
-    #[serde(default)]
-    outputs: Option<Vec<OutputBody>>,
+    #[serde(default, borrow)]
+    parameters: Option<Params<'a>>,
+    #[serde(borrow)]
+    inputs: Vec<InputBody<'a>>,
+    #[serde(default, borrow)]
+    outputs: Option<Vec<OutputBody<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct InputBody {
+struct InputBody<'a> {
     name: String,
     shape: Vec<i64>,
-    datatype: String,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    #[serde(borrow)]
+    datatype: Cow<'a, str>,
+    #[serde(default, borrow)]
+    parameters: Option<Params<'a>>,
     #[serde(default)]
     data: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct OutputBody {
+struct OutputBody<'a> {
     name: String,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    #[serde(default, borrow)]
+    parameters: Option<Params<'a>>,
+}
+
+/// A JSON `parameters` object as decoded: its entries in the order sent (a repeated key keeps its
+/// last value, as a JSON map would), keys borrowed from the body where they need no unescaping. A
+/// `serde_json::Map` costs a tree node and a string per key for the one or two entries a tensor
+/// carries, on every request.
+#[derive(Default)]
+struct Params<'a>(Vec<(Cow<'a, str>, Value)>);
+
+impl Params<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Params<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Entries<'a> {
+            type Value = Params<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Params<'a>, M::Error> {
+                let mut entries: Vec<(Cow<'a, str>, Value)> = Vec::new();
+                while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
+                    let value: Value = map.next_value()?;
+                    match entries.iter_mut().find(|(k, _)| *k == key) {
+                        Some(entry) => entry.1 = value,
+                        None => entries.push((key, value)),
+                    }
+                }
+                Ok(Params(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
+    }
+}
+
+/// A map key, borrowed from the body unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Text<'a> {
+            type Value = Key<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Text(std::marker::PhantomData))
+    }
 }
 
 /// How the client wants each output encoded.
@@ -79,7 +153,7 @@ fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
     })
 }
 
-fn bool_param(map: Option<&Map<String, Value>>, key: &str) -> Result<Option<bool>, InferError> {
+fn bool_param(map: Option<&Params>, key: &str) -> Result<Option<bool>, InferError> {
     match map.and_then(|m| m.get(key)) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -119,8 +193,8 @@ pub fn decode_request(
     let mut request = InferenceRequest { id: parsed.id.unwrap_or_default(), ..Default::default() };
     let params = parsed.parameters.as_ref();
     if let Some(map) = params {
-        for (key, value) in map {
-            match key.as_str() {
+        for (key, value) in map.iter() {
+            match key {
                 "sequence_id" => {
                     request.correlation_id = match value {
                         Value::Number(n) => n.as_u64().map(CorrelationId::Numeric).ok_or_else(|| {
@@ -219,7 +293,7 @@ pub fn decode_request(
 }
 
 /// The shared-memory place a tensor's JSON parameters name, if any.
-fn shm_place(tensor: &str, params: Option<&Map<String, Value>>) -> Result<Option<ShmPlace>, InferError> {
+fn shm_place(tensor: &str, params: Option<&Params>) -> Result<Option<ShmPlace>, InferError> {
     let Some(m) = params.filter(|m| m.contains_key("shared_memory_region")) else { return Ok(None) };
     let number = |key: &str| -> Result<Option<u64>, InferError> {
         m.get(key)
@@ -512,6 +586,27 @@ mod tests {
                 .message
                 .contains("out of range")
         );
+    }
+
+    #[test]
+    fn parameters_keep_the_last_of_a_repeated_key_and_read_escaped_keys() {
+        // The datatype and the first key are escaped ("INT\u0033\u0032", "binary\u005fdata_size"):
+        // they cannot be borrowed from the body and are decoded all the same.
+        let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT\u0033\u0032",
+            "parameters":{"binary\u005fdata_size":4,"binary_data_size":8}}],
+            "parameters":{"q":"a","r":true,"q":"b"}}"#;
+        let mut body = json.to_vec();
+        body.extend_from_slice(&[7; 8]);
+        let (r, _) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).unwrap();
+        assert_eq!(r.inputs[0].datatype, DataType::Int32);
+        assert_eq!(&r.inputs[0].data[..], &[7; 8]);
+        assert_eq!(
+            r.parameters,
+            vec![("q".to_string(), ParamValue::String("b".into())), ("r".to_string(), ParamValue::Bool(true))]
+        );
+        let not_an_object = br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1],"parameters":[1]}]}"#;
+        let err = decode_request(Bytes::from_static(not_an_object), None, no_raw, &SystemShm::new(false)).unwrap_err();
+        assert!(err.message.contains("a JSON object"), "{}", err.message);
     }
 
     #[test]
