@@ -40,7 +40,12 @@ for proto in "${protos[@]}"; do
   offset=0; [[ $proto == grpc ]] && offset=1
   for c in "${concs[@]}"; do
     for r in $(seq 1 "$rounds"); do
-      for s in triton nereus limit; do
+      # The order rotates each round (triton nereus limit, then nereus limit triton, ...), so no
+      # server always runs right after the same other one: whatever a run leaves behind on this
+      # machine (Triton's python backend is the heaviest) must not weigh on one server only.
+      order=(triton nereus limit)
+      k=$(((r - 1) % 3))
+      for s in "${order[@]:$k}" "${order[@]:0:$k}"; do
         case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
         m=$model extra=(${PERF_ARGS:-}); [[ $s == limit ]] && { m=simple; extra=(); }
         line=$("$anchors/perf.sh" localhost:$((port + offset)) "$m" "$proto" "$c" "${extra[@]}")
@@ -60,7 +65,7 @@ mkdir -p "$here/results"
 out="$here/results/$(date -u +%Y-%m-%d).md"
 [[ $model != simple ]] && out="$here/results/$(date -u +%Y-%m-%d)-$model.md"
 {
-  echo "perf_analyzer ${PERF_ARGS:-}, model \`$model\`, median of $rounds alternating rounds, $(nproc) cores, $(date -u +%Y-%m-%d)."
+  echo "perf_analyzer ${PERF_ARGS:-}, model \`$model\`, median of $rounds alternating rounds (order rotated each round), $(nproc) cores, $(date -u +%Y-%m-%d)."
   [[ $model != simple ]] && { echo; echo "The ceiling serves \`simple\` (it has no batcher)."; }
   echo
   echo "| protocol | server | concurrency | infer/s | p50 µs | p99 µs | vs Triton | vs ceiling |"
