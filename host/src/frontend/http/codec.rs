@@ -1,11 +1,11 @@
 //! KServe v2 inference bodies over HTTP: the JSON form and Triton's binary tensor extension, both
 //! ways. Decoding checks every size against the declared shape before allocating; binary tensors
 //! stay slices of the request body.
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde::ser::{SerializeSeq, Serializer};
-use std::borrow::Cow;
-
 use serde_json::{Map, Value};
 
 use crate::error::InferError;
@@ -90,29 +90,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Params<'a> {
 }
 
 /// A map key, borrowed from the body unless it had escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Text<'a> {
-            type Value = Key<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'a>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'a>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'a>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(Text(std::marker::PhantomData))
-    }
-}
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// How the client wants each output encoded.
 #[derive(Debug, Default)]
