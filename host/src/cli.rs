@@ -67,8 +67,9 @@ pub struct ServeArgs {
     /// Restrict gRPC protocols the same way; the header is `triton-grpc-protocol-<key>`.
     #[arg(long = "grpc-restricted-protocol")]
     pub grpc_restricted_protocol: Vec<String>,
-    /// How long an HTTP/1.1 client may take to send a request's headers, in ms (then the
-    /// connection is closed).
+    /// How long an HTTP connection may go without a request, in ms: a client that has not sent a
+    /// request's headers (or an idle keep-alive connection) loses its connection within one to two
+    /// of these periods; a request being served keeps it.
     #[arg(long = "http-header-timeout-ms", default_value_t = 30_000)]
     pub http_header_timeout_ms: u64,
     /// How long an HTTP client may take to send a request's body, in ms (then 408).

@@ -2,6 +2,7 @@
 pub mod codec;
 mod compression;
 mod router;
+mod watchdog;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -17,6 +18,7 @@ use tokio::net::TcpListener;
 pub use router::HttpOptions;
 
 use crate::server::Server;
+use watchdog::Activity;
 
 /// How long a client may take to finish its TLS handshake; a stalled one is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,9 +34,8 @@ pub async fn serve(
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let options = Arc::new(options);
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // A client that never finishes its headers loses its connection.
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
+    // No per-request header timer: a connection's watchdog closes it once its client goes quiet.
+    let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -47,19 +48,30 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let (server, options) = (server.clone(), options.clone());
+                let activity = Arc::new(Activity::default());
+                let quiet_period = options.header_timeout;
+                let (server, options, watched) = (server.clone(), options.clone(), activity.clone());
                 let service = service_fn(move |req| {
                     let (server, options) = (server.clone(), options.clone());
-                    async move { Ok::<_, Infallible>(router::handle(server, options, req).await) }
+                    let in_flight = watched.begin();
+                    async move {
+                        let response = router::handle(server, options, req).await;
+                        drop(in_flight);
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
                 tokio::spawn(async move {
                     let ended = match acceptor {
-                        None => watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned()).await,
+                        None => {
+                            let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                            until_quiet(served, &activity, quiet_period).await
+                        }
                         // The handshake runs in the connection's task, bounded, never in the accept loop.
                         Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                             Ok(Ok(tls)) => {
-                                watcher.watch(builder.serve_connection(TokioIo::new(tls), service).into_owned()).await
+                                let served = watcher.watch(builder.serve_connection(TokioIo::new(tls), service).into_owned());
+                                until_quiet(served, &activity, quiet_period).await
                             }
                             Ok(Err(e)) => {
                                 tracing::debug!("TLS handshake failed: {e}");
@@ -81,4 +93,21 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Serves a connection until it ends, or until its client has been quiet for `period` (see
+/// `watchdog`): then the connection is dropped, which closes it.
+async fn until_quiet<E: std::fmt::Display>(
+    served: impl Future<Output = Result<(), E>>,
+    activity: &Activity,
+    period: Duration,
+) -> Result<(), String> {
+    tokio::select! {
+        biased;
+        ended = served => ended.map_err(|e| e.to_string()),
+        () = activity.quiet_for(period) => {
+            tracing::debug!("closing an HTTP connection with no request for {} ms", period.as_millis());
+            Ok(())
+        }
+    }
 }

@@ -28,7 +28,8 @@ pub struct HttpOptions {
     pub restricted: Arc<Restrictions>,
     /// TLS (`--http-ssl-cert`/`--http-ssl-key`); plain HTTP when `None`.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    /// How long a client may take to send a request's headers (HTTP/1.1; the connection is closed).
+    /// How long a connection may go without a request before it is closed (between one and two
+    /// of these; a request in flight keeps it open). See `watchdog`.
     pub header_timeout: std::time::Duration,
     /// How long a client may take to send a request's body (answered 408).
     pub body_timeout: std::time::Duration,
