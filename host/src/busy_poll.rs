@@ -9,6 +9,14 @@
 //! its CPU at once, and it yields between polls; it only spins for a window after the last request
 //! (`--busy-poll-us`; between one and two windows) and then parks, so an idle server uses no CPU.
 //!
+//! Spinning only pays while the machine has a CPU to spare: under a load that keeps every CPU busy
+//! (concurrency 4 against two vCPUs) the spinner still runs in each short gap, and every thread the
+//! kernel wakes there must first preempt it — measured at 12–29% of a CPU and ~8% of HTTP
+//! throughput at concurrency 4 (bench/README.md, session 8). So every [`HEADROOM_SAMPLE`] of
+//! spinning it measures the machine's spare CPU (idle time from `/proc/stat` plus its own spinning)
+//! and, when that is under [`MIN_SPARE_CPUS`], rests until a sample finds enough idle time again
+//! (when the load drops, or requests stop and it goes on to park).
+//!
 //! Where `SCHED_IDLE` is not available (not Linux, or refused) there is no spinner: spinning at
 //! normal priority would take CPU time from the threads doing the work.
 use std::sync::Arc;
@@ -26,6 +34,8 @@ struct Shared {
     activity: Activity,
     /// How many times the spinner has parked (for tests).
     parks: AtomicU64,
+    /// How many times it rested because the CPUs were busy (for tests).
+    rests: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -35,6 +45,13 @@ pub const THREAD_NAME: &str = "nereus-busypoll";
 /// How many spin-loop hints between two yields.
 const SPINS_PER_POLL: u32 = 64;
 
+/// How often a spinning thread measures the machine's spare CPU, and how long it rests when there
+/// is too little. `/proc/stat` counts in ticks of 10 ms, so a sample needs to span several.
+pub const HEADROOM_SAMPLE: Duration = Duration::from_millis(100);
+
+/// The spare CPU (in CPUs: idle time plus the spinner's own) below which spinning stops paying.
+pub const MIN_SPARE_CPUS: f64 = 0.5;
+
 impl BusyPoll {
     /// Starts the spinner, which spins for one to two `window`s after each request. `None` when
     /// the window is zero or the thread cannot run at idle priority.
@@ -42,8 +59,12 @@ impl BusyPoll {
         if window.is_zero() {
             return None;
         }
-        let shared =
-            Arc::new(Shared { activity: Activity::default(), parks: AtomicU64::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            activity: Activity::default(),
+            parks: AtomicU64::new(0),
+            rests: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let spinner = shared.clone();
         let handle = std::thread::Builder::new()
@@ -131,6 +152,7 @@ impl Activity {
 }
 
 fn spin(shared: &Shared, window: Duration) {
+    let mut headroom = Headroom::start();
     let mut window_start = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         for _ in 0..SPINS_PER_POLL {
@@ -138,6 +160,20 @@ fn spin(shared: &Shared, window: Duration) {
         }
         // Hands the CPU to anything runnable on it (a woken task can otherwise wait for the tick).
         std::thread::yield_now();
+        if let Some(h) = headroom.as_mut()
+            && h.due()
+            && h.spare_cpus() < MIN_SPARE_CPUS
+        {
+            // The CPUs are busy with work: spinning would only stand in its way. Rest while they
+            // stay busy; each rest is itself the next sample (of idle time alone, as nothing spins).
+            loop {
+                shared.rests.fetch_add(1, Ordering::Relaxed);
+                std::thread::park_timeout(HEADROOM_SAMPLE);
+                if shared.stop.load(Ordering::Acquire) || h.spare_cpus() >= MIN_SPARE_CPUS {
+                    break;
+                }
+            }
+        }
         if window_start.elapsed() < window {
             continue;
         }
@@ -146,9 +182,109 @@ fn spin(shared: &Shared, window: Duration) {
             while shared.activity.parked() && !shared.stop.load(Ordering::Acquire) {
                 std::thread::park();
             }
+            // Woken by a request after a quiet spell: measure afresh from now.
+            if let Some(h) = headroom.as_mut() {
+                h.restart();
+            }
         }
         window_start = Instant::now();
     }
+}
+
+/// The machine's spare CPU over the last sample: the idle time of all CPUs (`/proc/stat`) plus
+/// the spinner's own CPU time (which would be idle without it).
+struct Headroom {
+    since: Instant,
+    idle_ticks: u64,
+    own_cpu: Duration,
+    ticks_per_second: f64,
+}
+
+impl Headroom {
+    /// `None` where `/proc/stat` or the thread's CPU clock cannot be read: the spinner then spins
+    /// as it always did.
+    fn start() -> Option<Headroom> {
+        #[cfg(target_os = "linux")]
+        #[allow(unsafe_code)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+            (ticks > 0).then_some(())?;
+            Some(Headroom {
+                since: Instant::now(),
+                idle_ticks: idle_ticks()?,
+                own_cpu: thread_cpu_time()?,
+                ticks_per_second: ticks as f64,
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
+    fn due(&self) -> bool {
+        self.since.elapsed() >= HEADROOM_SAMPLE
+    }
+
+    /// Starts a new sample now.
+    fn restart(&mut self) {
+        if let (Some(idle), Some(own)) = (idle_ticks(), thread_cpu_time()) {
+            (self.since, self.idle_ticks, self.own_cpu) = (Instant::now(), idle, own);
+        }
+    }
+
+    /// Spare CPUs since the sample started; starts the next one.
+    fn spare_cpus(&mut self) -> f64 {
+        let wall = self.since.elapsed();
+        let (Some(idle), Some(own)) = (idle_ticks(), thread_cpu_time()) else {
+            return f64::INFINITY;
+        };
+        let spare = spare_cpus(
+            idle.saturating_sub(self.idle_ticks),
+            self.ticks_per_second,
+            own.saturating_sub(self.own_cpu),
+            wall,
+        );
+        (self.since, self.idle_ticks, self.own_cpu) = (Instant::now(), idle, own);
+        spare
+    }
+}
+
+/// Spare CPUs over `wall`: idle ticks (all CPUs) plus `own` spinning time, per second of wall time.
+fn spare_cpus(idle_ticks: u64, ticks_per_second: f64, own: Duration, wall: Duration) -> f64 {
+    if wall.is_zero() {
+        return f64::INFINITY;
+    }
+    (idle_ticks as f64 / ticks_per_second + own.as_secs_f64()) / wall.as_secs_f64()
+}
+
+/// Idle plus I/O-wait ticks of all CPUs together: the `cpu` line of `/proc/stat`.
+fn idle_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_idle_ticks(stat.lines().next()?)
+}
+
+fn parse_idle_ticks(cpu_line: &str) -> Option<u64> {
+    let mut fields = cpu_line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    // user nice system idle iowait ...
+    let values: Vec<u64> = fields.take(5).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    Some(values.get(3)? + values.get(4)?)
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu_time() -> Option<Duration> {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid clock id and a pointer to a live timespec.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// Puts the calling thread under `SCHED_IDLE`: it then runs only when nothing else wants the CPU.
@@ -185,6 +321,34 @@ mod tests {
         // A whole window without requests: park.
         assert_eq!(a.end_of_window(), Step::Park);
         assert!(a.touch());
+    }
+
+    #[test]
+    fn spare_cpu_counts_idle_ticks_of_all_cpus_and_the_spinners_own_time() {
+        let line = "cpu  4705 356 584 3699 23 0 8 0 0 0";
+        assert_eq!(parse_idle_ticks(line), Some(3699 + 23));
+        assert_eq!(parse_idle_ticks("cpu0 1 2 3 4 5"), None, "a single CPU's line is not the total");
+        assert_eq!(parse_idle_ticks("cpu 1 2 x 4 5"), None);
+        assert_eq!(parse_idle_ticks("cpu 1 2 3"), None);
+        // Over 100 ms: one idle tick (10 ms) and 40 ms of spinning = half a CPU to spare.
+        let (tick, wall) = (100.0, Duration::from_millis(100));
+        let spare = spare_cpus(1, tick, Duration::from_millis(40), wall);
+        assert!((spare - 0.5).abs() < 1e-9, "{spare}");
+        // Two idle CPUs: 2.0; a saturated machine on which the spinner got 10 ms: 0.1.
+        assert!((spare_cpus(20, tick, Duration::ZERO, wall) - 2.0).abs() < 1e-9);
+        assert!(spare_cpus(0, tick, Duration::from_millis(10), wall) < MIN_SPARE_CPUS);
+        assert_eq!(spare_cpus(5, tick, Duration::ZERO, Duration::ZERO), f64::INFINITY);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn headroom_reads_this_machine() {
+        let mut h = Headroom::start().expect("/proc/stat and the thread clock are readable on Linux");
+        std::thread::sleep(HEADROOM_SAMPLE);
+        assert!(h.due());
+        let spare = h.spare_cpus();
+        assert!(spare.is_finite() && spare >= 0.0, "{spare}");
+        assert!(!h.due(), "a sample starts the next one");
     }
 
     #[test]

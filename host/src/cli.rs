@@ -144,7 +144,8 @@ pub struct ServeArgs {
     pub inline_execution_us: u64,
     /// For this many microseconds after each inference request, one idle-priority thread spins
     /// to keep a CPU awake, so the next request is not delayed by waking a halted (virtual) CPU.
-    /// It yields to any other work at once and parks when requests stop. 0 turns it off. See
+    /// It yields to any other work at once, rests while the CPUs have less than half a CPU to
+    /// spare, and parks when requests stop. 0 turns it off. See
     /// "Busy polling" in the README.
     #[arg(long = "busy-poll-us", default_value_t = 1000)]
     pub busy_poll_us: u64,
