@@ -11,7 +11,7 @@
 //!
 //! Spinning only pays while the machine has a CPU to spare: under a load that keeps every CPU busy
 //! (concurrency 4 against two vCPUs) the spinner still runs in each short gap, and every thread the
-//! kernel wakes there must first preempt it — measured at 12–29% of a CPU and ~8% of HTTP
+//! kernel wakes there must first preempt it — measured at 12–29% of a CPU and 6–11% of HTTP
 //! throughput at concurrency 4 (bench/README.md, session 8). So every [`HEADROOM_SAMPLE`] of
 //! spinning it measures the machine's spare CPU (idle time from `/proc/stat` plus its own spinning)
 //! and, when that is under [`MIN_SPARE_CPUS`], rests until a sample finds enough idle time again
