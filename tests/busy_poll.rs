@@ -25,8 +25,9 @@ fn the_spinner_runs_at_idle_priority_only_while_requests_arrive() {
     const SCHED_IDLE: u32 = 5;
     let repo = Repo::new();
     repo.example("simple");
-    // A window long enough to observe the spinning on a loaded machine.
-    let s = Server::start(repo.path(), &["--busy-poll-us", "1500000"]);
+    // A window long enough to observe the spinning on a loaded machine, and no resting for lack of
+    // spare CPU (a busy test machine would otherwise decide when it spins).
+    let s = Server::start(repo.path(), &["--busy-poll-us", "1500000", "--busy-poll-min-spare-cpus", "0"]);
     s.wait_until("the spinner to start", || spinner(&s).is_some());
     let Some((_, policy)) = spinner(&s) else { unreachable!() };
     assert_eq!(policy, SCHED_IDLE);
@@ -38,6 +39,23 @@ fn the_spinner_runs_at_idle_priority_only_while_requests_arrive() {
     assert_eq!(spinner(&s).map(|(state, _)| state), Some('R'));
     // ... and it parks again when requests stop.
     s.wait_until("the spinner to park again", || spinner(&s).is_some_and(|(state, _)| state == 'S'));
+}
+
+/// Short of spare CPU (no machine has a thousand), the spinner rests — sleeping, not spinning —
+/// although requests keep arriving within its window.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_spinner_rests_while_the_machine_has_no_cpu_to_spare() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--busy-poll-us", "60000000", "--busy-poll-min-spare-cpus", "1000"]);
+    s.wait_until("the spinner to start", || spinner(&s).is_some());
+    let mut sent = 0;
+    s.wait_until("the spinner to rest while requests arrive", || {
+        sent += 1;
+        assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(sent)).status, 200);
+        sent > 1 && spinner(&s).is_some_and(|(state, _)| state == 'S')
+    });
 }
 
 #[cfg(target_os = "linux")]

@@ -49,13 +49,14 @@ const SPINS_PER_POLL: u32 = 64;
 /// is too little. `/proc/stat` counts in ticks of 10 ms, so a sample needs to span several.
 pub const HEADROOM_SAMPLE: Duration = Duration::from_millis(100);
 
-/// The spare CPU (in CPUs: idle time plus the spinner's own) below which spinning stops paying.
+/// The default spare CPU (in CPUs: idle time plus the spinner's own) below which spinning stops
+/// paying (`--busy-poll-min-spare-cpus`).
 pub const MIN_SPARE_CPUS: f64 = 0.5;
 
 impl BusyPoll {
     /// Starts the spinner, which spins for one to two `window`s after each request. `None` when
     /// the window is zero or the thread cannot run at idle priority.
-    pub fn start(window: Duration) -> Option<BusyPoll> {
+    pub fn start(window: Duration, min_spare_cpus: f64) -> Option<BusyPoll> {
         if window.is_zero() {
             return None;
         }
@@ -73,7 +74,7 @@ impl BusyPoll {
                 let idle = set_idle_priority();
                 let _ = ready_tx.send(idle.clone());
                 if idle.is_ok() {
-                    spin(&spinner, window);
+                    spin(&spinner, window, min_spare_cpus);
                 }
             })
             .map_err(|e| tracing::warn!("busy polling is off: the thread could not start: {e}"))
@@ -151,8 +152,9 @@ impl Activity {
     }
 }
 
-fn spin(shared: &Shared, window: Duration) {
-    let mut headroom = Headroom::start();
+fn spin(shared: &Shared, window: Duration, min_spare_cpus: f64) {
+    // Zero: spin whatever the load, and never read /proc for it.
+    let mut headroom = if min_spare_cpus > 0.0 { Headroom::start() } else { None };
     let mut window_start = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         for _ in 0..SPINS_PER_POLL {
@@ -162,14 +164,14 @@ fn spin(shared: &Shared, window: Duration) {
         std::thread::yield_now();
         if let Some(h) = headroom.as_mut()
             && h.due()
-            && h.spare_cpus() < MIN_SPARE_CPUS
+            && h.spare_cpus() < min_spare_cpus
         {
             // The CPUs are busy with work: spinning would only stand in its way. Rest while they
             // stay busy; each rest is itself the next sample (of idle time alone, as nothing spins).
             loop {
                 shared.rests.fetch_add(1, Ordering::Relaxed);
                 std::thread::park_timeout(HEADROOM_SAMPLE);
-                if shared.stop.load(Ordering::Acquire) || h.spare_cpus() >= MIN_SPARE_CPUS {
+                if shared.stop.load(Ordering::Acquire) || h.spare_cpus() >= min_spare_cpus {
                     break;
                 }
             }
@@ -353,13 +355,13 @@ mod tests {
 
     #[test]
     fn a_zero_window_starts_no_thread() {
-        assert!(BusyPoll::start(Duration::ZERO).is_none());
+        assert!(BusyPoll::start(Duration::ZERO, MIN_SPARE_CPUS).is_none());
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn touch_wakes_a_parked_spinner_and_drop_stops_it() {
-        let Some(poll) = BusyPoll::start(Duration::from_micros(1)) else {
+        let Some(poll) = BusyPoll::start(Duration::from_micros(1), 0.0) else {
             return; // SCHED_IDLE refused here: nothing spins, which is what start promises.
         };
         // Parks after its first quiet 1 µs window; only a touch makes it spin and park again.
@@ -374,6 +376,24 @@ mod tests {
         poll.touch();
         parks(2);
         // Dropping the handle stops and joins the thread.
+        drop(poll);
+    }
+
+    /// No machine has a thousand spare CPUs: the spinner rests after its first sample, and keeps
+    /// resting (sample after sample) while requests go on arriving, instead of spinning.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_spinner_short_of_spare_cpu_rests_while_requests_arrive() {
+        let Some(poll) = BusyPoll::start(Duration::from_secs(60), 1000.0) else {
+            return; // SCHED_IDLE refused here: nothing spins.
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while poll.shared.rests.load(Ordering::Relaxed) < 3 {
+            poll.touch();
+            assert!(Instant::now() < deadline, "the spinner did not rest");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(poll.shared.parks.load(Ordering::Relaxed), 0, "it rested, it did not park");
         drop(poll);
     }
 }

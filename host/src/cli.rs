@@ -149,6 +149,10 @@ pub struct ServeArgs {
     /// "Busy polling" in the README.
     #[arg(long = "busy-poll-us", default_value_t = 1000)]
     pub busy_poll_us: u64,
+    /// The busy-poll thread rests while the machine has less spare CPU than this (in CPUs: idle
+    /// time plus its own spinning, sampled every 100 ms); 0 makes it spin whatever the load.
+    #[arg(long = "busy-poll-min-spare-cpus", default_value_t = crate::busy_poll::MIN_SPARE_CPUS, value_parser = non_negative_cpus)]
+    pub busy_poll_min_spare_cpus: f64,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
     #[arg(long = "test-hooks", hide = true)]
     pub test_hooks: bool,
@@ -165,5 +169,13 @@ impl ServeArgs {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
                 .map(|c| c.join("nereus"))
         })
+    }
+}
+
+/// A CPU count that is a finite number of zero or more.
+fn non_negative_cpus(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a number of CPUs (0 or more)")),
     }
 }

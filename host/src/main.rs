@@ -49,6 +49,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
         inline_under: std::time::Duration::from_micros(args.inline_execution_us),
         busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
+        busy_poll_min_spare_cpus: args.busy_poll_min_spare_cpus,
     })?;
     if args.allow_metrics {
         tracing::warn!(

@@ -50,6 +50,8 @@ pub struct ServerOptions {
     /// How long an idle-priority thread keeps a CPU awake after each request (`--busy-poll-us`;
     /// zero: no such thread). See [`crate::busy_poll`].
     pub busy_poll: std::time::Duration,
+    /// The spare CPU under which the spinner rests (`--busy-poll-min-spare-cpus`).
+    pub busy_poll_min_spare_cpus: f64,
 }
 
 pub struct Server {
@@ -125,7 +127,7 @@ impl Server {
             load(name, dir);
         }
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
-        let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll);
+        let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll, options.busy_poll_min_spare_cpus);
         Ok(Arc::new(Server {
             models,
             options,
