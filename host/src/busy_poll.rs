@@ -211,13 +211,17 @@ impl Headroom {
         {
             // SAFETY: sysconf has no preconditions.
             let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-            (ticks > 0).then_some(())?;
-            Some(Headroom {
+            if ticks <= 0 {
+                return None;
+            }
+            let mut h = Headroom {
                 since: Instant::now(),
-                idle_ticks: idle_ticks()?,
-                own_cpu: thread_cpu_time()?,
+                idle_ticks: 0,
+                own_cpu: Duration::ZERO,
                 ticks_per_second: ticks as f64,
-            })
+            };
+            h.sample()?;
+            Some(h)
         }
         #[cfg(not(target_os = "linux"))]
         None
@@ -229,25 +233,21 @@ impl Headroom {
 
     /// Starts a new sample now.
     fn restart(&mut self) {
-        if let (Some(idle), Some(own)) = (idle_ticks(), thread_cpu_time()) {
-            (self.since, self.idle_ticks, self.own_cpu) = (Instant::now(), idle, own);
-        }
+        let _ = self.sample();
     }
 
     /// Spare CPUs since the sample started; starts the next one.
     fn spare_cpus(&mut self) -> f64 {
-        let wall = self.since.elapsed();
-        let (Some(idle), Some(own)) = (idle_ticks(), thread_cpu_time()) else {
-            return f64::INFINITY;
-        };
-        let spare = spare_cpus(
-            idle.saturating_sub(self.idle_ticks),
-            self.ticks_per_second,
-            own.saturating_sub(self.own_cpu),
-            wall,
-        );
-        (self.since, self.idle_ticks, self.own_cpu) = (Instant::now(), idle, own);
-        spare
+        self.sample().map_or(f64::INFINITY, |(idle, own, wall)| spare_cpus(idle, self.ticks_per_second, own, wall))
+    }
+
+    /// Ends the current sample and starts the next: the idle ticks, own CPU time and wall time
+    /// since the last one (`None`, and nothing restarted, where a reading fails).
+    fn sample(&mut self) -> Option<(u64, Duration, Duration)> {
+        let (idle, own, now) = (idle_ticks()?, thread_cpu_time()?, Instant::now());
+        let spent = (idle.saturating_sub(self.idle_ticks), own.saturating_sub(self.own_cpu), now - self.since);
+        (self.since, self.idle_ticks, self.own_cpu) = (now, idle, own);
+        Some(spent)
     }
 }
 

@@ -48,16 +48,16 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let activity = Arc::new(Activity::default());
+                // What each request of the connection needs, behind one `Arc` (one clone a request).
+                let connection =
+                    Arc::new(Connection { server: server.clone(), options: options.clone(), activity: Activity::default() });
                 let quiet_period = options.header_timeout;
-                let (server, options, watched) = (server.clone(), options.clone(), activity.clone());
+                let shared = connection.clone();
                 let service = service_fn(move |req| {
-                    let (server, options) = (server.clone(), options.clone());
-                    let in_flight = watched.begin();
+                    let connection = shared.clone();
                     async move {
-                        let response = router::handle(server, options, req).await;
-                        drop(in_flight);
-                        Ok::<_, Infallible>(response)
+                        let _in_flight = connection.activity.begin();
+                        Ok::<_, Infallible>(router::handle(&connection.server, &connection.options, req).await)
                     }
                 });
                 let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
@@ -65,13 +65,13 @@ pub async fn serve(
                     let ended = match acceptor {
                         None => {
                             let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
-                            until_quiet(served, &activity, quiet_period).await
+                            until_quiet(served, &connection.activity, quiet_period).await
                         }
                         // The handshake runs in the connection's task, bounded, never in the accept loop.
                         Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                             Ok(Ok(tls)) => {
                                 let served = watcher.watch(builder.serve_connection(TokioIo::new(tls), service).into_owned());
-                                until_quiet(served, &activity, quiet_period).await
+                                until_quiet(served, &connection.activity, quiet_period).await
                             }
                             Ok(Err(e)) => {
                                 tracing::debug!("TLS handshake failed: {e}");
@@ -93,6 +93,13 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// One connection's share of the server, and what its watchdog watches.
+struct Connection {
+    server: Arc<Server>,
+    options: Arc<HttpOptions>,
+    activity: Activity,
 }
 
 /// Serves a connection until it ends, or until its client has been quiet for `period` (see

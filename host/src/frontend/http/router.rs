@@ -192,13 +192,13 @@ async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -
 }
 
 /// Handles one request; never fails (errors become responses).
-pub async fn handle(server: Arc<Server>, options: Arc<HttpOptions>, req: Request<Incoming>) -> HttpResponse {
+pub async fn handle(server: &Arc<Server>, options: &HttpOptions, req: Request<Incoming>) -> HttpResponse {
     let accept = req
         .headers()
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .and_then(Encoding::from_accept_encoding);
-    let response = match route(&server, &options, req).await {
+    let response = match route(server, options, req).await {
         Ok(r) => r,
         Err(e) => error_reply(&e),
     };

@@ -11,7 +11,6 @@
 //! keep-alive connection left idle) and a client that stops reading its response, for HTTP/1.1
 //! and HTTP/2 alike. A request being served keeps its connection open however long it runs; a
 //! body that stalls is the body timeout's business (408).
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,9 +23,9 @@ pub struct Activity {
 
 impl Activity {
     /// Records a request whose head has arrived; the returned guard records its end when dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub fn begin(&self) -> InFlight<'_> {
         self.started.fetch_add(1, Ordering::Relaxed);
-        InFlight(self.clone())
+        InFlight(self)
     }
 
     /// Resolves once a whole `period` passes with no request started and none in flight.
@@ -45,9 +44,9 @@ impl Activity {
 
 /// A request in flight on its connection (see [`Activity::begin`]).
 #[derive(Debug)]
-pub struct InFlight(Arc<Activity>);
+pub struct InFlight<'a>(&'a Activity);
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.finished.fetch_add(1, Ordering::Relaxed);
     }
@@ -56,6 +55,7 @@ impl Drop for InFlight {
 #[cfg(test)]
 mod tests {
     use std::pin::Pin;
+    use std::sync::Arc;
     use std::task::{Context, Waker};
 
     use super::*;
