@@ -1,64 +1,86 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the integration tests that drive the real `nereus` binary, each fuzz
-# target briefly, and Triton's own Python clients against `nereus` serving model_repository/. Works on
-# a fresh machine with rustup's stable toolchain: rust-toolchain.toml brings the wasm32-wasip2 target,
-# cargo brings cargo-fuzz, pip brings the clients and ONNX Runtime's library.
+# target briefly, the command-line reference check, and Triton's own Python clients (its client
+# examples unchanged, and scripts of ours using tritonclient) against `nereus`. Works on a fresh
+# machine with rustup's stable toolchain and Python 3: scripts/setup.sh --test installs the rest
+# (the wasm32-wasip2 target, ONNX Runtime's CPU library, cargo-fuzz, a Python environment with
+# tritonclient) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 target=${CARGO_TARGET_DIR:-$root/target}
 
-echo "== ONNX Runtime (its CPU library from the PyPI wheel, for the onnxruntime backend's tests)"
+echo "== set-up (scripts/setup.sh --test)"
+venv=$(scripts/setup.sh --test)
 NEREUS_ONNXRUNTIME_LIB=${NEREUS_ONNXRUNTIME_LIB:-$(scripts/setup-onnxruntime.sh)}
 export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
 
 echo "== cargo test (unit + integration)"
 cargo test --release --locked
 
+echo "== docs/cli.md is what \`nereus serve --help\` prints"
+scripts/cli-reference.sh --check "$target/release/nereus"
+
 echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
 scripts/fuzz.sh ci
 
-echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
-venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy, onnx, onnxruntime' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http,grpc]' numpy onnx onnxruntime
-fi
-# Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port.
+# Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port; its log
+# (standard error) goes to a file, which must hold no terminal escape byte.
 start_nereus() {
   local log
   log=$(mktemp)
   logs+=("$log")
-  "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
+  env -u NO_COLOR "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
     --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false "${@:2}" >"$log" 2>&1 &
   pid=$!
   pids+=("$pid")
   port= grpc_port=
   for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
-    grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
-    [[ -n $port && -n $grpc_port ]] && return 0
+    if grep -q 'Nereus is ready' "$log"; then
+      port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+      grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+      if grep -q $'\x1b' "$log"; then echo "the log written to a file has terminal escapes:"; cat -v "$log"; exit 1; fi
+      return 0
+    fi
     kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
     sleep 0.1
   done
   echo "nereus did not start"; cat "$log"; exit 1
 }
+# Stops the last server started and checks its whole log for escapes too.
+stop_nereus() {
+  kill -TERM "$pid"
+  wait "$pid"
+  if grep -q $'\x1b' "${logs[-1]}"; then echo "the log written to a file has terminal escapes:"; cat -v "${logs[-1]}"; exit 1; fi
+}
 pids=() logs=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "${logs[@]}"' EXIT
 
+echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
 start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
 "$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_image_classifier.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_system_shm.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
-kill -TERM "$pid"
-wait "$pid"
+stop_nereus
+
+echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
+# model_repository, with Triton's own example ONNX models where the examples need Triton's
+# semantics (simple_string, simple_int8, and simple_sequence in place of ours).
+examples=$(mktemp -d)
+logs+=("$examples")
+for m in model_repository/*/ tests/onnx_models/simple_string/ tests/onnx_models/simple_int8/; do
+  ln -s "$root/${m%/}" "$examples/"
+done
+rm "$examples/simple_sequence" && ln -s "$root/tests/onnx_models/simple_sequence" "$examples/"
+start_nereus "$examples" --allow-client-shm=true --id triton --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
+"$venv/bin/python" tests/python/test_triton_client_examples.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+stop_nereus
 
 echo "== Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
 start_nereus tests/onnx_models --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_tritonclient_onnx.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
-kill -TERM "$pid"
-wait "$pid"
+stop_nereus
 
 echo "== an MLP and a CNN built with the onnx package (configs auto-completed) against onnxruntime in Python"
 generated=$(mktemp -d)
@@ -66,6 +88,5 @@ logs+=("$generated")
 "$venv/bin/python" tests/python/test_onnx_vs_ort.py build "$generated"
 start_nereus "$generated" --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_onnx_vs_ort.py check "$generated" "127.0.0.1:$port" "127.0.0.1:$grpc_port"
-kill -TERM "$pid"
-wait "$pid"
+stop_nereus
 echo "all tests passed"

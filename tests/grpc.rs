@@ -128,13 +128,25 @@ fn health_metadata_config_and_repository() {
             .unwrap_err();
         assert_eq!(e.code(), Code::Unavailable);
 
-        // system shared memory is off without --allow-client-shm, and says how to turn it on
-        let e = c.system_shared_memory_status(pb::SystemSharedMemoryStatusRequest::default()).await.unwrap_err();
-        assert_eq!(e.code(), Code::Unavailable);
-        assert!(e.message().contains("--allow-client-shm"), "{e}");
-        // not implemented yet: said so, never faked
+        // system shared memory is off without --allow-client-shm: registering is UNIMPLEMENTED
+        // and says how to turn it on, the status has no regions (as tritonserver answers)
+        let status = c.system_shared_memory_status(pb::SystemSharedMemoryStatusRequest::default()).await.unwrap();
+        assert!(status.into_inner().regions.is_empty());
+        let e = c
+            .system_shared_memory_register(pb::SystemSharedMemoryRegisterRequest {
+                name: "r".into(),
+                key: "/nope".into(),
+                offset: 0,
+                byte_size: 8,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        assert!(e.message().contains("--allow-client-shm=true"), "{e}");
+        // CUDA shared memory: off with the rest of client shared memory
         let e = c.cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest::default()).await.unwrap_err();
         assert_eq!(e.code(), Code::Unimplemented);
+        // not implemented yet: said so, never faked
         let e = c.trace_setting(pb::TraceSettingRequest::default()).await.unwrap_err();
         assert_eq!(e.code(), Code::Unimplemented);
         assert!(e.message().contains("trace"));

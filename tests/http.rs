@@ -17,6 +17,14 @@ fn examples() -> &'static (Repo, Server) {
         }
         let dir = repo.model("echo", &faults_config("echo", ""), &["1"]);
         install_faults_component(&dir);
+        repo.model(
+            "raw_bytes",
+            r#"backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]"#,
+            &["1"],
+        );
         let server = Server::start(repo.path(), &[]);
         clean_up_at_exit(&server, &repo);
         (repo, server)
@@ -201,7 +209,20 @@ fn binary_tensor_extension_both_ways() {
     assert_eq!(&r.body[n..], &data[..]);
     let r = s.request("POST", "/v2/models/simple/infer", &[("Inference-Header-Content-Length", "0")], &data);
     assert_eq!(r.status, 400);
-    assert!(r.error().contains("exactly one input"), "{}", r.text());
+    assert!(r.error().contains("Raw request must only have 1 input"), "{}", r.text());
+    // BYTES: the whole body is the one element of a [1]-shaped input, as tritonserver reads it
+    let text = b"raw \0 bytes, any of them: \xff";
+    let r = s.request("POST", "/v2/models/raw_bytes/infer", &[("Inference-Header-Content-Length", "0")], text);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let head: Value = serde_json::from_slice(&r.body[..n]).unwrap();
+    assert_eq!(head["outputs"][0]["shape"], json!([1, 1]));
+    assert_eq!(&r.body[n..n + 4], &(text.len() as u32).to_le_bytes());
+    assert_eq!(&r.body[n + 4..], &text[..]);
+    // ... and only there: identity_bytes takes [-1]
+    let r = s.request("POST", "/v2/models/identity_bytes/infer", &[("Inference-Header-Content-Length", "0")], text);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("the model must have input shape [1]"), "{}", r.text());
 }
 
 #[test]
@@ -264,10 +285,64 @@ fn compression_both_ways() {
     flate2::read::ZlibDecoder::new(&r.body[..]).read_to_string(&mut plain).unwrap();
     assert!(plain.contains("\"OUTPUT0\""));
 
+    // Only when asked, and as tritonserver picks among several codings: the highest weight
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!((r.status, r.header("Content-Encoding")), (200, None));
+    for (accept, coding) in
+        [("identity, gzip", None), ("gzip;q=0", None), ("deflate;q=0.5, gzip", Some("gzip")), ("br, deflate", Some("deflate"))]
+    {
+        let r = s.request("POST", "/v2/models/simple/infer", &[("Accept-Encoding", accept)], body.as_bytes());
+        assert_eq!((r.status, r.header("Content-Encoding")), (200, coding), "{accept}");
+    }
+    // An error is plain JSON, asked or not.
+    let r = s.request("POST", "/v2/models/nope/infer", &[("Accept-Encoding", "gzip")], body.as_bytes());
+    assert_eq!((r.status, r.header("Content-Encoding")), (404, None));
+    assert!(r.error().contains("nope"), "{}", r.text());
+
     let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "gzip")], b"definitely not gzip");
     assert_eq!(r.status, 400, "{}", r.text());
     let r = s.request("POST", "/v2/models/simple/infer", &[("Content-Encoding", "br")], body.as_bytes());
     assert_eq!(r.status, 415, "{}", r.text());
+}
+
+/// tritonserver compresses inference responses only: every other route answers plain JSON even to
+/// a client that accepts gzip (tritonclient's asyncio HTTP client, aiohttp, reads them as text).
+#[test]
+fn only_inference_responses_are_compressed() {
+    let s = server();
+    let gets = [
+        "/v2",
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/simple",
+        "/v2/models/simple/versions/1",
+        "/v2/models/simple/ready",
+        "/v2/models/simple/config",
+        "/v2/models/stats",
+        "/v2/models/simple/stats",
+        "/v2/logging",
+        "/v2/systemsharedmemory/status",
+        "/v2/models/nope",
+    ];
+    for path in gets {
+        for coding in ["gzip", "deflate", "gzip, deflate"] {
+            let r = s.request("GET", path, &[("Accept-Encoding", coding)], b"");
+            assert_eq!(r.header("Content-Encoding"), None, "{path} ({coding})");
+            if !r.body.is_empty() {
+                serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|e| panic!("{path}: {e}: {:?}", r.body));
+            }
+        }
+    }
+    for path in ["/v2/repository/index", "/v2/logging", "/v2/systemsharedmemory/unregister"] {
+        let body = if path == "/v2/logging" { b"{}".as_slice() } else { b"".as_slice() };
+        let r = s.request("POST", path, &[("Accept-Encoding", "gzip")], body);
+        assert_eq!(r.header("Content-Encoding"), None, "POST {path}");
+        if !r.body.is_empty() {
+            serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|e| panic!("{path}: {e}: {:?}", r.body));
+        }
+    }
+    let r = s.request("POST", "/v2/models/simple/infer", &[("Accept-Encoding", "gzip")], simple_request(1).to_string().as_bytes());
+    assert_eq!((r.status, r.header("Content-Encoding")), (200, Some("gzip")));
 }
 
 /// Every validation fault gets its status and a message naming the problem; the server keeps
@@ -700,9 +775,14 @@ fn system_shared_memory_is_opt_in_and_bounds_checked() {
     let register = |s: &Server, name: &str, body: Value| {
         s.post_json(&format!("/v2/systemsharedmemory/region/{name}/register"), &body)
     };
+    // as tritonserver: registering is UNSUPPORTED (501) and says how to turn it on; the status is
+    // an empty list, since no region can exist
     let r = register(&off, "r", json!({"key": "/nope", "offset": 0, "byte_size": 8}));
-    assert_eq!(r.status, 503, "{}", r.text());
-    assert!(r.error().contains("--allow-client-shm"), "{}", r.text());
+    assert_eq!(r.status, 501, "{}", r.text());
+    assert!(r.error().contains("--allow-client-shm=true"), "{}", r.text());
+    let r = off.get("/v2/systemsharedmemory/status");
+    assert_eq!((r.status, r.json()), (200, json!([])));
+    assert_eq!(off.request("POST", "/v2/systemsharedmemory/unregister", &[], b"").status, 501);
     drop(off);
 
     // A 64-byte POSIX shared-memory object made here.

@@ -75,6 +75,25 @@ fn the_committed_images_are_classified_as_labelled() {
     let labels = output(&image_request(&s, "classify_digit", &batch, &["LABELS"]), "LABELS");
     let firsts: Vec<Value> = labels.as_array().unwrap().chunks(3).map(|row| row[0].clone()).collect();
     assert_eq!(firsts, all.iter().take(4).map(|(_, l)| l.clone()).collect::<Vec<_>>());
+    // The raw binary form (Inference-Header-Content-Length: 0): the body is the image file as it
+    // is, the one element of IMAGE; every output comes back binary.
+    let (image, label) = &all[0];
+    let r = s.request("POST", "/v2/models/classify_digit/infer", &[("Inference-Header-Content-Length", "0")], image);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let head: Value = serde_json::from_slice(&r.body[..n]).unwrap();
+    let mut at = n;
+    let mut first_label = None;
+    for out in head["outputs"].as_array().unwrap() {
+        let size = out["parameters"]["binary_data_size"].as_u64().unwrap() as usize;
+        if out["name"] == "LABELS" {
+            let len = u32::from_le_bytes(r.body[at..at + 4].try_into().unwrap()) as usize;
+            first_label = Some(String::from_utf8(r.body[at + 4..at + 4 + len].to_vec()).unwrap());
+        }
+        at += size;
+    }
+    assert_eq!(at, r.body.len(), "{head}");
+    assert_eq!(first_label.as_deref(), label.as_str(), "{head}");
     // A bad image fails that request with the client's error, naming the step; the demo keeps serving.
     let r = image_request(&s, "classify_digit", &[b"not an image".to_vec()], &["LABELS"]);
     assert_eq!(r.status, 400, "{}", r.text());

@@ -160,6 +160,8 @@ fn without_the_library_onnx_models_are_unavailable_and_the_rest_serve() {
     let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "simple").unwrap().clone();
     assert_eq!(entry["state"], "UNAVAILABLE");
     assert!(entry["reason"].as_str().unwrap().contains("/nonexistent/libonnxruntime.so"), "{}", entry["reason"]);
+    // ... and says how to get one
+    assert!(entry["reason"].as_str().unwrap().contains("scripts/setup-onnxruntime.sh"), "{}", entry["reason"]);
     let body = json!({"inputs": [
         {"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]},
         {"name": "INPUT1", "shape": [2], "datatype": "FP32", "data": [1.0, 1.0]}

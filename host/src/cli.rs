@@ -21,12 +21,17 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve a model repository over HTTP.
+    /// Serve a model repository over HTTP and gRPC.
     Serve(ServeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    /// The server's name in its metadata (`GET /v2`, gRPC ServerMetadata), tritonserver's `--id`.
+    /// Clients that insist on talking to "triton" (Triton's health example does) get it with
+    /// `--id triton`.
+    #[arg(long = "id", default_value = "nereus")]
+    pub id: String,
     /// A model repository folder; repeat for several.
     #[arg(long = "model-repository", alias = "model-store", value_name = "PATH")]
     pub model_repository: Vec<PathBuf>,
@@ -49,14 +54,17 @@ pub struct ServeArgs {
     /// Compile components afresh on every start.
     #[arg(long = "disable-component-cache")]
     pub disable_component_cache: bool,
+    /// Address the HTTP/REST endpoint listens on.
     #[arg(long = "http-address", default_value = "0.0.0.0")]
     pub http_address: String,
     /// HTTP port; 0 picks a free one (the log says which).
     #[arg(long = "http-port", default_value_t = 8000)]
     pub http_port: u16,
+    /// Serve the HTTP/REST endpoint.
     #[arg(long = "allow-http", default_value_t = true, action = ArgAction::Set)]
     pub allow_http: bool,
-    /// Largest HTTP request body, in bytes.
+    /// Largest HTTP request body, in bytes, before and after decompression (tritonserver's
+    /// default, 64 MiB).
     #[arg(long = "http-max-input-size", default_value_t = 64 << 20)]
     pub http_max_input_size: usize,
     /// Restrict HTTP APIs to requests carrying a header, as tritonserver:
@@ -94,13 +102,16 @@ pub struct ServeArgs {
     /// Mutual TLS for gRPC: clients need a certificate signed by `--grpc-root-cert`.
     #[arg(long = "grpc-use-ssl-mutual", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub grpc_use_ssl_mutual: bool,
+    /// The PEM certificate chain gRPC serves over TLS (tritonserver's flag).
     #[arg(long = "grpc-server-cert")]
     pub grpc_server_cert: Option<PathBuf>,
+    /// The PEM private key of `--grpc-server-cert`.
     #[arg(long = "grpc-server-key")]
     pub grpc_server_key: Option<PathBuf>,
     /// The CA of client certificates (mutual TLS).
     #[arg(long = "grpc-root-cert")]
     pub grpc_root_cert: Option<PathBuf>,
+    /// Address the gRPC endpoint listens on.
     #[arg(long = "grpc-address", default_value = "0.0.0.0")]
     pub grpc_address: String,
     /// gRPC port; 0 picks a free one (the log says which).
@@ -119,17 +130,21 @@ pub struct ServeArgs {
     /// How long to wait for a keepalive ping's answer, in ms.
     #[arg(long = "grpc-keepalive-timeout")]
     pub grpc_keepalive_timeout: Option<u64>,
+    /// Serve the gRPC endpoint.
     #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set)]
     pub allow_grpc: bool,
     /// Accepted for tritonserver compatibility; the metrics endpoint is not in this build yet.
     #[arg(long = "metrics-port", default_value_t = 8002)]
     pub metrics_port: u16,
+    /// Accepted for tritonserver compatibility; with `true` a warning says metrics are not served yet.
     #[arg(long = "allow-metrics", default_value_t = true, action = ArgAction::Set)]
     pub allow_metrics: bool,
     /// Ready only when every model is ready (tritonserver's default).
     #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
     pub strict_readiness: bool,
-    /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs).
+    /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs). Logs go to
+    /// standard error, coloured only on a terminal and without `NO_COLOR`; `NEREUS_LOG` takes a
+    /// full tracing filter.
     #[arg(long = "log-verbose", default_value_t = 0)]
     pub log_verbose: u32,
     /// How long an idle instance worker keeps polling for work before it sleeps, in microseconds.
@@ -139,14 +154,15 @@ pub struct ServeArgs {
     /// Wasm models without a batcher whose executions have all taken less CPU time than this (in
     /// microseconds, over a warm-up) run on the I/O thread that received the request, skipping
     /// the hand-off to an instance thread and back; a faulting execution ends that for the model,
-    /// a costlier one doubles the warm-up. 0 turns it off. See "Inline execution" in the README.
+    /// a costlier one doubles the warm-up. 0 turns it off. See "Inline execution" in
+    /// docs/scheduling.md.
     #[arg(long = "inline-execution-us", default_value_t = 250)]
     pub inline_execution_us: u64,
     /// For this many microseconds after each inference request, one idle-priority thread spins
     /// to keep a CPU awake, so the next request is not delayed by waking a halted (virtual) CPU.
     /// It yields to any other work at once, rests while the CPUs have less than half a CPU to
-    /// spare, and parks when requests stop. 0 turns it off. See
-    /// "Busy polling" in the README.
+    /// spare, and parks when requests stop. 0 turns it off. See "Busy polling" in
+    /// docs/scheduling.md.
     #[arg(long = "busy-poll-us", default_value_t = 1000)]
     pub busy_poll_us: u64,
     /// The busy-poll thread rests while the machine has less spare CPU than this (in CPUs: idle

@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Timeout,
     /// The request body's encoding is not one the server reads (HTTP 415).
     UnsupportedEncoding,
+    /// Something of that name exists already, e.g. a shared-memory region (HTTP 400, as Triton has
+    /// no closer code; gRPC ALREADY_EXISTS).
+    AlreadyExists,
 }
 
 /// A client-facing error. `Clone` so one failed batch fails every request in it.
@@ -61,7 +64,7 @@ impl InferError {
     /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
     pub fn http_status(&self) -> u16 {
         match self.kind {
-            ErrorKind::InvalidArg | ErrorKind::Unknown => 400,
+            ErrorKind::InvalidArg | ErrorKind::Unknown | ErrorKind::AlreadyExists => 400,
             ErrorKind::NotFound => 404,
             ErrorKind::Unavailable => 503,
             ErrorKind::Unsupported => 501,

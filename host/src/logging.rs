@@ -10,7 +10,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::error::InferError;
 
-/// Triton's log settings. `log_file` is accepted only as "" (logs go to standard output).
+/// Triton's log settings. `log_file` is accepted only as "" (logs go to standard error).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogSettings {
     pub log_file: String,
@@ -54,7 +54,7 @@ impl LogSettings {
                 ("log_file", SettingValue::Text(f)) if f.is_empty() => next.log_file.clear(),
                 ("log_file", SettingValue::Text(_)) => {
                     return Err(InferError::unsupported(
-                        "logging to a file is not supported; logs go to standard output",
+                        "logging to a file is not supported; logs go to standard error",
                     ));
                 }
                 ("log_info", SettingValue::Bool(b)) => next.log_info = *b,
@@ -105,13 +105,22 @@ fn default_settings(verbose: u32) -> LogSettings {
     }
 }
 
-/// Installs the process's subscriber. `NEREUS_LOG` (a tracing filter) overrides the settings'
-/// filter, for debugging.
+/// Whether log lines may carry colour: only on a terminal, and not when `NO_COLOR` is set to
+/// anything non-empty (no-color.org). Files, pipes and log collectors get plain text.
+fn colour(stream_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stream_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Installs the process's subscriber, writing to standard error as tritonserver does.
+/// `NEREUS_LOG` (a tracing filter) overrides the settings' filter, for debugging.
 pub fn init(verbose: u32) {
+    use std::io::IsTerminal;
     let settings = default_settings(verbose);
     let filter = EnvFilter::try_from_env("NEREUS_LOG").unwrap_or_else(|_| settings.filter());
     let (layer, handle) = reload::Layer::new(filter);
-    tracing_subscriber::registry().with(layer).with(tracing_subscriber::fmt::layer().with_target(false)).init();
+    let ansi = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
+    let output = tracing_subscriber::fmt::layer().with_target(false).with_ansi(ansi).with_writer(std::io::stderr);
+    tracing_subscriber::registry().with(layer).with(output).init();
     let _ = LOGGING.set(Logging { settings: Mutex::new(settings), handle: Some(handle) });
 }
 
@@ -135,6 +144,15 @@ pub fn update(updates: &[(String, SettingValue)]) -> Result<LogSettings, InferEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(!colour(false, None));
+        assert!(!colour(true, Some("1".into())));
+        // an empty NO_COLOR does not count (no-color.org)
+        assert!(colour(true, Some("".into())));
+    }
 
     #[test]
     fn updates_are_typed_and_validated() {

@@ -34,6 +34,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
     let server = Server::start(ServerOptions {
+        id: args.id.clone(),
         model_repositories: args.model_repository.clone(),
         backend_directory: args.backend_directory.clone(),
         onnxruntime_library: args
@@ -63,9 +64,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let mut tasks = Vec::new();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut http_addr = None;
         if args.allow_http {
             let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
             tracing::info!("Started HTTPService at {}", listener.local_addr()?);
+            http_addr = Some(listener.local_addr()?);
             let options = HttpOptions {
                 max_input_size: args.http_max_input_size,
                 restricted: http_restricted.clone(),
@@ -110,6 +113,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 }));
             }
         }
+        announce_ready(&server, http_addr);
         shutdown_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
         server.begin_shutdown();
@@ -122,6 +126,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// One line for whoever started the server by hand: how many models are ready, and a request to
+/// try on one of them.
+fn announce_ready(server: &Server, http: Option<std::net::SocketAddr>) {
+    let index = server.index(false);
+    let models: std::collections::BTreeSet<&str> = index.iter().map(|m| m.name.as_str()).collect();
+    let ready: std::collections::BTreeSet<&str> =
+        index.iter().filter(|m| m.state == "READY").map(|m| m.name.as_str()).collect();
+    let try_it = match (http, ready.iter().next()) {
+        (Some(addr), Some(model)) => {
+            let host = if addr.ip().is_unspecified() { "localhost".to_string() } else { addr.ip().to_string() };
+            let host = if addr.is_ipv6() && host != "localhost" { format!("[{host}]") } else { host };
+            format!("; try: curl -s {host}:{}/v2/models/{model}", addr.port())
+        }
+        _ => String::new(),
+    };
+    tracing::info!("Nereus is ready: {} of {} models READY{try_it}", ready.len(), models.len());
 }
 
 /// How many threads serve gRPC: `--grpc-io-threads`, or half the CPUs (at least one) when 0.

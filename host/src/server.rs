@@ -28,6 +28,8 @@ pub const EXTENSIONS: &[&str] = &[
 /// How the server is set up (the CLI fills this).
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
+    /// The server's name in its metadata (`--id`, as tritonserver's).
+    pub id: String,
     pub model_repositories: Vec<PathBuf>,
     pub backend_directory: Option<PathBuf>,
     /// The ONNX Runtime library `onnxruntime` models load (none: they are UNAVAILABLE).

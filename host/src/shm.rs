@@ -2,16 +2,34 @@
 //! shared-memory regions (`shm_open` keys) by name; inputs are then read from, and outputs written
 //! to, byte ranges of those regions, every range checked against the region's bounds. As in recent
 //! tritonserver it is off unless the server runs with `--allow-client-shm`.
-#![allow(unsafe_code)] // POSIX shm_open/mmap; each block says why it is sound.
-
+//!
+//! The object belongs to the client, which may truncate, unlink or replace it at any moment.
+//! tritonserver maps it, and a read of a mapped page past a shrunk object's end kills the whole
+//! process with SIGBUS. Nereus never maps it: a region keeps the object's file descriptor, and each
+//! access first checks (one `stat` of the object's name) that the name still leads to the same object
+//! and that the object still holds the range, then copies with `pread`/`pwrite`, which report a range
+//! that vanished in between as a short count, never as a signal. Either way the request gets an
+//! error naming the region, and every other request carries on.
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::error::InferError;
+use crate::error::{ErrorKind, InferError};
+
+/// Where Linux's `shm_open` keeps its objects (glibc's SHMDIR).
+const SHM_DIR: &str = "/dev/shm";
+
+/// The prefix tritonserver reserves for regions it creates itself (its python backend's).
+const RESERVED_KEY_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// tritonserver's message when client shared memory is off.
+pub const DISABLED_MESSAGE: &str =
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
 /// One registered region: `byte_size` bytes at `offset` of the shared-memory object `key`.
 pub struct Region {
@@ -19,34 +37,52 @@ pub struct Region {
     pub key: String,
     pub offset: u64,
     pub byte_size: u64,
-    base: *mut u8,
-    mapped: usize,
-}
-
-// SAFETY: the mapping is owned by the region and unmapped only on drop; reads and writes copy
-// through bounds-checked ranges. Concurrent use of one region by several requests is the client's
-// arrangement, as in Triton.
-unsafe impl Send for Region {}
-unsafe impl Sync for Region {}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`mapped` come from a successful mmap and are unmapped once.
-        unsafe { libc::munmap(self.base.cast(), self.mapped) };
-    }
+    /// The object as it was at registration; reads and writes go through it.
+    file: File,
+    /// Where the object's name lives, to see whether it was unlinked or replaced.
+    path: PathBuf,
+    /// The object's identity at registration: (device, inode).
+    identity: (u64, u64),
 }
 
 impl Region {
-    /// The region's bytes `[offset, offset + len)` (relative to the region), checked.
-    fn range(&self, offset: u64, len: u64) -> Result<std::ops::Range<usize>, InferError> {
+    /// The absolute position in the object of `len` bytes at `offset` of the region, checked against
+    /// the region as registered and against the object as it is now.
+    fn place(&self, offset: u64, len: u64) -> Result<u64, InferError> {
         let end = offset.checked_add(len).filter(|end| *end <= self.byte_size).ok_or_else(|| {
             InferError::invalid(format!(
                 "shared memory region '{}' has {} bytes; {len} bytes at offset {offset} do not fit",
                 self.name, self.byte_size
             ))
         })?;
-        let start = self.offset + offset;
-        Ok(start as usize..(self.offset + end) as usize)
+        let now = std::fs::metadata(&self.path).map_err(|_| {
+            InferError::invalid(format!(
+                "shared memory region '{}': its object '{}' no longer exists (unlinked after registration)",
+                self.name, self.key
+            ))
+        })?;
+        if (now.dev(), now.ino()) != self.identity {
+            return Err(InferError::invalid(format!(
+                "shared memory region '{}': its object '{}' was replaced after registration; register it again",
+                self.name, self.key
+            )));
+        }
+        if now.size() < self.offset + end {
+            return Err(self.shrunk(now.size()));
+        }
+        Ok(self.offset + offset)
+    }
+
+    fn shrunk(&self, size: u64) -> InferError {
+        InferError::invalid(format!(
+            "shared memory region '{}': its object '{}' shrank to {size} bytes after registration ({} bytes at offset {} registered)",
+            self.name, self.key, self.byte_size, self.offset
+        ))
+    }
+
+    /// The object's current size, for the message when it shrank during a copy.
+    fn current_size(&self) -> u64 {
+        self.file.metadata().map_or(0, |m| m.size())
     }
 }
 
@@ -64,59 +100,74 @@ pub struct SystemShm {
     regions: RwLock<BTreeMap<String, Arc<Region>>>,
 }
 
+/// The file of the shared-memory object `key`, as glibc's `shm_open` names it: leading slashes
+/// dropped, and no other slash (so a key cannot reach outside the shared-memory folder).
+fn object_path(key: &str) -> Option<PathBuf> {
+    let name = key.trim_start_matches('/');
+    (!name.is_empty() && !name.contains('/') && name != "." && name != "..").then(|| PathBuf::from(SHM_DIR).join(name))
+}
+
 impl SystemShm {
     pub fn new(enabled: bool) -> Self {
         SystemShm { enabled, regions: RwLock::new(BTreeMap::new()) }
     }
 
+    /// Registration and unregistration need `--allow-client-shm` (tritonserver's UNSUPPORTED).
     fn check_enabled(&self) -> Result<(), InferError> {
-        if self.enabled {
-            Ok(())
-        } else {
-            Err(InferError::unavailable(
-                "client shared memory is disabled: start the server with --allow-client-shm=true",
-            ))
-        }
+        if self.enabled { Ok(()) } else { Err(InferError::unsupported(DISABLED_MESSAGE)) }
     }
 
-    /// Maps `byte_size` bytes at `offset` of the shared-memory object `key` as region `name`.
+    /// Registers `byte_size` bytes at `offset` of the shared-memory object `key` as region `name`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
         self.check_enabled()?;
+        if key.trim_start_matches('/').starts_with(RESERVED_KEY_PREFIX) {
+            return Err(InferError::invalid(format!(
+                "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
+            )));
+        }
         if self.regions.read().contains_key(name) {
             return Err(InferError::new(
-                crate::error::ErrorKind::InvalidArg,
+                ErrorKind::AlreadyExists,
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
         let open_error = || InferError::invalid(format!("Unable to open shared memory region: '{key}'"));
-        let c_key = CString::new(key).map_err(|_| open_error())?;
-        // SAFETY: a NUL-terminated name; the descriptor is closed below on every path.
-        let fd = unsafe { libc::shm_open(c_key.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
+        let path = object_path(key).ok_or_else(open_error)?;
+        // O_NONBLOCK: a FIFO planted under the name must not stall the request; O_NOFOLLOW: nor may
+        // a symbolic link lead elsewhere. Only a regular file is a shared-memory object.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|_| open_error())?;
+        let meta = file.metadata().map_err(|_| open_error())?;
+        if !meta.is_file() {
             return Err(open_error());
         }
-        // SAFETY: `stat` is plain data filled by fstat on the open descriptor.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        let size = if unsafe { libc::fstat(fd, &mut stat) } == 0 { stat.st_size as u64 } else { 0 };
-        let wanted = offset.checked_add(byte_size).filter(|end| *end <= size && byte_size > 0);
-        let Some(mapped) = wanted.and_then(|w| usize::try_from(w).ok()) else {
-            // SAFETY: closing the descriptor opened above.
-            unsafe { libc::close(fd) };
+        let size = meta.size();
+        if offset.checked_add(byte_size).is_none_or(|end| end > size) || byte_size == 0 {
             return Err(InferError::invalid(format!(
-                "shared memory region '{name}': {byte_size} bytes at offset {offset} do not fit in '{key}' ({size} bytes)"
+                "failed to register shared memory region '{name}': {byte_size} bytes at offset {offset} do not fit in '{key}' ({size} bytes)"
             )));
-        };
-        // SAFETY: maps `mapped` bytes of the object, which is at least that large (checked above).
-        let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), mapped, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        // SAFETY: the mapping (if any) keeps the object alive; the descriptor is no longer needed.
-        unsafe { libc::close(fd) };
-        if base == libc::MAP_FAILED {
-            return Err(InferError::invalid(format!("Unable to map shared memory region: '{key}'")));
         }
-        let region = Region { name: name.into(), key: key.into(), offset, byte_size, base: base.cast(), mapped };
-        self.regions.write().insert(name.to_string(), Arc::new(region));
+        let region = Region {
+            name: name.into(),
+            key: key.into(),
+            offset,
+            byte_size,
+            file,
+            path,
+            identity: (meta.dev(), meta.ino()),
+        };
+        let mut regions = self.regions.write();
+        if regions.contains_key(name) {
+            return Err(InferError::new(
+                ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        regions.insert(name.to_string(), Arc::new(region));
         Ok(())
     }
 
@@ -133,9 +184,9 @@ impl SystemShm {
         Ok(())
     }
 
-    /// Every region, or the one named.
+    /// Every region, or the one named. With client shared memory off there are none, and the
+    /// status says so (an empty list), as tritonserver's does.
     pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>, InferError> {
-        self.check_enabled()?;
         let regions = self.regions.read();
         let status = |r: &Region| RegionStatus {
             name: r.name.clone(),
@@ -153,7 +204,6 @@ impl SystemShm {
     }
 
     fn region(&self, name: &str) -> Result<Arc<Region>, InferError> {
-        self.check_enabled()?;
         self.regions
             .read()
             .get(name)
@@ -164,10 +214,11 @@ impl SystemShm {
     /// A copy of `len` bytes at `offset` of region `name` (an input's data).
     pub fn read(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, InferError> {
         let region = self.region(name)?;
-        let range = region.range(offset, len)?;
-        // SAFETY: `range` lies within the mapping (checked by `Region::range`).
-        let bytes = unsafe { std::slice::from_raw_parts(region.base.add(range.start), range.len()) };
-        Ok(Bytes::copy_from_slice(bytes))
+        let at = region.place(offset, len)?;
+        let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
+        let mut data = vec![0u8; len];
+        region.file.read_exact_at(&mut data, at).map_err(|_| region.shrunk(region.current_size()))?;
+        Ok(data.into())
     }
 
     /// Writes `data` at `offset` of region `name`, within `limit` bytes (an output's place).
@@ -179,10 +230,36 @@ impl SystemShm {
                 data.len()
             )));
         }
-        let range = region.range(offset, data.len() as u64)?;
-        // SAFETY: `range` lies within the writable shared mapping (checked by `Region::range`).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), region.base.add(range.start), range.len()) };
-        Ok(())
+        let at = region.place(offset, data.len() as u64)?;
+        region
+            .file
+            .write_all_at(data, at)
+            .map_err(|e| InferError::invalid(format!("shared memory region '{name}': writing the output failed: {e}")))
+    }
+}
+
+/// CUDA shared memory (Triton's `cuda_shared_memory` extension) is not implemented yet; its
+/// endpoints answer as a tritonserver built without GPU support does, so clients that clear both
+/// kinds of regions before they start (Triton's shared-memory examples do) carry on.
+impl SystemShm {
+    /// No CUDA region ever exists: an empty list, or NOT_FOUND for a named one.
+    pub fn cuda_status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>, InferError> {
+        match name {
+            Some(n) => Err(InferError::not_found(format!("Unable to find cuda shared memory region: '{n}'"))),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    pub fn cuda_register(&self, name: &str) -> Result<(), InferError> {
+        self.check_enabled()?;
+        Err(InferError::invalid(format!(
+            "failed to register CUDA shared memory region: '{name}', CUDA shared memory is not supported by this server"
+        )))
+    }
+
+    /// Nothing to unregister: succeeds whenever client shared memory is on.
+    pub fn cuda_unregister(&self, _name: Option<&str>) -> Result<(), InferError> {
+        self.check_enabled()
     }
 }
 

@@ -19,6 +19,22 @@ const PLUGINS: &[(&str, bool)] = &[
     ("topk", true),
 ];
 
+/// Stops the build with one line that says what to run when the toolchain lacks the plugins'
+/// target: `rust-toolchain.toml` names it, but rustup installs it only when it may install on its
+/// own (not with `RUSTUP_AUTO_INSTALL=0`), and a nested build without it fails with a screen of
+/// "can't find crate for `core`". `scripts/setup.sh` adds it.
+fn require_wasm_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok().filter(|o| o.status.success());
+    let Some(sysroot) = sysroot else { return };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if !sysroot.join("lib/rustlib/wasm32-wasip2").is_dir() {
+        panic!(
+            "the Rust target wasm32-wasip2 (for the plugins in plugins/) is not installed: run scripts/setup.sh, or `rustup target add wasm32-wasip2`"
+        );
+    }
+}
+
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().and_then(Path::parent).expect("plugins/artifacts sits two levels down");
@@ -34,6 +50,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", root.join("Cargo.lock").display());
 
+    require_wasm_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)

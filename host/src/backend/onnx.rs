@@ -44,7 +44,11 @@ pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environmen
              (scripts/setup-onnxruntime.sh installs one)",
         )?;
         if !path.is_file() {
-            return Err(format!("the ONNX Runtime library {} does not exist", path.display()));
+            return Err(format!(
+                "the ONNX Runtime library {} does not exist: scripts/setup-onnxruntime.sh (in the Nereus \
+                 repository) installs the CPU one there, or pass --onnxruntime-library PATH",
+                path.display()
+            ));
         }
         let builder =
             ort::init_from(path).map_err(|e| format!("cannot load ONNX Runtime from {}: {e}", path.display()))?;

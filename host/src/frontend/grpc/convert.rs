@@ -22,6 +22,7 @@ pub fn status(e: InferError) -> Status {
         ErrorKind::Restricted => Code::Unavailable,
         ErrorKind::Timeout => Code::DeadlineExceeded,
         ErrorKind::UnsupportedEncoding => Code::InvalidArgument,
+        ErrorKind::AlreadyExists => Code::AlreadyExists,
     };
     Status::new(code, e.message)
 }
@@ -31,7 +32,18 @@ pub fn version(v: &str) -> Result<Option<i64>, InferError> {
     if v.is_empty() {
         return Ok(None);
     }
-    v.parse::<i64>().map(Some).map_err(|_| InferError::invalid(format!("version '{v}' is not a number")))
+    // tritonserver's wording (GetModelVersionFromString).
+    let n = v.trim().parse::<i64>().map_err(|e| {
+        InferError::invalid(format!(
+            "failed to get model version from specified version string '{v}' (details: {e}), version should be an integral value > 0"
+        ))
+    })?;
+    if n < 0 {
+        return Err(InferError::invalid(format!(
+            "invalid model version specified '{v}' , version should be an integral value > 0"
+        )));
+    }
+    Ok(Some(n))
 }
 
 fn param_value(p: &pb::InferParameter) -> Option<ParamValue> {
@@ -99,13 +111,10 @@ pub fn request(
         }
     }
     request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
-    if !m.raw_input_contents.is_empty() && m.raw_input_contents.len() != m.inputs.len() {
-        return Err(InferError::invalid(format!(
-            "expected {} raw_input_contents (one per input), got {}",
-            m.inputs.len(),
-            m.raw_input_contents.len()
-        )));
-    }
+    // As tritonserver reads them: raw_input_contents go, in order, to the inputs that take their
+    // data neither from shared memory nor from `contents`; and `contents` may not be used at all
+    // once raw_input_contents are.
+    let any_raw = !m.raw_input_contents.is_empty();
     let mut raw = std::mem::take(&mut m.raw_input_contents).into_iter();
     let mut shm_outputs = Vec::new();
     for input in m.inputs {
@@ -121,19 +130,30 @@ pub fn request(
             request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
             continue;
         }
-        let data = match raw.next() {
-            Some(bytes) => {
-                if input.contents.is_some() {
-                    return Err(InferError::invalid(format!(
-                        "input '{}' has both contents and raw_input_contents",
-                        input.name
-                    )));
-                }
-                bytes
+        let data = match (input.contents, raw.next()) {
+            (Some(_), _) if any_raw => {
+                return Err(InferError::invalid(format!(
+                    "contents field must not be specified when using raw_input_contents for '{}' for model '{}'",
+                    input.name, request.model_name
+                )));
             }
-            None => contents_to_bytes(&input.name, datatype, elements, input.contents.unwrap_or_default())?,
+            (Some(contents), _) => contents_to_bytes(&input.name, datatype, elements, contents)?,
+            (None, Some(bytes)) => bytes,
+            (None, None) => {
+                return Err(InferError::invalid(format!(
+                    "unable to find data for input tensor '{}' for model '{}' in request.",
+                    input.name, request.model_name
+                )));
+            }
         };
         request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
+    }
+    if raw.len() > 0 {
+        return Err(InferError::invalid(format!(
+            "{} of the request's raw_input_contents belong to no input of model '{}'",
+            raw.len(),
+            request.model_name
+        )));
     }
     for output in m.outputs {
         if output.parameters.contains_key("classification") {

@@ -90,7 +90,7 @@ impl GrpcInferenceService for GrpcFrontend {
     async fn server_metadata(&self, r: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
         allow(&self.restricted, Api::Metadata, &r)?;
         Ok(Response::new(pb::ServerMetadataResponse {
-            name: "nereus".into(),
+            name: self.server.options().id.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
         }))
@@ -236,7 +236,10 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+        let name = r.into_inner().name;
+        // No CUDA region can exist yet (see shm::SystemShm::cuda_status): nothing to list.
+        self.server.shm().cuda_status((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        Ok(Response::new(pb::CudaSharedMemoryStatusResponse::default()))
     }
 
     async fn cuda_shared_memory_register(
@@ -244,7 +247,8 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+        self.server.shm().cuda_register(&r.into_inner().name).map_err(status)?;
+        Ok(Response::new(pb::CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
@@ -252,7 +256,9 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        Err(Status::unimplemented("CUDA shared memory is not implemented by this server yet"))
+        let name = r.into_inner().name;
+        self.server.shm().cuda_unregister((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        Ok(Response::new(pb::CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(&self, r: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {

@@ -298,36 +298,51 @@ fn decode_raw_binary(
     raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
 ) -> Result<(InferenceRequest, OutputOptions), InferError> {
     let (name, datatype, dims, batching) = raw_input()?;
+    // The shape, as tritonserver deduces it: the model's dims (after a batch of 1), the one
+    // variable-sized dimension (if any) filled from the body's size.
     let mut shape = if batching { vec![1] } else { Vec::new() };
-    let wildcards = dims.iter().filter(|d| **d < 0).count();
-    match (datatype.element_size(), wildcards) {
-        (_, 0) => shape.extend_from_slice(&dims),
-        (Some(size), 1) => {
-            let known: i64 = dims.iter().filter(|d| **d > 0).product();
+    if dims.iter().filter(|d| **d < 0).count() > 1 {
+        return Err(InferError::invalid(format!(
+            "The shape of the raw input '{name}' can not be deduced because there are more than one variable-sized dimension"
+        )));
+    }
+    let data = match datatype.element_size() {
+        Some(size) => {
+            let known: i64 = dims.iter().filter(|d| **d >= 0).product();
             let unit = known as usize * size;
-            if unit == 0 || !body.len().is_multiple_of(unit) {
+            if dims.iter().any(|d| *d < 0) {
+                if unit == 0 || !body.len().is_multiple_of(unit) {
+                    return Err(InferError::invalid(format!(
+                        "raw binary request of {} bytes does not fit input '{name}' with dims {}",
+                        body.len(),
+                        shape_string(&dims)
+                    )));
+                }
+                let fill = (body.len() / unit) as i64;
+                shape.extend(dims.iter().map(|d| if *d < 0 { fill } else { *d }));
+            } else {
+                shape.extend_from_slice(&dims);
+            }
+            body
+        }
+        // BYTES: the whole body is the one element of a [1]-shaped input (its 4-byte length is
+        // added here, as the tensor's serialisation has it), e.g. an image posted as it is.
+        None => {
+            if dims.iter().any(|d| *d != 1) {
                 return Err(InferError::invalid(format!(
-                    "raw binary request of {} bytes does not fit input '{name}' with dims {}",
-                    body.len(),
-                    shape_string(&dims)
+                    "For BYTE datatype raw input '{name}', the model must have input shape [1]"
                 )));
             }
-            let fill = (body.len() / unit) as i64;
-            shape.extend(dims.iter().map(|d| if *d < 0 { fill } else { *d }));
+            shape.extend_from_slice(&dims);
+            let len = u32::try_from(body.len())
+                .map_err(|_| InferError::invalid(format!("raw input '{name}' is larger than 4 GiB")))?;
+            let mut element = Vec::with_capacity(body.len() + 4);
+            element.extend_from_slice(&len.to_le_bytes());
+            element.extend_from_slice(&body);
+            Bytes::from(element)
         }
-        (None, 1) if dims.len() == 1 => {
-            let count = crate::tensor::count_bytes_elements(&body)
-                .map_err(|e| InferError::invalid(format!("input '{name}': {e}")))?;
-            shape.push(count as i64);
-        }
-        _ => {
-            return Err(InferError::invalid(format!(
-                "raw binary request cannot determine the shape of input '{name}' with dims {}",
-                shape_string(&dims)
-            )));
-        }
-    }
-    let request = InferenceRequest { inputs: vec![Tensor { name, datatype, shape, data: body }], ..Default::default() };
+    };
+    let request = InferenceRequest { inputs: vec![Tensor { name, datatype, shape, data }], ..Default::default() };
     Ok((request, OutputOptions { binary_default: true, binary: Vec::new(), shm: Vec::new() }))
 }
 

@@ -37,18 +37,31 @@ impl Encoding {
         }
     }
 
-    /// The first supported coding an `Accept-Encoding` header allows (q=0 excluded).
+    /// The coding for a response to a request with this `Accept-Encoding`, chosen as tritonserver
+    /// chooses: the highest weight among `identity`, `gzip` and `deflate` (the first listed on a tie;
+    /// `q=0` never chosen); `None` means identity.
     pub fn from_accept_encoding(value: &str) -> Option<Self> {
-        value.split(',').find_map(|part| {
+        let mut best: (Option<Self>, f64) = (None, 0.0);
+        for part in value.split(',') {
             let mut it = part.split(';');
-            let coding = it.next()?.trim().to_ascii_lowercase();
-            let refused = it.any(|p| p.trim().replace(' ', "").starts_with("q=0") && !p.contains("q=0."));
-            match (coding.as_str(), refused) {
-                ("gzip", false) => Some(Encoding::Gzip),
-                ("deflate", false) => Some(Encoding::Deflate),
-                _ => None,
+            let coding = it.next().unwrap_or_default().trim().to_ascii_lowercase();
+            let mut weight = 1.0;
+            for p in it {
+                if let Some(q) = p.trim().strip_prefix("q=") {
+                    weight = q.trim().parse::<f64>().ok().filter(|w| w.is_finite()).unwrap_or(0.0);
+                }
             }
-        })
+            let encoding = match coding.as_str() {
+                "identity" => None,
+                "gzip" => Some(Encoding::Gzip),
+                "deflate" => Some(Encoding::Deflate),
+                _ => continue,
+            };
+            if weight > best.1 {
+                best = (encoding, weight);
+            }
+        }
+        best.0
     }
 }
 
@@ -102,5 +115,12 @@ mod tests {
         assert_eq!(Encoding::from_accept_encoding("br, gzip;q=1"), Some(Encoding::Gzip));
         assert_eq!(Encoding::from_accept_encoding("gzip;q=0, deflate"), Some(Encoding::Deflate));
         assert_eq!(Encoding::from_accept_encoding("br"), None);
+        // tritonserver's choice: the highest weight, the first on a tie, identity competing too
+        assert_eq!(Encoding::from_accept_encoding("gzip, deflate"), Some(Encoding::Gzip));
+        assert_eq!(Encoding::from_accept_encoding("deflate;q=0.5, gzip"), Some(Encoding::Gzip));
+        assert_eq!(Encoding::from_accept_encoding("gzip;q=0.2, deflate;q=0.9"), Some(Encoding::Deflate));
+        assert_eq!(Encoding::from_accept_encoding("identity, gzip"), None);
+        assert_eq!(Encoding::from_accept_encoding("gzip;q=0"), None);
+        assert_eq!(Encoding::from_accept_encoding("gzip;q=nonsense"), None);
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Body, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
@@ -193,30 +193,10 @@ async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -
 
 /// Handles one request; never fails (errors become responses).
 pub async fn handle(server: &Arc<Server>, options: &HttpOptions, req: Request<Incoming>) -> HttpResponse {
-    let accept = req
-        .headers()
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Encoding::from_accept_encoding);
-    let response = match route(server, options, req).await {
+    match route(server, options, req).await {
         Ok(r) => r,
         Err(e) => error_reply(&e),
-    };
-    match accept {
-        Some(enc) if response.body().size_hint().exact().is_none_or(|n| n != 0) => {
-            compress_response(response, enc).await
-        }
-        _ => response,
     }
-}
-
-async fn compress_response(response: HttpResponse, enc: Encoding) -> HttpResponse {
-    let (mut parts, body) = response.into_parts();
-    let Ok(collected) = body.collect().await;
-    let packed = compression::compress(enc, &collected.to_bytes());
-    parts.headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc.name()));
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, Full::new(packed))
 }
 
 async fn route(
@@ -237,7 +217,7 @@ async fn route(
     match path.as_str() {
         "/v2" if get => {
             return Ok(json_reply(&json!({
-                "name": "nereus",
+                "name": server.options().id,
                 "version": env!("CARGO_PKG_VERSION"),
                 "extensions": EXTENSIONS,
             })));
@@ -310,7 +290,10 @@ async fn route(
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/v2/systemsharedmemory") {
-        return system_shared_memory(server, options, rest, get, post, req).await;
+        return shared_memory(server, options, ShmKind::System, rest, get, post, req).await;
+    }
+    if let Some(rest) = path.strip_prefix("/v2/cudasharedmemory") {
+        return shared_memory(server, options, ShmKind::Cuda, rest, get, post, req).await;
     }
     if let Some(rest) = path.strip_prefix("/v2/repository/models/")
         && post
@@ -361,6 +344,11 @@ async fn infer(
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
     let (parts, body) = req.into_parts();
+    let accept = parts
+        .headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Encoding::from_accept_encoding);
     let header_len =
         match parts.headers.get(HEADER_LEN) {
             Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
@@ -377,9 +365,9 @@ async fn infer(
             match model.io.inputs.as_slice() {
                 [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
                 _ => Err(InferError::invalid(format!(
-                    "raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{}' has {}",
-                    mp.name,
-                    model.io.inputs.len()
+                    "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+                    model.io.inputs.len(),
+                    mp.name
                 ))),
             }
         },
@@ -395,20 +383,38 @@ async fn infer(
         }
     }
     let encoded = codec::encode_response(&response, &output_options);
-    Ok(match encoded.header_len {
+    // tritonserver compresses inference responses and nothing else: clients such as aiohttp
+    // (tritonclient's asyncio HTTP client) read every other answer as plain JSON whatever they
+    // advertised in Accept-Encoding.
+    let (body, encoding) = match accept {
+        Some(enc) if !encoded.body.is_empty() => (compression::compress(enc, &encoded.body), Some(enc)),
+        _ => (encoded.body, None),
+    };
+    let mut r = match encoded.header_len {
         Some(n) => {
-            let mut r = reply(StatusCode::OK, Some("application/octet-stream"), encoded.body);
+            let mut r = reply(StatusCode::OK, Some("application/octet-stream"), body);
             r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
             r
         }
-        None => reply(StatusCode::OK, Some("application/json"), encoded.body),
-    })
+        None => reply(StatusCode::OK, Some("application/json"), body),
+    };
+    if let Some(enc) = encoding {
+        r.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc.name()));
+    }
+    Ok(r)
 }
 
-/// `v2/systemsharedmemory[/region/{r}]/{status,register,unregister}`.
-async fn system_shared_memory(
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ShmKind {
+    System,
+    Cuda,
+}
+
+/// `v2/{system,cuda}sharedmemory[/region/{r}]/{status,register,unregister}`.
+async fn shared_memory(
     server: &Arc<Server>,
     options: &HttpOptions,
+    kind: ShmKind,
     rest: &str,
     get: bool,
     post: bool,
@@ -420,16 +426,24 @@ async fn system_shared_memory(
         None => (None, rest.trim_start_matches('/')),
     };
     let shm = server.shm();
-    match (action, get, post) {
-        ("status", true, _) => {
-            let regions: Vec<serde_json::Value> = shm
-                .status(region)?
+    match (action, get, post, kind) {
+        ("status", true, _, _) => {
+            let regions = match kind {
+                ShmKind::System => shm.status(region)?,
+                ShmKind::Cuda => shm.cuda_status(region)?,
+            };
+            let regions: Vec<serde_json::Value> = regions
                 .into_iter()
                 .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
                 .collect();
             Ok(json_reply(&serde_json::Value::Array(regions)))
         }
-        ("register", _, true) => {
+        ("register", _, true, ShmKind::Cuda) => {
+            let name = region.ok_or_else(|| InferError::not_found("Not Found"))?;
+            shm.cuda_register(name)?;
+            Ok(empty(StatusCode::OK))
+        }
+        ("register", _, true, ShmKind::System) => {
             let name = region.ok_or_else(|| InferError::not_found("Not Found"))?;
             let (parts, body) = req.into_parts();
             let body = read_body(&parts.headers, body, options).await?;
@@ -445,8 +459,12 @@ async fn system_shared_memory(
             shm.register(name, key, number("offset")?, number("byte_size")?)?;
             Ok(empty(StatusCode::OK))
         }
-        ("unregister", _, true) => {
+        ("unregister", _, true, ShmKind::System) => {
             shm.unregister(region)?;
+            Ok(empty(StatusCode::OK))
+        }
+        ("unregister", _, true, ShmKind::Cuda) => {
+            shm.cuda_unregister(region)?;
             Ok(empty(StatusCode::OK))
         }
         _ => Err(InferError::not_found("Not Found")),

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what `cargo run -- serve` needs on a machine with rustup's stable toolchain, idempotently,
+# and says what it does on standard error (standard output stays free for callers):
+#   - the wasm32-wasip2 Rust target, which the example plugins compile to. rust-toolchain.toml names
+#     it, but rustup adds it only where it may install on its own (not with RUSTUP_AUTO_INSTALL=0);
+#   - ONNX Runtime's CPU library (scripts/setup-onnxruntime.sh: from its PyPI wheel, once, into
+#     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model.
+# A tool that is missing and cannot be installed from here stops it with one line naming the tool.
+#
+#   scripts/setup.sh          the above
+#   scripts/setup.sh --test   also what scripts/test.sh needs: cargo-fuzz, and a Python virtual
+#                             environment with tritonclient (HTTP, gRPC, asyncio), numpy, onnx and
+#                             onnxruntime; prints the environment's folder on standard output
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf 'setup: %s\n' "$*" >&2; }
+need() { command -v "$1" >/dev/null 2>&1 || { say "missing $1: $2" ; exit 1; }; }
+
+need cargo "install Rust with rustup (https://rustup.rs), then run this again"
+need python3 "install Python 3 (3.9 or newer) with pip and venv, e.g. apt-get install python3 python3-pip python3-venv"
+
+# The plugins' target, for the toolchain this folder selects (rust-toolchain.toml).
+sysroot=$(rustc --print sysroot)
+if [[ -d $sysroot/lib/rustlib/wasm32-wasip2 ]]; then
+  say "Rust target wasm32-wasip2: installed"
+else
+  need rustup "the Rust target wasm32-wasip2 is missing and rustup is not here to add it; install it for $(rustc --version)"
+  say "Rust target wasm32-wasip2: adding it with rustup (once)"
+  rustup target add wasm32-wasip2 >&2
+fi
+
+lib=$(scripts/setup-onnxruntime.sh)
+say "ONNX Runtime CPU library: $lib"
+
+[[ ${1:-} == --test ]] || exit 0
+
+target=${CARGO_TARGET_DIR:-$PWD/target}
+tools=$target/tools
+if PATH=$tools/bin:$PATH cargo fuzz --version >/dev/null 2>&1; then
+  say "cargo-fuzz: installed"
+else
+  say "cargo-fuzz: installing it with cargo into $tools (once, a minute or two)"
+  cargo install -q cargo-fuzz --version 0.13.2 --locked --root "$tools" >&2
+fi
+
+# Triton's Python clients and what the Python tests compare against. Kept outside the clone when
+# NEREUS_TEST_VENV says where, else in the target folder.
+venv=${NEREUS_TEST_VENV:-$target/pyvenv}
+packages=('tritonclient[http,grpc]' numpy onnx onnxruntime)
+check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime'
+if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
+  say "Python test environment: $venv"
+else
+  say "Python test environment: creating $venv with pip (once): ${packages[*]}"
+  python3 -m venv "$venv" >&2 || { say "missing Python's venv module: install python3-venv"; exit 1; }
+  "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}" >&2
+  "$venv/bin/python" -c "$check"
+fi
+echo "$venv"

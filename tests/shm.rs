@@ -1,0 +1,365 @@
+//! System shared memory that its owner changes under the server: a client registers a region and
+//! then truncates, unlinks or replaces the object, alone or while a stream of requests reads and
+//! writes it. Each affected request gets a client error naming the region; no signal, and the
+//! server keeps serving everyone else (tritonserver, which maps the object, dies of SIGBUS here).
+#![cfg(target_os = "linux")]
+mod common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use common::*;
+use nereus::proto::inference as pb;
+use pb::infer_parameter::ParameterChoice;
+use pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use serde_json::{Value, json};
+use tonic::Code;
+
+/// A POSIX shared-memory object made the way `shm_open` makes them (a file in /dev/shm), removed on
+/// drop.
+struct Object {
+    key: String,
+    path: PathBuf,
+}
+
+impl Object {
+    fn new(tag: &str, size: u64) -> Object {
+        let key = format!("/nereus_shm_test_{tag}_{}", std::process::id());
+        let path = PathBuf::from("/dev/shm").join(&key[1..]);
+        let o = Object { key, path };
+        o.recreate(size);
+        o
+    }
+    /// Unlinks the object and makes a new one of `size` bytes under the same key.
+    fn recreate(&self, size: u64) {
+        let _ = std::fs::remove_file(&self.path);
+        std::fs::File::create(&self.path).unwrap().set_len(size).unwrap();
+    }
+    fn file(&self) -> std::fs::File {
+        std::fs::OpenOptions::new().read(true).write(true).open(&self.path).unwrap()
+    }
+    fn truncate(&self, size: u64) {
+        self.file().set_len(size).unwrap();
+    }
+    fn unlink(&self) {
+        std::fs::remove_file(&self.path).unwrap();
+    }
+    /// The `simple` inputs: INPUT0 = 0..16 at 0, INPUT1 = 3s at 64.
+    fn write_inputs(&self) {
+        let f = self.file();
+        f.write_all_at(&le_i32(&(0..16).collect::<Vec<_>>()), 0).unwrap();
+        f.write_all_at(&le_i32(&[3; 16]), 64).unwrap();
+    }
+    fn read_i32(&self, offset: u64) -> Vec<i32> {
+        let mut buf = [0u8; 64];
+        self.file().read_exact_at(&mut buf, offset).unwrap();
+        buf.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+}
+
+impl Drop for Object {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn server() -> (Repo, Server) {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
+    (repo, s)
+}
+
+/// A `simple` request over HTTP with both inputs in region `input` and both outputs in `output`.
+fn shm_request(input: &str, output: &str) -> Value {
+    let place = |region: &str, offset: u64| {
+        json!({"shared_memory_region": region, "shared_memory_byte_size": 64, "shared_memory_offset": offset})
+    };
+    json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": place(input, 0)},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": place(input, 64)}
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": place(output, 0)},
+            {"name": "OUTPUT1", "parameters": place(output, 64)}
+        ]
+    })
+}
+
+fn register_http(s: &Server, name: &str, o: &Object) {
+    let r = s.post_json(
+        &format!("/v2/systemsharedmemory/region/{name}/register"),
+        &json!({"key": o.key, "offset": 0, "byte_size": 128}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The server still answers a plain request correctly.
+fn still_serving(s: &Server) {
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["data"][15], 16);
+}
+
+/// Asserts a client error that names the region and says what happened to it.
+fn refused(r: &Resp, region: &str, what: &str) {
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = r.error();
+    assert!(e.contains(&format!("'{region}'")) && e.contains(what), "expected '{region}' and '{what}' in: {e}");
+}
+
+#[test]
+fn http_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
+    let (_repo, s) = server();
+    let (input, output) = (Object::new("in", 128), Object::new("out", 128));
+    input.write_inputs();
+    register_http(&s, "in", &input);
+    register_http(&s, "out", &output);
+    // CUDA shared memory, as a tritonserver without GPU support answers
+    assert_eq!(s.get("/v2/cudasharedmemory/status").json(), json!([]));
+    assert_eq!(s.get("/v2/cudasharedmemory/region/g/status").status, 404);
+    assert_eq!(s.request("POST", "/v2/cudasharedmemory/unregister", &[], b"").status, 200);
+    let r = s.post_json("/v2/cudasharedmemory/region/g/register", &json!({"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("not supported"), "{}", r.text());
+
+    let ok = |s: &Server| {
+        let r = s.post_json("/v2/models/simple/infer", &shm_request("in", "out"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(output.read_i32(0), (3..19).collect::<Vec<_>>());
+        assert_eq!(output.read_i32(64), (-3..13).collect::<Vec<_>>());
+    };
+    ok(&s);
+
+    // The input object shrinks: the request that reads past its end is refused, nothing else.
+    input.truncate(32);
+    refused(&s.post_json("/v2/models/simple/infer", &shm_request("in", "out")), "in", "shrank to 32 bytes");
+    still_serving(&s);
+    // It grows back (the same object): the region works again.
+    input.truncate(128);
+    input.write_inputs();
+    ok(&s);
+
+    // The output object shrinks: the answer cannot be written, and says so.
+    output.truncate(16);
+    refused(&s.post_json("/v2/models/simple/infer", &shm_request("in", "out")), "out", "shrank to 16 bytes");
+    output.truncate(128);
+    ok(&s);
+
+    // Unlinked, then replaced by a new (smaller) object under the same key.
+    input.unlink();
+    refused(&s.post_json("/v2/models/simple/infer", &shm_request("in", "out")), "in", "no longer exists");
+    input.recreate(8);
+    refused(&s.post_json("/v2/models/simple/infer", &shm_request("in", "out")), "in", "was replaced");
+    still_serving(&s);
+    // Registering the new object again is the way back; it must fit.
+    assert_eq!(s.request("POST", "/v2/systemsharedmemory/region/in/unregister", &[], b"").status, 200);
+    let r = s.post_json("/v2/systemsharedmemory/region/in/register", &json!({"key": input.key, "byte_size": 128}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    input.recreate(128);
+    input.write_inputs();
+    register_http(&s, "in", &input);
+    ok(&s);
+}
+
+/// Requests keep arriving on several connections while the client shrinks the objects to nothing
+/// and back: every request gets a whole answer (200, or a 400 naming the region) and the server
+/// outlives it all.
+#[test]
+fn http_stream_of_requests_while_the_owner_truncates() {
+    let (_repo, s) = server();
+    let (input, output) = (Object::new("sin", 128), Object::new("sout", 128));
+    input.write_inputs();
+    register_http(&s, "sin", &input);
+    register_http(&s, "sout", &output);
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let port = s.port;
+    let senders: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, answered) = (stop.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let body = shm_request("sin", "sout").to_string();
+                let mut counts: HashMap<u16, usize> = HashMap::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = http(port, "POST", "/v2/models/simple/infer", &[], body.as_bytes());
+                    if r.status != 200 {
+                        let e = r.error();
+                        assert!(
+                            r.status == 400 && (e.contains("'sin'") || e.contains("'sout'")),
+                            "{}: {e}",
+                            r.status
+                        );
+                    }
+                    *counts.entry(r.status).or_default() += 1;
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+                counts
+            })
+        })
+        .collect();
+    // Until the senders have had 1500 answers: the objects shrink (to 0-48 bytes) and grow back,
+    // the input or the output in turn, as fast as this thread can.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut round = 0u64;
+    while answered.load(Ordering::Relaxed) < 1500
+        && std::time::Instant::now() < deadline
+        && !senders.iter().any(|t| t.is_finished())
+    {
+        let which = if round % 2 == 0 { &input } else { &output };
+        which.truncate(round % 7 * 8);
+        std::thread::yield_now();
+        which.truncate(128);
+        input.write_inputs();
+        round += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total: HashMap<u16, usize> = HashMap::new();
+    for t in senders {
+        for (status, n) in t.join().expect("a sender saw a broken answer") {
+            *total.entry(status).or_default() += n;
+        }
+    }
+    // Both outcomes happened (a shrunk object was met, and a whole one), and nothing else did.
+    assert!(total.values().sum::<usize>() >= 1500, "{total:?}");
+    assert!(total.get(&200).is_some() && total.get(&400).is_some(), "{total:?} in {round} rounds");
+    still_serving(&s);
+    let r = s.post_json("/v2/models/simple/infer", &shm_request("sin", "sout"));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn int64(v: i64) -> pb::InferParameter {
+    pb::InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(v)) }
+}
+
+fn place(region: &str, offset: i64) -> HashMap<String, pb::InferParameter> {
+    HashMap::from([
+        (
+            "shared_memory_region".to_string(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam(region.into())) },
+        ),
+        ("shared_memory_byte_size".to_string(), int64(64)),
+        ("shared_memory_offset".to_string(), int64(offset)),
+    ])
+}
+
+/// The gRPC form of [`shm_request`].
+fn grpc_shm_request(input: &str, output: &str) -> pb::ModelInferRequest {
+    let tensor = |name: &str, offset| InferInputTensor {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![1, 16],
+        parameters: place(input, offset),
+        contents: None,
+    };
+    let out = |name: &str, offset| InferRequestedOutputTensor { name: name.into(), parameters: place(output, offset) };
+    pb::ModelInferRequest {
+        model_name: "simple".into(),
+        inputs: vec![tensor("INPUT0", 0), tensor("INPUT1", 64)],
+        outputs: vec![out("OUTPUT0", 0), out("OUTPUT1", 64)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn grpc_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
+    let (_repo, s) = server();
+    let (input, output) = (Object::new("gin", 128), Object::new("gout", 128));
+    input.write_inputs();
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(async {
+        let mut c = grpc_client(&s).await;
+        let register = |name: &str, key: &str, byte_size: u64| pb::SystemSharedMemoryRegisterRequest {
+            name: name.into(),
+            key: key.into(),
+            offset: 0,
+            byte_size,
+        };
+        // An object that cannot be opened is the client's mistake: INVALID_ARGUMENT.
+        let e = c.system_shared_memory_register(register("x", "/nereus_no_such_object", 8)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("Unable to open shared memory region"), "{e}");
+        // CUDA shared memory answers as a tritonserver without GPU support: no regions, nothing to
+        // unregister, and a registration refused as the client's error.
+        let status = c.cuda_shared_memory_status(pb::CudaSharedMemoryStatusRequest::default()).await.unwrap();
+        assert!(status.into_inner().regions.is_empty());
+        c.cuda_shared_memory_unregister(pb::CudaSharedMemoryUnregisterRequest::default()).await.unwrap();
+        let e = c
+            .cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest {
+                name: "g".into(),
+                byte_size: 8,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("'g'") && e.message().contains("not supported"), "{e}");
+        c.system_shared_memory_register(register("gin", &input.key, 128)).await.unwrap();
+        c.system_shared_memory_register(register("gout", &output.key, 128)).await.unwrap();
+        let e = c.system_shared_memory_register(register("gin", &input.key, 128)).await.unwrap_err();
+        assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+
+        c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap();
+        assert_eq!(output.read_i32(0), (3..19).collect::<Vec<_>>());
+
+        let refused = |e: tonic::Status, region: &str, what: &str| {
+            assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+            assert!(e.message().contains(&format!("'{region}'")) && e.message().contains(what), "{e}");
+        };
+        input.truncate(40);
+        refused(c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap_err(), "gin", "shrank to 40 bytes");
+        input.truncate(128);
+        input.write_inputs();
+        output.truncate(0);
+        refused(c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap_err(), "gout", "shrank to 0 bytes");
+        output.truncate(128);
+        c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap();
+        input.unlink();
+        refused(c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap_err(), "gin", "no longer exists");
+        input.recreate(128);
+        refused(c.model_infer(grpc_shm_request("gin", "gout")).await.unwrap_err(), "gin", "was replaced");
+
+        // The same on a stream, mixed with plain requests that must all succeed.
+        let requests = (0..40).map(|i| {
+            if i % 2 == 0 {
+                grpc_shm_request("gin", "gout")
+            } else {
+                pb::ModelInferRequest {
+                    model_name: "simple".into(),
+                    inputs: vec![
+                        InferInputTensor {
+                            name: "INPUT0".into(),
+                            datatype: "INT32".into(),
+                            shape: vec![1, 16],
+                            ..Default::default()
+                        },
+                        InferInputTensor {
+                            name: "INPUT1".into(),
+                            datatype: "INT32".into(),
+                            shape: vec![1, 16],
+                            ..Default::default()
+                        },
+                    ],
+                    raw_input_contents: vec![Bytes::from(le_i32(&[1; 16])), Bytes::from(le_i32(&[2; 16]))],
+                    ..Default::default()
+                }
+            }
+        });
+        let mut stream = c.model_stream_infer(tokio_stream::iter(requests)).await.unwrap().into_inner();
+        let (mut ok, mut errors) = (0, 0);
+        while let Some(message) = stream.message().await.unwrap() {
+            if message.error_message.is_empty() {
+                ok += 1;
+            } else {
+                assert!(message.error_message.contains("'gin'"), "{}", message.error_message);
+                errors += 1;
+            }
+        }
+        assert_eq!((ok, errors), (20, 20));
+    });
+    still_serving(&s);
+}
