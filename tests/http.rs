@@ -288,9 +288,12 @@ fn compression_both_ways() {
     // Only when asked, and as tritonserver picks among several codings: the highest weight
     let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
     assert_eq!((r.status, r.header("Content-Encoding")), (200, None));
-    for (accept, coding) in
-        [("identity, gzip", None), ("gzip;q=0", None), ("deflate;q=0.5, gzip", Some("gzip")), ("br, deflate", Some("deflate"))]
-    {
+    for (accept, coding) in [
+        ("identity, gzip", None),
+        ("gzip;q=0", None),
+        ("deflate;q=0.5, gzip", Some("gzip")),
+        ("br, deflate", Some("deflate")),
+    ] {
         let r = s.request("POST", "/v2/models/simple/infer", &[("Accept-Encoding", accept)], body.as_bytes());
         assert_eq!((r.status, r.header("Content-Encoding")), (200, coding), "{accept}");
     }
@@ -341,7 +344,12 @@ fn only_inference_responses_are_compressed() {
             serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|e| panic!("{path}: {e}: {:?}", r.body));
         }
     }
-    let r = s.request("POST", "/v2/models/simple/infer", &[("Accept-Encoding", "gzip")], simple_request(1).to_string().as_bytes());
+    let r = s.request(
+        "POST",
+        "/v2/models/simple/infer",
+        &[("Accept-Encoding", "gzip")],
+        simple_request(1).to_string().as_bytes(),
+    );
     assert_eq!((r.status, r.header("Content-Encoding")), (200, Some("gzip")));
 }
 

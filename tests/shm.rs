@@ -76,9 +76,7 @@ fn server() -> (Repo, Server) {
 
 /// A `simple` request over HTTP with both inputs in region `input` and both outputs in `output`.
 fn shm_request(input: &str, output: &str) -> Value {
-    let place = |region: &str, offset: u64| {
-        json!({"shared_memory_region": region, "shared_memory_byte_size": 64, "shared_memory_offset": offset})
-    };
+    let place = |region: &str, offset: u64| json!({"shared_memory_region": region, "shared_memory_byte_size": 64, "shared_memory_offset": offset});
     json!({
         "inputs": [
             {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": place(input, 0)},
@@ -124,7 +122,10 @@ fn http_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
     assert_eq!(s.get("/v2/cudasharedmemory/status").json(), json!([]));
     assert_eq!(s.get("/v2/cudasharedmemory/region/g/status").status, 404);
     assert_eq!(s.request("POST", "/v2/cudasharedmemory/unregister", &[], b"").status, 200);
-    let r = s.post_json("/v2/cudasharedmemory/region/g/register", &json!({"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}));
+    let r = s.post_json(
+        "/v2/cudasharedmemory/region/g/register",
+        &json!({"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}),
+    );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.error().contains("not supported"), "{}", r.text());
 
@@ -190,11 +191,7 @@ fn http_stream_of_requests_while_the_owner_truncates() {
                     let r = http(port, "POST", "/v2/models/simple/infer", &[], body.as_bytes());
                     if r.status != 200 {
                         let e = r.error();
-                        assert!(
-                            r.status == 400 && (e.contains("'sin'") || e.contains("'sout'")),
-                            "{}: {e}",
-                            r.status
-                        );
+                        assert!(r.status == 400 && (e.contains("'sin'") || e.contains("'sout'")), "{}: {e}", r.status);
                     }
                     *counts.entry(r.status).or_default() += 1;
                     answered.fetch_add(1, Ordering::Relaxed);

@@ -6,13 +6,16 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::backend::wasm::{self, BackendRegistry, SandboxPolicy, WasmRuntime};
-use crate::backend::{ComponentSource, backend_name, find_component, instances_of};
+use crate::backend::registry::Backends;
+use crate::backend::{BackendFactory, ModelFolder, VersionLoad, backend_name, instances_of};
 use crate::config::schema::model_version_policy::PolicyChoice;
 use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
+use crate::ensemble::{Ensemble, EnsembleScheduler};
 use crate::error::InferError;
-use crate::model::{Health, ModelVersion, SchedulerSetup};
+use crate::model::health::Health;
+use crate::model::{ModelResolver, ModelVersion, SchedulerSetup};
 use crate::scheduler::SequenceRules;
+use crate::stats::ModelStats;
 use crate::validate::IoSpec;
 
 /// The state of one version, as the repository index reports it.
@@ -66,9 +69,10 @@ impl ModelTable {
             .cloned()
             .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{name}' is not found")))
     }
+}
 
-    /// The model version a request addresses: the given one, or the highest ready one.
-    pub fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError> {
+impl ModelResolver for ModelTable {
+    fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError> {
         let entry = self.entry(name)?;
         match version {
             Some(v) => match entry.versions.get(&v) {
@@ -100,12 +104,7 @@ impl ModelTable {
 
 /// What loading needs besides the model's own folder.
 pub struct LoadContext {
-    pub runtime: Arc<WasmRuntime>,
-    pub registry: Arc<BackendRegistry>,
-    pub backend_dir: Option<PathBuf>,
-    pub onnxruntime_library: Option<PathBuf>,
-    /// Complete configurations from the models (ONNX) where they leave things out.
-    pub autocomplete: bool,
+    pub backends: Arc<Backends>,
     pub gpu_count: usize,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
@@ -186,47 +185,35 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
     Ok(selected)
 }
 
-/// Reads and validates `<dir>/config.pbtxt`.
+/// Reads and validates `<dir>/config.pbtxt` as it is (no auto-complete).
 pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
-    read_config_with(name, dir, gpu_count, None, None)
+    read_config_with(name, dir, gpu_count, None)
 }
 
-/// How to auto-complete configurations while loading (`None`: off).
-pub struct AutoComplete<'a> {
-    pub onnxruntime_library: Option<&'a Path>,
-}
-
-/// Reads `<dir>/config.pbtxt`, auto-completes it from the model where that is on and the model is
-/// ONNX (an ONNX model may then have no `config.pbtxt` at all), and validates it.
+/// Reads `<dir>/config.pbtxt`, lets the model's backend auto-complete it from the model where
+/// `backends` are given (a backend may then claim a folder with no `config.pbtxt` at all), and
+/// validates it.
 fn read_config_with(
     name: &str,
     dir: &Path,
     gpu_count: usize,
-    auto: Option<&AutoComplete>,
-    onnxruntime_library: Option<&Path>,
+    backends: Option<&Backends>,
 ) -> Result<ModelConfig, String> {
     let path = dir.join("config.pbtxt");
-    let latest = version_dirs(dir).last().copied();
-    let onnx_file = |config: &ModelConfig| {
-        let file = if config.default_model_filename.is_empty() { "model.onnx" } else { &config.default_model_filename };
-        latest.map(|v| dir.join(v.to_string()).join(file)).filter(|p| p.is_file())
-    };
+    let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
     let (mut config, lines) = match std::fs::read_to_string(&path) {
         Ok(text) => parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?,
-        Err(_) if auto.is_some() && onnx_file(&ModelConfig::default()).is_some() => {
-            (ModelConfig { platform: "onnxruntime_onnx".into(), ..Default::default() }, Default::default())
-        }
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => match backends.and_then(|b| b.native().find_map(|f| f.claim(&folder))) {
+            Some(claimed) => (claimed, Default::default()),
+            None => return Err(format!("cannot read {}: {e}", path.display())),
+        },
     };
-    let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
-    if let (Some(auto), true) = (auto, is_onnx)
-        && let Some(file) = onnx_file(&config)
-    {
-        crate::backend::onnx_autocomplete::complete(&mut config, &file, auto.onnxruntime_library)?;
+    let factory: Option<Arc<dyn BackendFactory>> =
+        backends.and_then(|b| backend_name(&config).ok().map(|name| b.factory(&name)));
+    if let Some(factory) = &factory {
+        factory.autocomplete(&mut config, &folder)?;
     }
-    // KIND_AUTO means the GPUs only where the backend can use them: ONNX Runtime with its CUDA
-    // execution provider (a CPU-only library keeps ONNX models on the CPU, as they still work).
-    let auto_gpu = gpu_count > 0 && is_onnx && crate::backend::onnx::cuda_available(onnxruntime_library);
+    let auto_gpu = gpu_count > 0 && factory.is_some_and(|f| f.uses_gpus());
     normalize_and_validate(config, name, gpu_count, auto_gpu)
         .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
 }
@@ -247,45 +234,49 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Loads one model: its configuration, then each version the policy selects.
+/// Loads one model: its configuration, then each version the policy selects, with the backend
+/// the configuration names.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
-    let auto = ctx.autocomplete.then_some(AutoComplete { onnxruntime_library: ctx.onnxruntime_library.as_deref() });
-    let config = match read_config_with(name, dir, ctx.gpu_count, auto.as_ref(), ctx.onnxruntime_library.as_deref()) {
-        Ok(c) => Arc::new(c),
+    let config = match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends)) {
+        Ok(c) => c,
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };
     if config.platform == "ensemble" {
-        return load_ensemble(name, dir, config, ctx);
+        return load_ensemble(name, dir, Arc::new(config), ctx);
     }
-    let prepared = SandboxPolicy::from_config(&config)
-        .map_err(|e| e.message)
-        .and_then(|policy| Ok((policy, backend_name(&config)?)))
-        .and_then(|(policy, backend)| Ok((policy, backend, select_versions(&config, &version_dirs(dir))?)))
-        .and_then(|(policy, backend, selected)| {
-            let sequence = SequenceRules::from_config(&config, dir).map_err(|e| format!("sequence_batching: {e}"))?;
-            Ok((policy, backend, selected, sequence))
-        });
-    let (policy, backend, selected, sequence) = match prepared {
+    let instances = instances_of(&config);
+    let prepared = backend_name(&config).and_then(|backend| {
+        let factory = ctx.backends.factory(&backend);
+        let selected = select_versions(&config, &version_dirs(dir))?;
+        let sequence = SequenceRules::from_config(&config, dir).map_err(|e| format!("sequence_batching: {e}"))?;
+        let config = factory.prepare(config.clone(), &instances)?;
+        Ok((backend, factory, selected, sequence, Arc::new(config)))
+    });
+    let (backend, factory, selected, sequence, config) = match prepared {
         Ok(p) => p,
         Err(reason) => {
-            return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
+            return ModelEntry { config: Some(Arc::new(config)), ..ModelEntry::unavailable(name, dir, reason) };
         }
     };
-    let instances = instances_of(&config);
-    // A Wasm backend's sandbox policy is part of its configuration as clients see it.
-    let config = if backend == "onnxruntime" { config } else { Arc::new(policy.shown_in(&config)) };
-    if backend != "onnxruntime" && instances.len() as u64 > policy.max_instances {
-        let reason = format!(
-            "instance_group asks for {} instances; the sandbox policy allows at most {} (sandbox.max_instances)",
-            instances.len(),
-            policy.max_instances
-        );
-        return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
-    }
     let io = Arc::new(IoSpec::new(&config));
+    // Never decoupled models inline: their responses leave during the execution, so one run again
+    // elsewhere would repeat them.
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    let inline_under =
+        if factory.may_run_inline() && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
     let mut versions = BTreeMap::new();
     for version in selected {
-        let state = match load_version(ctx, dir, &config, &backend, version, &policy, &io, &instances, &sequence) {
+        let setup = SchedulerSetup { instance_poll: ctx.instance_poll, inline_under, sequence: sequence.clone() };
+        let load = VersionLoad {
+            backend: &backend,
+            model_dir: dir,
+            config: &config,
+            version,
+            io: &io,
+            instances: &instances,
+            health: &Arc::new(Health::default()),
+        };
+        let state = match load_version(factory.as_ref(), &load, setup) {
             Ok(m) => VersionState::Ready(Arc::new(m)),
             Err(reason) => {
                 tracing::error!("failed to load '{name}' version {version}: {reason}");
@@ -297,11 +288,29 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
 }
 
+/// Loads one version with its backend and starts its scheduler.
+fn load_version(
+    factory: &dyn BackendFactory,
+    load: &VersionLoad<'_>,
+    setup: SchedulerSetup,
+) -> Result<ModelVersion, String> {
+    let loaded = factory.load(load)?;
+    Ok(ModelVersion::new(
+        load.config.clone(),
+        load.version,
+        load.io.clone(),
+        load.health.clone(),
+        loaded.instances,
+        loaded.teardown,
+        setup,
+    ))
+}
+
 /// Loads an ensemble: its steps are checked against the composing models already loaded; every
 /// version the policy selects serves the same pipeline.
 fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadContext) -> ModelEntry {
     let prepared = select_versions(&config, &version_dirs(dir))
-        .and_then(|selected| Ok((selected, crate::ensemble::Ensemble::build(&config, &ctx.models)?)));
+        .and_then(|selected| Ok((selected, Ensemble::build(&config, ctx.models.as_ref())?)));
     let (selected, ensemble) = match prepared {
         Ok(p) => p,
         Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
@@ -316,76 +325,16 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
         config
     };
     let io = Arc::new(IoSpec::new(&config));
+    let models: Arc<dyn ModelResolver> = ctx.models.clone();
     let versions = selected
         .into_iter()
-        .map(|v| {
-            let model = ModelVersion::ensemble(config.clone(), v, io.clone(), ensemble.clone(), ctx.models.clone());
-            (v, VersionState::Ready(Arc::new(model)))
+        .map(|version| {
+            let stats = Arc::new(ModelStats::default());
+            let scheduler =
+                EnsembleScheduler { ensemble: ensemble.clone(), version, models: models.clone(), stats: stats.clone() };
+            let model = ModelVersion::with_scheduler(config.clone(), version, io.clone(), stats, Box::new(scheduler));
+            (version, VersionState::Ready(Arc::new(model)))
         })
         .collect();
     ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn load_version(
-    ctx: &LoadContext,
-    dir: &Path,
-    config: &Arc<ModelConfig>,
-    backend: &str,
-    version: i64,
-    policy: &SandboxPolicy,
-    io: &Arc<IoSpec>,
-    instances: &[crate::backend::InstanceDesc],
-    sequence: &Option<SequenceRules>,
-) -> Result<ModelVersion, String> {
-    // Only sandboxed backends run inline: a Wasm execution cannot wait inline (a blocking WASI call
-    // hands the request back), so its CPU time is its whole cost; ONNX Runtime may wait on its own
-    // threads or a GPU stream, time the inline gate would not see. Never decoupled models: their
-    // responses leave during the execution, so one run again elsewhere would repeat them.
-    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
-    let inline_under = if backend == "onnxruntime" || decoupled { std::time::Duration::ZERO } else { ctx.inline_under };
-    let setup = SchedulerSetup { instance_poll: ctx.instance_poll, inline_under, sequence: sequence.clone() };
-    if backend == "onnxruntime" {
-        let file = match config.default_model_filename.as_str() {
-            "" => "model.onnx",
-            name => name,
-        };
-        let model_file = dir.join(version.to_string()).join(file);
-        let library = ctx.onnxruntime_library.as_deref();
-        let instances =
-            crate::backend::onnx::load_instances(config, version, &model_file, library, instances, io.clone())?;
-        let health = Arc::new(Health::default());
-        return Ok(ModelVersion::new(config.clone(), version, io.clone(), health, instances, None, setup));
-    }
-    let bytes: std::borrow::Cow<'static, [u8]> =
-        match find_component(backend, dir, version, ctx.backend_dir.as_deref())? {
-            ComponentSource::File(path) => {
-                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
-            }
-            ComponentSource::Bundled(bytes) => bytes.into(),
-        };
-    let component = ctx
-        .runtime
-        .load(&bytes)
-        .map_err(|e| format!("backend '{backend}' is not a usable nereus:backend component: {e:#}"))?;
-    let health = Arc::new(Health::default());
-    let mut policy = policy.clone();
-    if policy.grant_model_dir {
-        policy.model_dir = Some(dir.join(version.to_string()));
-    }
-    let loaded = wasm::load(wasm::WasmLoad {
-        runtime: &ctx.runtime,
-        registry: &ctx.registry,
-        component,
-        backend_name: backend,
-        model_name: &config.name,
-        version,
-        config_json: crate::config::to_json(config).to_string(),
-        policy,
-        io: io.clone(),
-        decoupled: config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
-        instances,
-        health: health.clone(),
-    })?;
-    Ok(ModelVersion::new(config.clone(), version, io.clone(), health, loaded.instances, Some(loaded.teardown), setup))
 }

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::backend::wasm::{BackendRegistry, WasmRuntime};
+use crate::backend::registry::{BackendOptions, Backends};
+use crate::backend::wasm::WasmRuntime;
 use crate::error::InferError;
-use crate::model::ModelVersion;
+use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
 use crate::repository::{self, LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
@@ -79,12 +80,14 @@ impl Server {
         for device in crate::gpu::describe_devices() {
             tracing::info!("{device}");
         }
-        let ctx = LoadContext {
+        let backends = Backends::new(BackendOptions {
             runtime: runtime.clone(),
-            registry: Arc::new(BackendRegistry::default()),
             backend_dir: options.backend_directory.clone(),
             onnxruntime_library: options.onnxruntime_library.clone(),
             autocomplete: options.autocomplete,
+        });
+        let ctx = LoadContext {
+            backends: Arc::new(backends),
             gpu_count: crate::gpu::device_count(),
             instance_poll: options.instance_poll,
             inline_under: options.inline_under,

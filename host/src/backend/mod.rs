@@ -1,16 +1,91 @@
-//! Backends: what executes a model's batches. The scheduler hands batches to instances through
-//! [`BackendInstance`] and never knows which backend runs them.
+//! Backends: what executes a model's batches. The repository asks a [`BackendFactory`], chosen by
+//! the configuration's `backend`/`platform` in [`registry`], to load each model version; the
+//! scheduler hands batches to the instances it returns through [`BackendInstance`] and never knows
+//! which backend runs them. Each backend lives in its own folder and owns its teardown; adding one
+//! means its folder and a line in [`registry`].
 pub mod batch;
 pub mod onnx;
-pub mod onnx_autocomplete;
-mod onnx_gpu;
+pub mod registry;
 pub mod wasm;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::config::ModelConfig;
+use crate::model::health::Health;
 use crate::request::Job;
 use crate::stats::ExecutionTimes;
+use crate::validate::IoSpec;
+
+/// Loads the versions of the models that name one backend (TRITONBACKEND_Backend, with the model
+/// lifecycle calls of Triton's backend API).
+pub trait BackendFactory: Send + Sync {
+    /// A configuration for a model folder that has none, when this backend recognises the folder's
+    /// contents (with auto-complete on). Default: none.
+    fn claim(&self, _folder: &ModelFolder<'_>) -> Option<ModelConfig> {
+        None
+    }
+
+    /// Fills in what `config` leaves out, from the model itself (auto-complete), before it is
+    /// validated. Default: nothing.
+    fn autocomplete(&self, _config: &mut ModelConfig, _folder: &ModelFolder<'_>) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether instances of `KIND_AUTO` go to the GPUs (when there are any). Default: no.
+    fn uses_gpus(&self) -> bool {
+        false
+    }
+
+    /// Checks a validated configuration against what this backend allows and returns it as
+    /// clients are to see it (a sandboxed backend shows its policy there). Default: unchanged.
+    fn prepare(&self, config: ModelConfig, _instances: &[InstanceDesc]) -> Result<ModelConfig, String> {
+        Ok(config)
+    }
+
+    /// Whether this backend's short executions may run on the I/O thread that received the
+    /// request. Only a backend that cannot wait inline qualifies: the inline gate measures CPU time,
+    /// and time spent waiting on other threads or a device would escape it. Default: no.
+    fn may_run_inline(&self) -> bool {
+        false
+    }
+
+    /// Loads one version: creates its instances (each initialised), and what is to be finalised
+    /// after them. On error nothing is left behind.
+    fn load(&self, version: &VersionLoad<'_>) -> Result<LoadedVersion, String>;
+}
+
+/// A model's folder, as auto-complete looks at it.
+pub struct ModelFolder<'a> {
+    pub dir: &'a Path,
+    /// The highest numeric version folder, if any (where the model file is read from).
+    pub latest_version: Option<i64>,
+}
+
+/// One model version to load.
+pub struct VersionLoad<'a> {
+    /// The backend's name as the configuration gives it (a Wasm component's file name).
+    pub backend: &'a str,
+    pub model_dir: &'a Path,
+    pub config: &'a Arc<ModelConfig>,
+    pub version: i64,
+    pub io: &'a Arc<IoSpec>,
+    pub instances: &'a [InstanceDesc],
+    /// The version's health, which instances mark UNAVAILABLE when they cannot be rebuilt.
+    pub health: &'a Arc<Health>,
+}
+
+/// A loaded version's instances, and what to finalise after them.
+pub struct LoadedVersion {
+    pub instances: Vec<Box<dyn BackendInstance>>,
+    pub teardown: Option<Box<dyn ModelTeardown>>,
+}
+
+/// Finalises what a backend keeps for a model version beyond its instances
+/// (TRITONBACKEND_ModelFinalize, and the backend's own finalisation when it was the last model).
+pub trait ModelTeardown: Send {
+    fn finalize(self: Box<Self>);
+}
 
 /// One execution instance of a model (TRITONBACKEND_ModelInstance): executes one batch at a time.
 pub trait BackendInstance: Send + 'static {
@@ -60,11 +135,6 @@ pub fn instances_of(config: &ModelConfig) -> Vec<InstanceDesc> {
     out
 }
 
-/// Framework backends Triton runs natively that Nereus does not (yet): models naming them load as
-/// UNAVAILABLE with this reason rather than being mistaken for a missing Wasm component.
-const UNSUPPORTED_FRAMEWORKS: &[&str] =
-    &["onnxruntime", "tensorrt", "pytorch", "tensorflow", "python", "openvino", "fil", "dali", "custom"];
-
 /// Which backend a model names: `backend`, or the one Triton maps its `platform` to.
 pub fn backend_name(config: &ModelConfig) -> Result<String, String> {
     if !config.backend.is_empty() {
@@ -81,39 +151,4 @@ pub fn backend_name(config: &ModelConfig) -> Result<String, String> {
         other => return Err(format!("unknown platform '{other}'")),
     };
     Ok(mapped.to_string())
-}
-
-/// Where a model's backend component was found.
-pub enum ComponentSource {
-    File(PathBuf),
-    /// Bundled into the `nereus` binary.
-    Bundled(&'static [u8]),
-}
-
-/// Finds backend `name`'s component for a model version, in the order Triton searches for backend
-/// shared libraries: `<model dir>/<version>/`, `<model dir>/`, `<backend dir>/<name>/`; then the
-/// backends bundled into the binary.
-pub fn find_component(
-    name: &str,
-    model_dir: &Path,
-    version: i64,
-    backend_dir: Option<&Path>,
-) -> Result<ComponentSource, String> {
-    let file = format!("{name}.wasm");
-    let mut candidates = vec![model_dir.join(version.to_string()).join(&file), model_dir.join(&file)];
-    if let Some(dir) = backend_dir {
-        candidates.push(dir.join(name).join(&file));
-    }
-    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
-        return Ok(ComponentSource::File(found.clone()));
-    }
-    #[cfg(feature = "bundled-backends")]
-    if let Some((_, bytes)) = nereus_plugins::BUNDLED.iter().find(|(n, _)| *n == name) {
-        return Ok(ComponentSource::Bundled(bytes));
-    }
-    if UNSUPPORTED_FRAMEWORKS.contains(&name) {
-        return Err(format!("backend '{name}' is not supported by Nereus (no '{file}' component was found either)"));
-    }
-    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-    Err(format!("unable to find backend '{name}': looked for {}", looked.join(", ")))
 }

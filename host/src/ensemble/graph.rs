@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::{Ensemble, Step};
 use crate::config::ModelConfig;
-use crate::repository::ModelTable;
+use crate::model::ModelResolver;
 use crate::tensor::{DataType, shape_string};
 
 /// A tensor of the graph: its datatype and dims (without the batch dimension), and who makes it.
@@ -23,7 +23,7 @@ fn dims_compatible(a: &[i64], b: &[i64]) -> bool {
 impl Ensemble {
     /// Builds and checks the graph; an error is the reason the ensemble is unavailable, naming the
     /// step at fault.
-    pub fn build(config: &ModelConfig, models: &ModelTable) -> Result<Ensemble, String> {
+    pub fn build(config: &ModelConfig, models: &dyn ModelResolver) -> Result<Ensemble, String> {
         let scheduling = crate::config::ensemble_scheduling(config).ok_or("missing ensemble_scheduling")?;
         let mut tensors: HashMap<String, Produced> = HashMap::new();
         for input in &config.input {

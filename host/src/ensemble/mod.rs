@@ -16,11 +16,35 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ModelConfig;
 use crate::error::InferError;
-use crate::repository::ModelTable;
+use crate::model::ModelResolver;
 use crate::request::{
     InferenceRequest, InferenceResponse, Job, ResponseReceiver, ResponseSender, StreamItem, StreamReceiver, Tensor,
 };
+use crate::scheduler::Schedule;
 use crate::stats::{ExecutionTimes, ModelStats};
+
+/// An ensemble version's scheduler: each request runs the steps on the composing models, which
+/// `models` resolves at request time.
+pub struct EnsembleScheduler {
+    pub ensemble: Arc<Ensemble>,
+    pub version: i64,
+    pub models: Arc<dyn ModelResolver>,
+    pub stats: Arc<ModelStats>,
+}
+
+impl Schedule for EnsembleScheduler {
+    fn enqueue(&self, job: Job) -> Result<(), InferError> {
+        self.ensemble.enqueue(job, self.version, self.models.clone(), self.stats.clone())
+    }
+
+    fn queued(&self) -> usize {
+        self.ensemble.queued()
+    }
+
+    fn shutdown(&self) {
+        self.ensemble.drain();
+    }
+}
 
 /// One step: which model it calls and how its inputs and outputs map to the ensemble's tensors.
 #[derive(Debug)]
@@ -171,7 +195,7 @@ impl Ensemble {
         self: &Arc<Self>,
         job: Job,
         version: i64,
-        models: Arc<ModelTable>,
+        models: Arc<dyn ModelResolver>,
         stats: Arc<ModelStats>,
     ) -> Result<(), InferError> {
         let runtime = tokio::runtime::Handle::try_current()
@@ -183,7 +207,7 @@ impl Ensemble {
             let started = Instant::now();
             let batch_size = job.request.batch_size(this.batching) as u64;
             let request = std::mem::take(&mut job.request);
-            let outcome = this.run(request, version, &models, &mut job.sender).await;
+            let outcome = this.run(request, version, models.as_ref(), &mut job.sender).await;
             if outcome.is_ok() {
                 // As Triton does for an ensemble: one queue entry and one execution per successful
                 // request (perf_analyzer finds the version it measured by its queue count).
@@ -231,7 +255,7 @@ impl Ensemble {
         &self,
         request: InferenceRequest,
         version: i64,
-        models: &ModelTable,
+        models: &dyn ModelResolver,
         sender: &mut ResponseSender,
     ) -> Result<Option<InferenceResponse>, InferError> {
         let InferenceRequest {

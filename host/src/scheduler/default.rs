@@ -12,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::handoff::Handoff;
 use super::inline::{InlineGate, IoSlot};
-use super::{WorkerContext, flush, spawn_workers};
+use super::{Schedule, WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
@@ -49,13 +49,6 @@ impl DefaultScheduler {
         DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers), pool }
     }
 
-    pub fn enqueue(&self, job: Job) -> Result<(), InferError> {
-        let queue = self.queue.read();
-        let Some(tx) = &*queue else { return Err(InferError::unavailable("the model is being unloaded")) };
-        let Some(job) = self.try_inline(job, tx) else { return Ok(()) };
-        tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped"))
-    }
-
     /// Runs `job` here and now if the model may run inline, an I/O slot is free and nothing is
     /// queued for the workers — or, when every instance is busy, leaves it for the thread holding
     /// one; hands it back otherwise.
@@ -77,14 +70,23 @@ impl DefaultScheduler {
         }
         None
     }
+}
 
-    pub fn queued(&self) -> usize {
+impl Schedule for DefaultScheduler {
+    fn enqueue(&self, job: Job) -> Result<(), InferError> {
+        let queue = self.queue.read();
+        let Some(tx) = &*queue else { return Err(InferError::unavailable("the model is being unloaded")) };
+        let Some(job) = self.try_inline(job, tx) else { return Ok(()) };
+        tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped"))
+    }
+
+    fn queued(&self) -> usize {
         self.queue.read().as_ref().map_or(0, |tx| tx.len()) + self.pool.handoff.len()
     }
 
     /// Stops taking requests, lets the instances finish every queued one, then finalises them.
     /// Blocks until done.
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         self.queue.write().take();
         for worker in self.workers.lock().drain(..) {
             let _ = worker.join();
@@ -209,7 +211,7 @@ fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ExecutionProbe;
+    use crate::model::probe::ExecutionProbe;
     use crate::request::{InferenceRequest, InferenceResponse, ResponseSender};
     use crate::stats::{ExecutionTimes, ModelStats};
 

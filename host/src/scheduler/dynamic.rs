@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
-use super::{WorkerContext, flush, spawn_workers};
+use super::{Schedule, WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::config::schema::ModelDynamicBatching;
 use crate::error::InferError;
@@ -184,10 +184,12 @@ impl DynamicBatcher {
         });
         DynamicBatcher { shared, workers: Mutex::new(workers) }
     }
+}
 
+impl Schedule for DynamicBatcher {
     /// Queues a request. A full queue answers it at once with Triton's error; only an unloading
     /// model refuses it (`Err`).
-    pub fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
         let now = Instant::now();
         job.enqueued = now;
         let batch_size = job.request.batch_size(self.shared.rules.batching).max(1) as usize;
@@ -215,12 +217,12 @@ impl DynamicBatcher {
         Ok(())
     }
 
-    pub fn queued(&self) -> usize {
+    fn queued(&self) -> usize {
         self.shared.state.lock().queues.len()
     }
 
     /// Stops taking requests, lets the instances run every queued one, then finalises them.
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         self.shared.state.lock().closed = true;
         self.shared.work.notify_all();
         for worker in self.workers.lock().drain(..) {

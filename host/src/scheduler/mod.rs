@@ -17,56 +17,20 @@ pub use sequence::{SequenceBatcher, SequenceRules};
 
 use crate::backend::BackendInstance;
 use crate::error::InferError;
-use crate::model::ExecutionProbe;
+use crate::model::probe::ExecutionProbe;
 use crate::request::Job;
 use crate::stats::ModelStats;
 
-/// A model's scheduler, chosen by its configuration's `scheduling_choice`.
-pub enum Scheduler {
-    Default(DefaultScheduler),
-    Dynamic(DynamicBatcher),
-    Sequence(SequenceBatcher),
-    /// An ensemble has no instances: each request runs its steps on the composing models.
-    Ensemble(EnsembleScheduler),
-}
-
-pub struct EnsembleScheduler {
-    pub ensemble: Arc<crate::ensemble::Ensemble>,
-    pub version: i64,
-    pub models: Arc<crate::repository::ModelTable>,
-    pub stats: Arc<ModelStats>,
-}
-
-impl Scheduler {
+/// How a model version's requests reach whatever runs them: its instances (the default, dynamic
+/// and sequence schedulers, chosen by the configuration's `scheduling_choice`), or other models
+/// (an ensemble's).
+pub trait Schedule: Send + Sync {
     /// Queues a validated request. An error means it was not queued (the model is unloading).
-    pub fn enqueue(&self, job: Job) -> Result<(), InferError> {
-        match self {
-            Scheduler::Default(s) => s.enqueue(job),
-            Scheduler::Dynamic(s) => s.enqueue(job),
-            Scheduler::Sequence(s) => s.enqueue(job),
-            Scheduler::Ensemble(e) => e.ensemble.enqueue(job, e.version, e.models.clone(), e.stats.clone()),
-        }
-    }
-
+    fn enqueue(&self, job: Job) -> Result<(), InferError>;
     /// Requests waiting for an instance.
-    pub fn queued(&self) -> usize {
-        match self {
-            Scheduler::Default(s) => s.queued(),
-            Scheduler::Dynamic(s) => s.queued(),
-            Scheduler::Sequence(s) => s.queued(),
-            Scheduler::Ensemble(e) => e.ensemble.queued(),
-        }
-    }
-
+    fn queued(&self) -> usize;
     /// Stops taking requests, runs every queued one, then finalises the instances. Blocks.
-    pub fn shutdown(&self) {
-        match self {
-            Scheduler::Default(s) => s.shutdown(),
-            Scheduler::Dynamic(s) => s.shutdown(),
-            Scheduler::Sequence(s) => s.shutdown(),
-            Scheduler::Ensemble(e) => e.ensemble.drain(),
-        }
-    }
+    fn shutdown(&self);
 }
 
 /// What every instance worker needs besides its instance and its queue.

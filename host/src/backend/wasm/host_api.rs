@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::bindings::nereus::backend::{host, types};
 use super::bindings::{ErrorKind, Response, backend_error};
-use super::sandbox::SandboxState;
+use super::state::SandboxState;
 use crate::error::InferError;
 use crate::request::{InferenceResponse, Tensor};
 use crate::validate::check_output;

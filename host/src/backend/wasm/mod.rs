@@ -1,12 +1,15 @@
 //! Sandboxed WebAssembly backends: loading a model's lifecycle (backend → model → instances) and
 //! executing batches in an instance's sandbox, rebuilding it after a fault.
 mod bindings;
+mod component;
 mod host_api;
 mod policy;
 mod runtime;
 mod sandbox;
+mod state;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,17 +19,87 @@ pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
 use sandbox::{ActiveBatch, CallError, Executed, Sandbox};
 
-use super::{BackendInstance, InstanceDesc};
+use super::{BackendFactory, BackendInstance, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad};
+use crate::config::ModelConfig;
 use crate::error::InferError;
-use crate::model::Health;
+use crate::model::health::Health;
 use crate::request::{CorrelationId, Job};
 use crate::stats::ExecutionTimes;
 use crate::validate::IoSpec;
 
+/// The factory of every sandboxed backend: a model whose backend is not a native one names a
+/// WebAssembly component, found as Triton finds backend libraries (see [`component`]).
+pub struct WasmBackends {
+    runtime: Arc<WasmRuntime>,
+    registry: Arc<BackendRegistry>,
+    backend_dir: Option<PathBuf>,
+}
+
+impl WasmBackends {
+    pub fn new(runtime: Arc<WasmRuntime>, backend_dir: Option<PathBuf>) -> Self {
+        WasmBackends { runtime, registry: Arc::new(BackendRegistry::default()), backend_dir }
+    }
+}
+
+impl BackendFactory for WasmBackends {
+    /// The sandbox policy from the configuration's `parameters`, within its own instance limit, and
+    /// written back so that the configuration shows the policy in force.
+    fn prepare(&self, config: ModelConfig, instances: &[InstanceDesc]) -> Result<ModelConfig, String> {
+        let policy = SandboxPolicy::from_config(&config).map_err(|e| e.message)?;
+        if instances.len() as u64 > policy.max_instances {
+            return Err(format!(
+                "instance_group asks for {} instances; the sandbox policy allows at most {} (sandbox.max_instances)",
+                instances.len(),
+                policy.max_instances
+            ));
+        }
+        Ok(policy.shown_in(&config))
+    }
+
+    /// A sandbox cannot wait inline (a blocking WASI call hands the request back), so its CPU time
+    /// is its whole cost.
+    fn may_run_inline(&self) -> bool {
+        true
+    }
+
+    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, String> {
+        let mut policy = SandboxPolicy::from_config(v.config).map_err(|e| e.message)?;
+        let bytes: std::borrow::Cow<'static, [u8]> =
+            match component::find(v.backend, v.model_dir, v.version, self.backend_dir.as_deref())? {
+                component::Source::File(path) => {
+                    std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
+                }
+                component::Source::Bundled(bytes) => bytes.into(),
+            };
+        let compiled = self
+            .runtime
+            .load(&bytes)
+            .map_err(|e| format!("backend '{}' is not a usable nereus:backend component: {e:#}", v.backend))?;
+        if policy.grant_model_dir {
+            policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
+        }
+        let loaded = load(WasmLoad {
+            runtime: &self.runtime,
+            registry: &self.registry,
+            component: compiled,
+            backend_name: v.backend,
+            model_name: &v.config.name,
+            version: v.version,
+            config_json: crate::config::to_json(v.config).to_string(),
+            policy,
+            io: v.io.clone(),
+            decoupled: v.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
+            instances: v.instances,
+            health: v.health.clone(),
+        })?;
+        Ok(LoadedVersion { instances: loaded.instances, teardown: Some(Box::new(loaded.teardown)) })
+    }
+}
+
 /// The host's own sandbox of each backend component in use, counted by the models using it:
 /// created (initialize-backend) when the first model needs it, finalised when the last one goes.
 #[derive(Default)]
-pub struct BackendRegistry {
+struct BackendRegistry {
     live: Mutex<HashMap<String, (usize, Option<Sandbox>)>>,
 }
 
@@ -95,20 +168,20 @@ impl InstanceFactory {
 }
 
 /// A loaded Wasm model: its instances, plus what must be finalised after them.
-pub struct LoadedWasmModel {
+struct LoadedWasmModel {
     pub instances: Vec<Box<dyn BackendInstance>>,
     pub teardown: WasmModelTeardown,
 }
 
 /// Finalises the model's own sandbox and releases the backend, after every instance is gone.
-pub struct WasmModelTeardown {
+struct WasmModelTeardown {
     model_sandbox: Option<Sandbox>,
     registry: Arc<BackendRegistry>,
     digest: String,
 }
 
 impl WasmModelTeardown {
-    pub fn finalize(mut self) {
+    fn release(mut self) {
         if let Some(s) = self.model_sandbox.take() {
             s.finalize();
         }
@@ -116,8 +189,14 @@ impl WasmModelTeardown {
     }
 }
 
+impl ModelTeardown for WasmModelTeardown {
+    fn finalize(self: Box<Self>) {
+        (*self).release();
+    }
+}
+
 /// Parameters of one model version's load.
-pub struct WasmLoad<'a> {
+struct WasmLoad<'a> {
     pub runtime: &'a Arc<WasmRuntime>,
     pub registry: &'a Arc<BackendRegistry>,
     pub component: Arc<CompiledComponent>,
@@ -135,7 +214,7 @@ pub struct WasmLoad<'a> {
 /// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), model, then
 /// each instance. Any initialiser's error fails the load with the plugin's message, after undoing
 /// what was done.
-pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
+fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
     params.registry.acquire(params.runtime, &params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
@@ -161,7 +240,7 @@ pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
     let model_sandbox = match model_sandbox {
         Ok(s) => s,
         Err(e) => {
-            teardown.finalize();
+            teardown.release();
             return Err(e);
         }
     };
@@ -200,7 +279,7 @@ pub fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
                 for i in instances {
                     i.finalize();
                 }
-                teardown.finalize();
+                teardown.release();
                 return Err(e);
             }
         }

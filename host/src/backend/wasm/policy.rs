@@ -16,8 +16,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::runtime::MAX_MEMORY_BYTES;
 use crate::config::{ConfigError, ModelConfig};
+
+/// The largest linear memory any sandbox may be granted (the pooling allocator reserves address
+/// space for it up front); per-model caps are enforced below it by a resource limiter.
+pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxPolicy {

@@ -14,14 +14,11 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{Backend, BackendPre};
-use super::sandbox::SandboxState;
+use super::policy::MAX_MEMORY_BYTES;
+use super::state::SandboxState;
 
 /// How often the epoch advances; execution deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-/// The largest linear memory any sandbox may be granted (the pooling allocator reserves address
-/// space for it up front); per-model caps are enforced below it by a resource limiter.
-pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
 
 /// A compiled backend component, ready to instantiate.
 pub struct CompiledComponent {

@@ -3,71 +3,16 @@
 //! interface in `wit/backend.wit`).
 use std::sync::Arc;
 
-use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, Trap};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, WasmRuntime};
-use crate::request::Job;
-use crate::validate::IoSpec;
+pub use super::state::{ActiveBatch, SandboxState};
 
 /// One finalisation export of the component, called with its store.
 type FinalizeCall = fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>;
-
-/// Caps a sandbox's linear memory and tables, remembering whether it refused a growth so that a
-/// resulting trap can be reported as the memory limit it is.
-pub struct Limiter {
-    memory_limit: usize,
-    pub(super) denied_memory: bool,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.denied_memory = true;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
-    }
-}
-
-/// The batch being executed, visible to the host functions while `execute` runs.
-pub struct ActiveBatch {
-    pub jobs: Vec<Job>,
-    /// Batch size of each request (first dimension, or 1), for output checks.
-    pub batch_sizes: Vec<i64>,
-    pub io: Arc<IoSpec>,
-    pub model_version: i64,
-    pub max_output_bytes: u64,
-    /// Whether the model may send several responses per request.
-    pub decoupled: bool,
-    /// Responses each request may receive, and how many each has had (decoupled models only; empty
-    /// otherwise, where one final response is all a request can get).
-    pub max_responses: u64,
-    pub responses: Vec<u64>,
-}
-
-/// What the store carries: WASI (with no capabilities granted), the limiter, and the batch.
-pub struct SandboxState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    pub(super) limiter: Limiter,
-    /// "model 'm' instance 'm_0'" — for logs and errors.
-    pub(super) label: Arc<str>,
-    pub(super) batch: Option<ActiveBatch>,
-}
-
-impl WasiView for SandboxState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
 
 /// A failure of the sandbox itself (trap, deadline, memory cap), as opposed to an error the
 /// plugin returned. The sandbox must not be used again after one.
@@ -143,13 +88,7 @@ impl Sandbox {
             wasi.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly)
                 .map_err(|e| Fault(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
         }
-        let state = SandboxState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: Limiter { memory_limit: policy.memory_limit_bytes as usize, denied_memory: false },
-            label,
-            batch: None,
-        };
+        let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, label);
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::ordering::OrderedDelivery;
-use super::{WorkerContext, flush, spawn_workers};
+use super::{Schedule, WorkerContext, flush, spawn_workers};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
@@ -127,10 +127,12 @@ impl SequenceBatcher {
         );
         SequenceBatcher { shared, workers: Mutex::new(workers) }
     }
+}
 
+impl Schedule for SequenceBatcher {
     /// Routes a validated request to its sequence's slot or backlog. Requests that cannot belong to
     /// a sequence are refused with Triton's errors.
-    pub fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
         let model = &self.shared.model;
         let id = job.request.correlation_id.clone();
         if id == CorrelationId::None {
@@ -199,7 +201,7 @@ impl SequenceBatcher {
     }
 
     /// Requests waiting: in slots and in the backlog.
-    pub fn queued(&self) -> usize {
+    fn queued(&self) -> usize {
         let state = self.shared.state.lock();
         state.slots.iter().flatten().map(|s| s.queue.len()).sum::<usize>()
             + state.backlog.iter().map(|b| b.queue.len()).sum::<usize>()
@@ -207,7 +209,7 @@ impl SequenceBatcher {
 
     /// Stops taking requests; runs what is queued in slots, fails what waits in the backlog (it
     /// would wait for sequences that may never end), then finalises the instances.
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         let backlog: Vec<Backlogged> = {
             let mut state = self.shared.state.lock();
             state.closed = true;

@@ -1,119 +1,30 @@
-//! A loaded model version: its configuration, I/O spec, health, scheduler and instances.
+//! A loaded model version: its configuration, I/O spec, health, scheduler and instances; and the
+//! narrow interface through which models reach other models ([`ModelResolver`]).
+pub mod health;
+pub mod probe;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use crate::backend::wasm::WasmModelTeardown;
+use crate::backend::{BackendInstance, ModelTeardown};
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
 use crate::scheduler::{
-    BatchRules, DefaultScheduler, DynamicBatcher, EnsembleScheduler, Scheduler, SequenceBatcher, SequenceRules,
-    WorkerContext,
+    BatchRules, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
 };
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
+use health::Health;
+use probe::ExecutionProbe;
 
-/// Whether a loaded version can serve; an instance that cannot be rebuilt after a fault makes it
-/// UNAVAILABLE with the reason.
-#[derive(Default)]
-pub struct Health {
-    unavailable: AtomicBool,
-    reason: Mutex<Option<String>>,
-    /// Test hook (`--test-hooks` only): make instance rebuilds fail, to test what follows.
-    refuse_rebuilds: AtomicBool,
-}
-
-impl Health {
-    pub fn is_ready(&self) -> bool {
-        !self.unavailable.load(Ordering::Acquire)
-    }
-    pub fn set_unavailable(&self, reason: String) {
-        *self.reason.lock() = Some(reason);
-        self.unavailable.store(true, Ordering::Release);
-    }
-    pub fn reason(&self) -> Option<String> {
-        self.reason.lock().clone()
-    }
-    pub fn set_refuse_rebuilds(&self, refuse: bool) {
-        self.refuse_rebuilds.store(refuse, Ordering::Release);
-    }
-    pub fn rebuilds_refused(&self) -> bool {
-        self.refuse_rebuilds.load(Ordering::Acquire)
-    }
-}
-
-/// Counts executions in flight (the host's proof that instances run concurrently) and, when test
-/// hooks are on, holds instances at a gate before they execute, so tests can queue work
-/// deterministically instead of racing the clock.
-#[derive(Default)]
-pub struct ExecutionProbe {
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
-    executions: AtomicU64,
-    /// Executions that ran inline, on an I/O thread.
-    inline: AtomicU64,
-    /// Fast path: executions only take the gate's lock while a test has closed it.
-    gate_engaged: AtomicBool,
-    gate_closed: Mutex<bool>,
-    gate: Condvar,
-}
-
-impl ExecutionProbe {
-    pub fn enter(&self) {
-        let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::AcqRel);
-        if !self.gate_engaged.load(Ordering::Acquire) {
-            return;
-        }
-        let mut closed = self.gate_closed.lock();
-        while *closed {
-            self.gate.wait(&mut closed);
-        }
-    }
-
-    pub fn exit(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.executions.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn set_gate(&self, open: bool) {
-        let mut closed = self.gate_closed.lock();
-        *closed = !open;
-        if !open {
-            self.gate_engaged.store(true, Ordering::Release);
-        }
-        drop(closed);
-        if open {
-            self.gate.notify_all();
-        }
-    }
-
-    /// Counts an execution that runs inline, on an I/O thread.
-    pub fn count_inline(&self) {
-        self.inline.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Executions that ran inline so far.
-    pub fn inline_executions(&self) -> u64 {
-        self.inline.load(Ordering::Relaxed)
-    }
-
-    /// Whether a test has ever closed the gate: executions may then block in [`enter`](Self::enter),
-    /// which must never happen on an I/O thread.
-    pub fn gate_engaged(&self) -> bool {
-        self.gate_engaged.load(Ordering::Acquire)
-    }
-
-    /// (executions in flight now, the most ever in flight at once, executions completed)
-    pub fn snapshot(&self) -> (usize, usize, u64) {
-        (
-            self.in_flight.load(Ordering::Acquire),
-            self.max_in_flight.load(Ordering::Acquire),
-            self.executions.load(Ordering::Acquire),
-        )
-    }
+/// How a model finds the models it calls (an ensemble its steps; later a plugin the models it may
+/// call): by name and optional version, at request time. The server's model table answers it;
+/// the caller never sees the repository behind it.
+pub trait ModelResolver: Send + Sync {
+    /// The version a request addresses: the given one, or the highest ready one.
+    fn version(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelVersion>, InferError>;
 }
 
 /// What a version's scheduler needs beyond its configuration.
@@ -136,8 +47,9 @@ pub struct ModelVersion {
     pub health: Arc<Health>,
     pub probe: Arc<ExecutionProbe>,
     pub stats: Arc<ModelStats>,
-    scheduler: Scheduler,
-    teardown: Mutex<Option<WasmModelTeardown>>,
+    scheduler: Box<dyn Schedule>,
+    /// What the backend finalises once every instance is gone.
+    teardown: Mutex<Option<Box<dyn ModelTeardown>>>,
 }
 
 impl ModelVersion {
@@ -146,8 +58,8 @@ impl ModelVersion {
         version: i64,
         io: Arc<IoSpec>,
         health: Arc<Health>,
-        instances: Vec<Box<dyn crate::backend::BackendInstance>>,
-        teardown: Option<WasmModelTeardown>,
+        instances: Vec<Box<dyn BackendInstance>>,
+        teardown: Option<Box<dyn ModelTeardown>>,
         setup: SchedulerSetup,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
@@ -161,15 +73,15 @@ impl ModelVersion {
             poll: instance_poll,
             inline_under,
         };
-        let scheduler = match (&config.scheduling_choice, sequence) {
-            (_, Some(rules)) => Scheduler::Sequence(SequenceBatcher::start(&config.name, instances, ctx, rules)),
+        let scheduler: Box<dyn Schedule> = match (&config.scheduling_choice, sequence) {
+            (_, Some(rules)) => Box::new(SequenceBatcher::start(&config.name, instances, ctx, rules)),
             (Some(SchedulingChoice::DynamicBatching(batching)), None) => {
                 let ragged: Vec<String> =
                     config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
                 let rules = BatchRules::new(batching, &io, &ragged);
-                Scheduler::Dynamic(DynamicBatcher::start(&config.name, instances, ctx, rules, batching))
+                Box::new(DynamicBatcher::start(&config.name, instances, ctx, rules, batching))
             }
-            _ => Scheduler::Default(DefaultScheduler::start(&config.name, instances, ctx)),
+            _ => Box::new(DefaultScheduler::start(&config.name, instances, ctx)),
         };
         ModelVersion {
             name: config.name.as_str().into(),
@@ -185,17 +97,15 @@ impl ModelVersion {
         }
     }
 
-    /// A version of an ensemble: no instances; requests run `ensemble`'s steps on the models of
-    /// `models`.
-    pub fn ensemble(
+    /// A version whose requests go to `scheduler` rather than to instances of a backend (an
+    /// ensemble: its scheduler runs the steps on other models); `stats` are the ones it records.
+    pub fn with_scheduler(
         config: Arc<ModelConfig>,
         version: i64,
         io: Arc<IoSpec>,
-        ensemble: Arc<crate::ensemble::Ensemble>,
-        models: Arc<crate::repository::ModelTable>,
+        stats: Arc<ModelStats>,
+        scheduler: Box<dyn Schedule>,
     ) -> Self {
-        let stats = Arc::new(ModelStats::default());
-        let scheduler = Scheduler::Ensemble(EnsembleScheduler { ensemble, version, models, stats: stats.clone() });
         ModelVersion {
             name: config.name.as_str().into(),
             version,

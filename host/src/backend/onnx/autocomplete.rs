@@ -56,7 +56,7 @@ fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, String> {
 
 /// Fills in what the configuration leaves out from `model_file`'s inputs and outputs.
 pub fn complete(config: &mut ModelConfig, model_file: &Path, library: Option<&Path>) -> Result<(), String> {
-    let environment = super::onnx::runtime(library)?;
+    let environment = super::runtime(library)?;
     let session = ort::session::Session::builder(environment)
         .and_then(|mut b| b.commit_from_file(model_file))
         .map_err(|e| format!("cannot read {} to complete its configuration: {e}", model_file.display()))?;

@@ -12,20 +12,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use bytes::Bytes;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{OutputSelector, RunOptions, Session};
-use ort::value::{DynValue, TensorElementType, ValueType};
+use ort::value::DynValue;
+
+pub mod autocomplete;
+mod gpu;
+mod values;
+
+use gpu::GpuIo;
+use values::{from_value, to_value};
 
 use super::batch::{Gathered, gather, scatter};
-use super::onnx_gpu::{self, GpuIo};
-use super::{BackendInstance, InstanceDesc, InstanceKind};
+use super::{BackendFactory, BackendInstance, InstanceDesc, InstanceKind, LoadedVersion, ModelFolder, VersionLoad};
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::gpu::InstanceStream;
 use crate::request::{InferenceResponse, Job, Tensor};
 use crate::stats::ExecutionTimes;
-use crate::tensor::{DataType, bytes_elements};
 use crate::validate::{IoSpec, check_output};
 
 /// Where `scripts/setup-onnxruntime.sh` installs the library, under the user's cache.
@@ -72,8 +76,58 @@ pub fn cuda_available(library: Option<&Path>) -> bool {
     })
 }
 
+/// The `onnxruntime` backend (platform `onnxruntime_onnx`).
+pub struct OnnxBackend {
+    /// The ONNX Runtime library (none: ONNX models are UNAVAILABLE, saying how to get one).
+    library: Option<PathBuf>,
+    /// Complete configurations from the models (`--disable-auto-complete-config` turns it off).
+    autocomplete: bool,
+}
+
+impl OnnxBackend {
+    pub fn new(library: Option<PathBuf>, autocomplete: bool) -> Self {
+        OnnxBackend { library, autocomplete }
+    }
+
+    /// The model file of `version`: `default_model_filename`, else `model.onnx`.
+    fn model_file(config: &ModelConfig, dir: &Path, version: i64) -> PathBuf {
+        let file = if config.default_model_filename.is_empty() { "model.onnx" } else { &config.default_model_filename };
+        dir.join(version.to_string()).join(file)
+    }
+}
+
+impl BackendFactory for OnnxBackend {
+    /// A folder with no `config.pbtxt` whose latest version holds a `model.onnx` is an ONNX model.
+    fn claim(&self, folder: &ModelFolder<'_>) -> Option<ModelConfig> {
+        let latest = folder.latest_version?;
+        (self.autocomplete && Self::model_file(&ModelConfig::default(), folder.dir, latest).is_file())
+            .then(|| ModelConfig { platform: "onnxruntime_onnx".into(), ..Default::default() })
+    }
+
+    fn autocomplete(&self, config: &mut ModelConfig, folder: &ModelFolder<'_>) -> Result<(), String> {
+        let Some(latest) = folder.latest_version else { return Ok(()) };
+        let file = Self::model_file(config, folder.dir, latest);
+        if self.autocomplete && file.is_file() {
+            autocomplete::complete(config, &file, self.library.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// KIND_AUTO means the GPUs only with ONNX Runtime's CUDA execution provider: a CPU-only
+    /// library keeps ONNX models on the CPU, where they still work.
+    fn uses_gpus(&self) -> bool {
+        cuda_available(self.library.as_deref())
+    }
+
+    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, String> {
+        let file = Self::model_file(v.config, v.model_dir, v.version);
+        let instances = load_instances(v.config, v.version, &file, self.library.as_deref(), v.instances, v.io.clone())?;
+        Ok(LoadedVersion { instances, teardown: None })
+    }
+}
+
 /// Creates one session per instance for `model_file`.
-pub fn load_instances(
+fn load_instances(
     config: &ModelConfig,
     version: i64,
     model_file: &Path,
@@ -102,11 +156,8 @@ pub fn load_instances(
         Some(1) => GraphOptimizationLevel::Level1,
         _ => GraphOptimizationLevel::All,
     };
-    let cuda_options = if instances.iter().any(|d| d.kind == InstanceKind::Gpu) {
-        onnx_gpu::cuda_options(config)?
-    } else {
-        Vec::new()
-    };
+    let cuda_options =
+        if instances.iter().any(|d| d.kind == InstanceKind::Gpu) { gpu::cuda_options(config)? } else { Vec::new() };
     let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
     let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
     for desc in instances {
@@ -117,7 +168,7 @@ pub fn load_instances(
                 let device = usize::try_from(desc.device_id).map_err(|_| fail(format!("GPU {}", desc.device_id)))?;
                 let stream = InstanceStream::new(device).map_err(fail)?;
                 builder = builder
-                    .with_execution_providers([onnx_gpu::provider(&stream, desc.device_id, &cuda_options)])
+                    .with_execution_providers([gpu::provider(&stream, desc.device_id, &cuda_options)])
                     .map_err(|e| fail(format!("the CUDA execution provider is unavailable: {e}")))?;
                 Some(stream)
             }
@@ -272,158 +323,4 @@ fn infer_on_cpu(
         }
     }
     Ok((host, t1, t2))
-}
-
-/// Little-endian element bytes, in parts, as one typed vector.
-fn numbers<T, const N: usize>(parts: &[Bytes], from: fn([u8; N]) -> T) -> Vec<T> {
-    parts
-        .iter()
-        .flat_map(|p| p.chunks_exact(N))
-        .map(|c| {
-            let mut b = [0u8; N];
-            b.copy_from_slice(c);
-            from(b)
-        })
-        .collect()
-}
-
-/// A gathered input as an ORT value: the requests' bytes copied once, into ORT-owned memory.
-pub(super) fn to_value(t: &Gathered) -> Result<DynValue, String> {
-    use ort::value::Tensor as OrtTensor;
-    let shape = t.shape.clone();
-    let d = &t.parts[..];
-    let value = match t.datatype {
-        DataType::Bool => {
-            let flags: Vec<bool> = d.iter().flat_map(|p| p.iter().map(|b| *b != 0)).collect();
-            OrtTensor::from_array((shape, flags)).map(|v| v.into_dyn())
-        }
-        DataType::Uint8 => OrtTensor::from_array((shape, numbers(d, u8::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Int8 => OrtTensor::from_array((shape, numbers(d, i8::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Uint16 => OrtTensor::from_array((shape, numbers(d, u16::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Int16 => OrtTensor::from_array((shape, numbers(d, i16::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Uint32 => OrtTensor::from_array((shape, numbers(d, u32::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Int32 => OrtTensor::from_array((shape, numbers(d, i32::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Uint64 => OrtTensor::from_array((shape, numbers(d, u64::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Int64 => OrtTensor::from_array((shape, numbers(d, i64::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Fp32 => OrtTensor::from_array((shape, numbers(d, f32::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Fp64 => OrtTensor::from_array((shape, numbers(d, f64::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Fp16 => OrtTensor::from_array((shape, numbers(d, half::f16::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Bf16 => OrtTensor::from_array((shape, numbers(d, half::bf16::from_le_bytes))).map(|v| v.into_dyn()),
-        DataType::Bytes => {
-            let strings = d
-                .iter()
-                .flat_map(|p| bytes_elements(p))
-                .map(|e| {
-                    let e = e.map_err(str::to_string)?;
-                    String::from_utf8(e.to_vec()).map_err(|_| format!("input '{}' holds a non-UTF-8 string", t.name))
-                })
-                .collect::<Result<Vec<String>, String>>()?;
-            OrtTensor::from_string_array((shape, strings.as_slice())).map(|v| v.into_dyn())
-        }
-    };
-    value.map_err(|e| format!("input '{}': {e}", t.name))
-}
-
-/// An ORT output as a host tensor.
-pub(super) fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
-    let ValueType::Tensor { ty, .. } = value.dtype() else {
-        return Err(format!("output '{name}' is not a tensor"));
-    };
-    let err = |e: ort::Error| format!("output '{name}': {e}");
-    macro_rules! num {
-        ($t:ty, $dt:expr) => {{
-            let (shape, data) = value.try_extract_tensor::<$t>().map_err(err)?;
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-            (shape.iter().copied().collect::<Vec<i64>>(), $dt, bytes)
-        }};
-    }
-    let (shape, datatype, bytes) = match ty {
-        TensorElementType::Bool => {
-            let (shape, data) = value.try_extract_tensor::<bool>().map_err(err)?;
-            (shape.iter().copied().collect(), DataType::Bool, data.iter().map(|b| u8::from(*b)).collect())
-        }
-        TensorElementType::Uint8 => num!(u8, DataType::Uint8),
-        TensorElementType::Int8 => num!(i8, DataType::Int8),
-        TensorElementType::Uint16 => num!(u16, DataType::Uint16),
-        TensorElementType::Int16 => num!(i16, DataType::Int16),
-        TensorElementType::Uint32 => num!(u32, DataType::Uint32),
-        TensorElementType::Int32 => num!(i32, DataType::Int32),
-        TensorElementType::Uint64 => num!(u64, DataType::Uint64),
-        TensorElementType::Int64 => num!(i64, DataType::Int64),
-        TensorElementType::Float32 => num!(f32, DataType::Fp32),
-        TensorElementType::Float64 => num!(f64, DataType::Fp64),
-        TensorElementType::Float16 => num!(half::f16, DataType::Fp16),
-        TensorElementType::Bfloat16 => num!(half::bf16, DataType::Bf16),
-        TensorElementType::String => {
-            let (shape, strings) = value.try_extract_strings().map_err(err)?;
-            let mut bytes = Vec::new();
-            for s in strings {
-                bytes.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                bytes.extend_from_slice(s.as_bytes());
-            }
-            (shape.iter().copied().collect(), DataType::Bytes, bytes)
-        }
-        other => return Err(format!("output '{name}': element type {other:?} is not supported by this backend yet")),
-    };
-    Ok(Tensor { name: name.to_string(), datatype, shape, data: Bytes::from(bytes) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The library the test script installs, if present (required when NEREUS_REQUIRE_ONNXRUNTIME is set).
-    fn environment() -> Option<&'static ort::environment::Environment> {
-        let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(PathBuf::from).or_else(default_library)?;
-        match runtime(Some(&lib)) {
-            Ok(env) => Some(env),
-            Err(e) => {
-                assert!(std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(), "{e}");
-                None
-            }
-        }
-    }
-
-    #[test]
-    fn every_datatype_round_trips_through_ort_values() {
-        if environment().is_none() {
-            eprintln!("skipping: no ONNX Runtime library");
-            return;
-        }
-        let mut strings = Vec::new();
-        for s in ["", "héllo", "42"] {
-            strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            strings.extend_from_slice(s.as_bytes());
-        }
-        let cases: Vec<(DataType, Vec<u8>)> = vec![
-            (DataType::Bool, vec![0, 1, 1]),
-            (DataType::Uint8, vec![0, 7, 255]),
-            (DataType::Int8, vec![0x80, 0, 0x7f]),
-            (DataType::Int16, [-2i16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Uint16, [2u16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Int32, [-5i32, 0, 1 << 30].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Uint32, [5u32, 0, u32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Int64, [-5i64, 0, i64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Uint64, [5u64, 0, u64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (
-                DataType::Fp16,
-                [0.5f32, -2.0, 65504.0].iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
-            ),
-            (
-                DataType::Bf16,
-                [0.5f32, -2.0, 1e30].iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
-            ),
-            (DataType::Fp32, [0.5f32, -2.0, f32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Fp64, [0.5f64, -2.0, f64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (DataType::Bytes, strings),
-        ];
-        for (datatype, data) in cases {
-            let t = Tensor { name: "T".into(), datatype, shape: vec![1, 3], data: Bytes::from(data) };
-            let gathered =
-                Gathered { name: t.name.clone(), datatype, shape: t.shape.clone(), parts: vec![t.data.clone()] };
-            let value = to_value(&gathered).unwrap();
-            let back = from_value("T", &value.view()).unwrap();
-            assert_eq!(back, t, "{datatype}");
-        }
-    }
 }

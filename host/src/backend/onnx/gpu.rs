@@ -14,8 +14,8 @@ use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, Memory
 use ort::session::Session;
 use ort::value::{DynTensor, DynTensorValueType, TensorElementType, ValueType};
 
-use super::batch::Gathered;
-use super::onnx::{from_value, to_value};
+use super::values::{from_value, to_value};
+use crate::backend::batch::Gathered;
 use crate::config::ModelConfig;
 use crate::gpu::{DevicePtr, InstanceStream};
 use crate::request::Tensor;

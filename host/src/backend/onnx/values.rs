@@ -1,0 +1,162 @@
+//! Host tensors as ONNX Runtime values and back, shared by the CPU and GPU paths.
+use bytes::Bytes;
+use ort::value::{DynValue, TensorElementType, ValueType};
+
+use crate::backend::batch::Gathered;
+use crate::request::Tensor;
+use crate::tensor::{DataType, bytes_elements};
+
+/// Little-endian element bytes, in parts, as one typed vector.
+fn numbers<T, const N: usize>(parts: &[Bytes], from: fn([u8; N]) -> T) -> Vec<T> {
+    parts
+        .iter()
+        .flat_map(|p| p.chunks_exact(N))
+        .map(|c| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            from(b)
+        })
+        .collect()
+}
+
+/// A gathered input as an ORT value: the requests' bytes copied once, into ORT-owned memory.
+pub(crate) fn to_value(t: &Gathered) -> Result<DynValue, String> {
+    use ort::value::Tensor as OrtTensor;
+    let shape = t.shape.clone();
+    let d = &t.parts[..];
+    let value = match t.datatype {
+        DataType::Bool => {
+            let flags: Vec<bool> = d.iter().flat_map(|p| p.iter().map(|b| *b != 0)).collect();
+            OrtTensor::from_array((shape, flags)).map(|v| v.into_dyn())
+        }
+        DataType::Uint8 => OrtTensor::from_array((shape, numbers(d, u8::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int8 => OrtTensor::from_array((shape, numbers(d, i8::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint16 => OrtTensor::from_array((shape, numbers(d, u16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int16 => OrtTensor::from_array((shape, numbers(d, i16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint32 => OrtTensor::from_array((shape, numbers(d, u32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int32 => OrtTensor::from_array((shape, numbers(d, i32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Uint64 => OrtTensor::from_array((shape, numbers(d, u64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Int64 => OrtTensor::from_array((shape, numbers(d, i64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp32 => OrtTensor::from_array((shape, numbers(d, f32::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp64 => OrtTensor::from_array((shape, numbers(d, f64::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Fp16 => OrtTensor::from_array((shape, numbers(d, half::f16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Bf16 => OrtTensor::from_array((shape, numbers(d, half::bf16::from_le_bytes))).map(|v| v.into_dyn()),
+        DataType::Bytes => {
+            let strings = d
+                .iter()
+                .flat_map(|p| bytes_elements(p))
+                .map(|e| {
+                    let e = e.map_err(str::to_string)?;
+                    String::from_utf8(e.to_vec()).map_err(|_| format!("input '{}' holds a non-UTF-8 string", t.name))
+                })
+                .collect::<Result<Vec<String>, String>>()?;
+            OrtTensor::from_string_array((shape, strings.as_slice())).map(|v| v.into_dyn())
+        }
+    };
+    value.map_err(|e| format!("input '{}': {e}", t.name))
+}
+
+/// An ORT output as a host tensor.
+pub(crate) fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
+    let ValueType::Tensor { ty, .. } = value.dtype() else {
+        return Err(format!("output '{name}' is not a tensor"));
+    };
+    let err = |e: ort::Error| format!("output '{name}': {e}");
+    macro_rules! num {
+        ($t:ty, $dt:expr) => {{
+            let (shape, data) = value.try_extract_tensor::<$t>().map_err(err)?;
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (shape.iter().copied().collect::<Vec<i64>>(), $dt, bytes)
+        }};
+    }
+    let (shape, datatype, bytes) = match ty {
+        TensorElementType::Bool => {
+            let (shape, data) = value.try_extract_tensor::<bool>().map_err(err)?;
+            (shape.iter().copied().collect(), DataType::Bool, data.iter().map(|b| u8::from(*b)).collect())
+        }
+        TensorElementType::Uint8 => num!(u8, DataType::Uint8),
+        TensorElementType::Int8 => num!(i8, DataType::Int8),
+        TensorElementType::Uint16 => num!(u16, DataType::Uint16),
+        TensorElementType::Int16 => num!(i16, DataType::Int16),
+        TensorElementType::Uint32 => num!(u32, DataType::Uint32),
+        TensorElementType::Int32 => num!(i32, DataType::Int32),
+        TensorElementType::Uint64 => num!(u64, DataType::Uint64),
+        TensorElementType::Int64 => num!(i64, DataType::Int64),
+        TensorElementType::Float32 => num!(f32, DataType::Fp32),
+        TensorElementType::Float64 => num!(f64, DataType::Fp64),
+        TensorElementType::Float16 => num!(half::f16, DataType::Fp16),
+        TensorElementType::Bfloat16 => num!(half::bf16, DataType::Bf16),
+        TensorElementType::String => {
+            let (shape, strings) = value.try_extract_strings().map_err(err)?;
+            let mut bytes = Vec::new();
+            for s in strings {
+                bytes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(s.as_bytes());
+            }
+            (shape.iter().copied().collect(), DataType::Bytes, bytes)
+        }
+        other => return Err(format!("output '{name}': element type {other:?} is not supported by this backend yet")),
+    };
+    Ok(Tensor { name: name.to_string(), datatype, shape, data: Bytes::from(bytes) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::onnx::{default_library, runtime};
+
+    /// The library the test script installs, if present (required when NEREUS_REQUIRE_ONNXRUNTIME is set).
+    fn environment() -> Option<&'static ort::environment::Environment> {
+        let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(std::path::PathBuf::from).or_else(default_library)?;
+        match runtime(Some(&lib)) {
+            Ok(env) => Some(env),
+            Err(e) => {
+                assert!(std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(), "{e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_ort_values() {
+        if environment().is_none() {
+            eprintln!("skipping: no ONNX Runtime library");
+            return;
+        }
+        let mut strings = Vec::new();
+        for s in ["", "héllo", "42"] {
+            strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            strings.extend_from_slice(s.as_bytes());
+        }
+        let cases: Vec<(DataType, Vec<u8>)> = vec![
+            (DataType::Bool, vec![0, 1, 1]),
+            (DataType::Uint8, vec![0, 7, 255]),
+            (DataType::Int8, vec![0x80, 0, 0x7f]),
+            (DataType::Int16, [-2i16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint16, [2u16, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Int32, [-5i32, 0, 1 << 30].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint32, [5u32, 0, u32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Int64, [-5i64, 0, i64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Uint64, [5u64, 0, u64::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (
+                DataType::Fp16,
+                [0.5f32, -2.0, 65504.0].iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+            ),
+            (
+                DataType::Bf16,
+                [0.5f32, -2.0, 1e30].iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
+            ),
+            (DataType::Fp32, [0.5f32, -2.0, f32::MAX].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Fp64, [0.5f64, -2.0, f64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (DataType::Bytes, strings),
+        ];
+        for (datatype, data) in cases {
+            let t = Tensor { name: "T".into(), datatype, shape: vec![1, 3], data: Bytes::from(data) };
+            let gathered =
+                Gathered { name: t.name.clone(), datatype, shape: t.shape.clone(), parts: vec![t.data.clone()] };
+            let value = to_value(&gathered).unwrap();
+            let back = from_value("T", &value.view()).unwrap();
+            assert_eq!(back, t, "{datatype}");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Which backend loads a model: the native ones by name, every other name a sandboxed WebAssembly
+//! component. A new native backend is one line here.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::BackendFactory;
+use super::onnx::OnnxBackend;
+use super::wasm::{WasmBackends, WasmRuntime};
+
+/// What the backends need from the server's options.
+pub struct BackendOptions {
+    pub runtime: Arc<WasmRuntime>,
+    /// `--backend-directory`: where Wasm components live as `<dir>/<backend>/<backend>.wasm`.
+    pub backend_dir: Option<PathBuf>,
+    /// The ONNX Runtime library `onnxruntime` models load.
+    pub onnxruntime_library: Option<PathBuf>,
+    /// Auto-complete configurations from the models.
+    pub autocomplete: bool,
+}
+
+/// Every backend the server can load models with.
+pub struct Backends {
+    native: HashMap<&'static str, Arc<dyn BackendFactory>>,
+    sandboxed: Arc<dyn BackendFactory>,
+}
+
+impl Backends {
+    pub fn new(options: BackendOptions) -> Self {
+        let mut native: HashMap<&'static str, Arc<dyn BackendFactory>> = HashMap::new();
+        native.insert("onnxruntime", Arc::new(OnnxBackend::new(options.onnxruntime_library, options.autocomplete)));
+        Backends { native, sandboxed: Arc::new(WasmBackends::new(options.runtime, options.backend_dir)) }
+    }
+
+    /// The factory of backend `name` (as [`super::backend_name`] reads it from a configuration).
+    pub fn factory(&self, name: &str) -> Arc<dyn BackendFactory> {
+        self.native.get(name).cloned().unwrap_or_else(|| self.sandboxed.clone())
+    }
+
+    /// Every native backend, to ask which recognises a model folder that has no configuration.
+    pub fn native(&self) -> impl Iterator<Item = &Arc<dyn BackendFactory>> {
+        self.native.values()
+    }
+}

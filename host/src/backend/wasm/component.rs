@@ -1,0 +1,38 @@
+//! Where a backend's component is found: the places Triton searches for a backend's shared library,
+//! then the backends bundled into the binary.
+use std::path::{Path, PathBuf};
+
+/// Framework backends Triton runs natively that Nereus does not (yet): models naming them load as
+/// UNAVAILABLE with this reason rather than being mistaken for a missing Wasm component.
+const UNSUPPORTED_FRAMEWORKS: &[&str] =
+    &["onnxruntime", "tensorrt", "pytorch", "tensorflow", "python", "openvino", "fil", "dali", "custom"];
+
+/// Where a model's backend component was found.
+pub enum Source {
+    File(PathBuf),
+    /// Bundled into the `nereus` binary.
+    Bundled(&'static [u8]),
+}
+
+/// Finds backend `name`'s component for a model version, in the order Triton searches for backend
+/// shared libraries: `<model dir>/<version>/`, `<model dir>/`, `<backend dir>/<name>/`; then the
+/// backends bundled into the binary.
+pub fn find(name: &str, model_dir: &Path, version: i64, backend_dir: Option<&Path>) -> Result<Source, String> {
+    let file = format!("{name}.wasm");
+    let mut candidates = vec![model_dir.join(version.to_string()).join(&file), model_dir.join(&file)];
+    if let Some(dir) = backend_dir {
+        candidates.push(dir.join(name).join(&file));
+    }
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(Source::File(found.clone()));
+    }
+    #[cfg(feature = "bundled-backends")]
+    if let Some((_, bytes)) = nereus_plugins::BUNDLED.iter().find(|(n, _)| *n == name) {
+        return Ok(Source::Bundled(bytes));
+    }
+    if UNSUPPORTED_FRAMEWORKS.contains(&name) {
+        return Err(format!("backend '{name}' is not supported by Nereus (no '{file}' component was found either)"));
+    }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    Err(format!("unable to find backend '{name}': looked for {}", looked.join(", ")))
+}
