@@ -285,3 +285,43 @@ fn two_instances_execute_at_once_and_ordering_is_preserved_when_asked() {
         config["instance_group"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert_eq!(groups, ["ordered_0", "second"]);
 }
+
+/// A request whose client goes away while it waits for an instance is dropped before it executes
+/// and counted (as a failure too, as tritonserver counts a cancelled request); the one holding the
+/// instance runs. With the default scheduler and with the dynamic batcher.
+#[test]
+fn queued_requests_whose_client_has_gone_are_dropped_unexecuted() {
+    let repo = Repo::new();
+    probe_model(&repo, "batched", 4, "max_queue_delay_microseconds: 0", false, "instance_group [ { count: 1 } ]");
+    repo.example("simple");
+    let one = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    std::fs::write(repo.path().join("simple/config.pbtxt"), {
+        let text = std::fs::read_to_string(repo.path().join("simple/config.pbtxt")).unwrap();
+        text.replace("instance_group [ { kind: KIND_CPU count: 1 } ]", one)
+    })
+    .unwrap();
+    let s = Server::start(repo.path(), &[]);
+    let cases = [("simple", simple_request(1)), ("batched", rows(&[7], 2))];
+    for (i, (model, body)) in cases.into_iter().enumerate() {
+        let path = format!("/v2/models/{model}/infer");
+        s.gate(model, false);
+        // The first request takes the instance and waits at the gate.
+        let port = s.port;
+        let (first_path, first_body) = (path.clone(), body.to_string());
+        let first = std::thread::spawn(move || http(port, "POST", &first_path, &[], first_body.as_bytes()).status);
+        s.wait_until("the first request to hold the instance", || s.executions(model).0 == 1);
+        // The second waits behind it; then its client hangs up, and the server sees it go.
+        s.post_then_hang_up(&path, &body, || s.queued(model) == 1);
+        let hook = |key: &str| s.get(&format!("/nereus/test/models/{model}/executions")).json()[key].as_u64().unwrap();
+        s.wait_until("the second request's client to be seen gone", || hook("abandoned") == i as u64 + 1);
+        s.gate(model, true);
+        assert_eq!(first.join().unwrap(), 200);
+        s.wait_until("the abandoned request to be dropped", || hook("cancelled") == 1);
+        assert_eq!(s.executions(model).2, 1, "{model}: only the first request executed");
+        let stats = s.get(&format!("/v2/models/{model}/stats")).json();
+        let inference = &stats["model_stats"][0]["inference_stats"];
+        assert_eq!((inference["success"]["count"].as_u64(), inference["fail"]["count"].as_u64()), (Some(1), Some(1)));
+        // The model serves on.
+        assert_eq!(s.post_json(&path, &body).status, 200);
+    }
+}

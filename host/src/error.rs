@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Timeout,
     /// The request body's encoding is not one the server reads (HTTP 415).
     UnsupportedEncoding,
+    /// The request was cancelled: its client went away or cancelled it (HTTP 400 as tritonserver
+    /// maps it; gRPC CANCELLED).
+    Cancelled,
     /// Something of that name exists already, e.g. a shared-memory region (HTTP 400, as Triton has
     /// no closer code; gRPC ALREADY_EXISTS).
     AlreadyExists,
@@ -64,7 +67,7 @@ impl InferError {
     /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
     pub fn http_status(&self) -> u16 {
         match self.kind {
-            ErrorKind::InvalidArg | ErrorKind::Unknown | ErrorKind::AlreadyExists => 400,
+            ErrorKind::InvalidArg | ErrorKind::Unknown | ErrorKind::AlreadyExists | ErrorKind::Cancelled => 400,
             ErrorKind::NotFound => 404,
             ErrorKind::Unavailable => 503,
             ErrorKind::Unsupported => 501,

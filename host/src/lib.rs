@@ -8,6 +8,7 @@
 //! the frontend encodes the response.
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod backend;
 pub mod busy_poll;
 pub mod cli;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::backend::registry::{BackendOptions, Backends};
 use crate::backend::wasm::WasmRuntime;
@@ -62,6 +62,8 @@ pub struct Server {
     options: ServerOptions,
     shm: crate::shm::SystemShm,
     shutting_down: AtomicBool,
+    /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
+    abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
     _runtime: Arc<WasmRuntime>,
 }
@@ -138,6 +140,7 @@ impl Server {
             options,
             shm,
             shutting_down: AtomicBool::new(false),
+            abandoned: AtomicU64::new(0),
             busy_poll,
             _runtime: runtime,
         }))
@@ -145,6 +148,18 @@ impl Server {
 
     pub fn options(&self) -> &ServerOptions {
         &self.options
+    }
+
+    /// Counts a request whose client went away (an HTTP connection closed, a gRPC call cancelled)
+    /// before its answer: the frontend stopped waiting, and the request, cancelled, is dropped
+    /// unexecuted if it still waits for an instance.
+    pub fn count_abandoned(&self) {
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests whose client went away before their answer, since the server started.
+    pub fn abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
     }
 
     pub fn is_live(&self) -> bool {
@@ -158,6 +173,17 @@ impl Server {
 
     fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
         self.models.entry(name)
+    }
+
+    /// Loads (or reloads) a model: tritonserver's answer whenever the model control mode is not
+    /// EXPLICIT, which is the only mode so far.
+    pub fn load_model(&self, _name: &str) -> Result<(), InferError> {
+        Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+    }
+
+    /// Unloads a model; answered as [`Server::load_model`].
+    pub fn unload_model(&self, _name: &str) -> Result<(), InferError> {
+        Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
     }
 
     /// The model version a request addresses: the given one, or the highest ready one.

@@ -271,21 +271,3 @@ pub struct ShmPlace {
     pub offset: u64,
     pub byte_size: u64,
 }
-
-impl ShmPlace {
-    /// The place a tensor's parameters give (`region` present), checked: `byte_size` is required.
-    pub fn from_parameters(
-        tensor: &str,
-        region: Option<&str>,
-        byte_size: Option<u64>,
-        offset: Option<u64>,
-    ) -> Result<Option<ShmPlace>, InferError> {
-        let Some(region) = region else { return Ok(None) };
-        let byte_size = byte_size.ok_or_else(|| {
-            InferError::invalid(format!(
-                "'{tensor}' names shared memory region '{region}' without a 'shared_memory_byte_size'"
-            ))
-        })?;
-        Ok(Some(ShmPlace { region: region.to_string(), offset: offset.unwrap_or(0), byte_size }))
-    }
-}

@@ -79,6 +79,9 @@ pub struct ModelStats {
     last_inference_ms: AtomicU64,
     batches: Mutex<BTreeMap<u64, BatchStat>>,
     responses: Mutex<BTreeMap<u64, ResponseStat>>,
+    /// Requests dropped before they executed because their client had gone (they count as
+    /// failures too, as tritonserver counts a cancelled request).
+    cancelled: AtomicU64,
 }
 
 impl ModelStats {
@@ -101,6 +104,16 @@ impl ModelStats {
             ResponseKind::Fail => r.fail.record(took),
             ResponseKind::Empty => r.empty_response.record(took),
         }
+    }
+
+    /// A request dropped unexecuted because its client had gone.
+    pub fn record_cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests dropped unexecuted because their client had gone.
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::Relaxed)
     }
 
     pub fn record_queue(&self, waited: Duration) {

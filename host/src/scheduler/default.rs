@@ -4,15 +4,15 @@
 //! a request that finds every instance busy is left for the thread holding one
 //! ([`super::handoff`]).
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use super::handoff::Handoff;
 use super::inline::{InlineGate, IoSlot};
-use super::{Schedule, WorkerContext, flush, spawn_workers};
+use super::lifecycle::{Lifecycle, Worker};
+use super::{Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
@@ -27,16 +27,26 @@ const INLINE_RUN: usize = 4;
 type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
 
 pub struct DefaultScheduler {
-    /// `None` once the model is unloading: new requests are refused, queued ones still run.
-    queue: RwLock<Option<Sender<Vec<Job>>>>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// What a worker takes next: a request (its own batch), or the signal to stop once the
+    /// scheduler closed (one per worker, after every request).
+    queue: Sender<Message>,
+    /// Held (shared) while a request is admitted and queued; closing takes it exclusively, so that
+    /// no request is queued after the stop signals.
+    admission: RwLock<()>,
     pool: Arc<Pool>,
+    lifecycle: Lifecycle,
+    workers: usize,
+}
+
+enum Message {
+    Batch(Vec<Job>),
+    Stop,
 }
 
 impl DefaultScheduler {
     /// Starts one worker thread per instance, all taking from one queue.
     pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext) -> Self {
-        let (tx, rx) = crossbeam_channel::unbounded::<Vec<Job>>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Message>();
         let instances: Vec<SharedInstance> = instances.into_iter().map(|i| Arc::new(Mutex::new(Some(i)))).collect();
         let pool = Arc::new(Pool {
             instances: instances.clone(),
@@ -44,16 +54,22 @@ impl DefaultScheduler {
             inline: InlineGate::new(ctx.inline_under),
             ctx,
         });
-        let worker_pool = pool.clone();
-        let workers = spawn_workers(model, instances, move |_, instance| worker_pool.run_worker(rx.clone(), instance));
-        DefaultScheduler { queue: RwLock::new(Some(tx)), workers: Mutex::new(workers), pool }
+        let workers: Vec<QueueWorker> = instances
+            .into_iter()
+            .map(|instance| QueueWorker { pool: pool.clone(), queue: rx.clone(), instance })
+            .collect();
+        let count = workers.len();
+        let lifecycle = Lifecycle::default();
+        lifecycle.start(model, workers);
+        DefaultScheduler { queue: tx, admission: RwLock::new(()), pool, lifecycle, workers: count }
     }
 
     /// Runs `job` here and now if the model may run inline, an I/O slot is free and nothing is
     /// queued for the workers — or, when every instance is busy, leaves it for the thread holding
     /// one; hands it back otherwise.
-    fn try_inline(&self, job: Job, queue: &Sender<Vec<Job>>) -> Option<Job> {
+    fn try_inline(&self, job: Job) -> Option<Job> {
         let pool = &*self.pool;
+        let queue = &self.queue;
         let may_run = || pool.inline.open() && queue.is_empty() && !pool.ctx.probe.gate_engaged();
         if !may_run() {
             return Some(job);
@@ -61,12 +77,9 @@ impl DefaultScheduler {
         let Some(_slot) = IoSlot::take() else { return Some(job) };
         pool.handoff.push(job);
         let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, may_run);
-        if !leftover.is_empty()
-            && let Err(e) = queue.send(leftover)
-        {
-            for mut job in e.into_inner() {
-                job.fail(InferError::unavailable("the model's instances have stopped"));
-            }
+        if !leftover.is_empty() {
+            // The receivers live as long as the workers, which outlive every admitted request.
+            let _ = queue.send(Message::Batch(leftover));
         }
         None
     }
@@ -74,23 +87,28 @@ impl DefaultScheduler {
 
 impl Schedule for DefaultScheduler {
     fn enqueue(&self, job: Job) -> Result<(), InferError> {
-        let queue = self.queue.read();
-        let Some(tx) = &*queue else { return Err(InferError::unavailable("the model is being unloaded")) };
-        let Some(job) = self.try_inline(job, tx) else { return Ok(()) };
-        tx.send(vec![job]).map_err(|_| InferError::unavailable("the model's instances have stopped"))
+        let _admitted = self.admission.read();
+        self.lifecycle.admit()?;
+        let Some(job) = self.try_inline(job) else { return Ok(()) };
+        let _ = self.queue.send(Message::Batch(vec![job]));
+        Ok(())
     }
 
     fn queued(&self) -> usize {
-        self.queue.read().as_ref().map_or(0, |tx| tx.len()) + self.pool.handoff.len()
+        self.queue.len() + self.pool.handoff.len()
     }
 
     /// Stops taking requests, lets the instances finish every queued one, then finalises them.
     /// Blocks until done.
     fn shutdown(&self) {
-        self.queue.write().take();
-        for worker in self.workers.lock().drain(..) {
-            let _ = worker.join();
+        {
+            let _closing = self.admission.write();
+            self.lifecycle.close();
         }
+        for _ in 0..self.workers {
+            let _ = self.queue.send(Message::Stop);
+        }
+        self.lifecycle.join();
     }
 }
 
@@ -156,24 +174,6 @@ impl Pool {
         }
     }
 
-    /// An instance's worker: executes one batch at a time from the queue, and after each the
-    /// requests left for a holder, until the scheduler stops; then finalises the instance.
-    fn run_worker(&self, queue: Receiver<Vec<Job>>, instance: SharedInstance) {
-        while let Some(mut batch) = next_batch(&queue, self.ctx.poll) {
-            let mut guard = instance.lock();
-            if let Some(instance) = guard.as_mut() {
-                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
-            }
-            drop(guard);
-            flush(&mut batch);
-            self.run_handoff_on_worker();
-        }
-        self.run_handoff_on_worker();
-        if let Some(instance) = instance.lock().take() {
-            instance.finalize();
-        }
-    }
-
     /// Runs what was left while this worker held its instance. Nothing can come back: a worker may
     /// block, and it has no budget; what does (an instance finalised under it) fails.
     fn run_handoff_on_worker(&self) {
@@ -183,8 +183,13 @@ impl Pool {
     }
 }
 
-/// Executes one batch and tells the inline gate how it went.
+/// Executes one batch (less the requests whose client has gone) and tells the inline gate how it
+/// went.
 fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
+    ctx.drop_cancelled(batch);
+    if batch.is_empty() {
+        return;
+    }
     let timer = inline.timer();
     ctx.execute(instance, batch);
     if let Some(timer) = timer {
@@ -192,24 +197,59 @@ fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn Backen
     }
 }
 
-/// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads) for
-/// `poll` before it parks: waking a parked thread costs tens of microseconds on a loaded VM, as much
-/// as a whole small execution, and under load the next batch usually arrives within the window.
-/// Measured on 2 cores (bench/README.md): parking at once costs more CPU per request than polling.
-fn next_batch(queue: &Receiver<Vec<Job>>, poll: Duration) -> Option<Vec<Job>> {
-    let start = Instant::now();
-    loop {
-        match queue.try_recv() {
-            Ok(batch) => return Some(batch),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-            Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < poll => std::thread::yield_now(),
-            Err(crossbeam_channel::TryRecvError::Empty) => return queue.recv().ok(),
+/// An instance's worker: executes one request at a time from the queue, and after each the
+/// requests left for whoever holds an instance.
+struct QueueWorker {
+    pool: Arc<Pool>,
+    queue: Receiver<Message>,
+    instance: SharedInstance,
+}
+
+impl Worker for QueueWorker {
+    type Batch = Vec<Job>;
+
+    /// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads)
+    /// for `poll` before it parks, as every scheduler's workers do (see [`super::lifecycle`]).
+    fn next(&mut self) -> Option<Vec<Job>> {
+        let start = Instant::now();
+        let message = loop {
+            match self.queue.try_recv() {
+                Ok(message) => break message,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+                Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < self.pool.ctx.poll => {
+                    std::thread::yield_now()
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => break self.queue.recv().ok()?,
+            }
+        };
+        match message {
+            Message::Batch(batch) => Some(batch),
+            Message::Stop => None,
+        }
+    }
+
+    fn run(&mut self, mut batch: Vec<Job>) {
+        let mut guard = self.instance.lock();
+        if let Some(instance) = guard.as_mut() {
+            run_batch(&self.pool.ctx, &self.pool.inline, instance.as_mut(), &mut batch);
+        }
+        drop(guard);
+        flush(&mut batch);
+        self.pool.run_handoff_on_worker();
+    }
+
+    fn finish(self) {
+        self.pool.run_handoff_on_worker();
+        if let Some(instance) = self.instance.lock().take() {
+            instance.finalize();
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::model::probe::ExecutionProbe;
     use crate::request::{InferenceRequest, InferenceResponse, ResponseSender};

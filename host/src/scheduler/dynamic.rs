@@ -16,14 +16,14 @@
 //! busy. With `preserve_ordering`, responses are delivered in the order the batches were formed,
 //! whichever instance finishes first.
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
-use super::{Schedule, WorkerContext, flush, spawn_workers};
+use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
+use super::{Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::config::schema::ModelDynamicBatching;
 use crate::error::InferError;
@@ -144,8 +144,6 @@ enum Decision {
 
 struct State {
     queues: PriorityQueues,
-    /// The model is unloading: no new requests; queued ones still run.
-    closed: bool,
     /// The number the next formed batch gets (for `preserve_ordering`).
     next_ticket: u64,
 }
@@ -156,11 +154,11 @@ struct Shared {
     /// Signalled when a request arrives, when a batch leaves requests behind, and on shutdown.
     work: Condvar,
     ordering: OrderedDelivery,
+    lifecycle: Lifecycle,
 }
 
 pub struct DynamicBatcher {
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl DynamicBatcher {
@@ -174,15 +172,17 @@ impl DynamicBatcher {
     ) -> Self {
         let shared = Arc::new(Shared {
             rules,
-            state: Mutex::new(State { queues: PriorityQueues::new(config), closed: false, next_ticket: 0 }),
+            state: Mutex::new(State { queues: PriorityQueues::new(config), next_ticket: 0 }),
             work: Condvar::new(),
             ordering: OrderedDelivery::default(),
+            lifecycle: Lifecycle::default(),
         });
-        let workers = spawn_workers(model, instances, {
-            let shared = shared.clone();
-            move |_, instance| run_instance(&shared, instance, &ctx)
-        });
-        DynamicBatcher { shared, workers: Mutex::new(workers) }
+        let workers: Vec<BatchWorker> = instances
+            .into_iter()
+            .map(|instance| BatchWorker { shared: shared.clone(), instance, ctx: ctx.clone() })
+            .collect();
+        shared.lifecycle.start(model, workers);
+        DynamicBatcher { shared }
     }
 }
 
@@ -194,9 +194,7 @@ impl Schedule for DynamicBatcher {
         job.enqueued = now;
         let batch_size = job.request.batch_size(self.shared.rules.batching).max(1) as usize;
         let mut state = self.shared.state.lock();
-        if state.closed {
-            return Err(InferError::unavailable("the model is being unloaded"));
-        }
+        self.shared.lifecycle.admit()?;
         let was_empty = state.queues.is_empty();
         let deadline_before = state.queues.next_deadline();
         if let Err(mut job) = state.queues.push(job, batch_size, now) {
@@ -223,11 +221,12 @@ impl Schedule for DynamicBatcher {
 
     /// Stops taking requests, lets the instances run every queued one, then finalises them.
     fn shutdown(&self) {
-        self.shared.state.lock().closed = true;
-        self.shared.work.notify_all();
-        for worker in self.workers.lock().drain(..) {
-            let _ = worker.join();
+        {
+            let _state = self.shared.state.lock();
+            self.shared.lifecycle.close();
         }
+        self.shared.work.notify_all();
+        self.shared.lifecycle.join();
     }
 }
 
@@ -235,17 +234,14 @@ impl Shared {
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
     fn next_batch(&self, poll: Duration) -> Option<(Vec<Job>, u64)> {
-        let idle_since = Instant::now();
-        let mut state = self.state.lock();
-        loop {
-            let now = Instant::now();
+        wait_for_batch(&self.state, &self.work, poll, |state, now| {
             let mut rejected = Vec::new();
             state.queues.expire(now, &mut rejected);
             if !rejected.is_empty() {
-                MutexGuard::unlocked(&mut state, || reject(rejected));
-                continue;
+                MutexGuard::unlocked(state, || reject(rejected));
             }
-            match self.rules.decide(&state.queues, now, state.closed) {
+            let closed = self.lifecycle.is_closed();
+            match self.rules.decide(&state.queues, now, closed) {
                 Decision::Take(n) => {
                     let batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
                     let ticket = state.next_ticket;
@@ -254,20 +250,12 @@ impl Shared {
                         // Another idle instance may take what is left.
                         self.work.notify_one();
                     }
-                    return Some((batch, ticket));
+                    Next::Run((batch, ticket))
                 }
-                Decision::Wait(_) if state.closed => return None,
-                // Poll for a while before sleeping, as the default scheduler does: waking a sleeping
-                // thread costs about as much as a small execution.
-                Decision::Wait(_) if now < idle_since + poll => {
-                    MutexGuard::unlocked(&mut state, std::thread::yield_now);
-                }
-                Decision::Wait(Some(at)) => {
-                    self.work.wait_until(&mut state, at);
-                }
-                Decision::Wait(None) => self.work.wait(&mut state),
+                Decision::Wait(_) if closed => Next::Exit,
+                Decision::Wait(at) => Next::Wait(at),
             }
-        }
+        })
     }
 
     /// Delivers a finished batch's responses: at once, or — with `preserve_ordering` — after those
@@ -287,12 +275,31 @@ fn reject(rejected: Vec<Queued>) {
     }
 }
 
-fn run_instance(shared: &Shared, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
-    while let Some((mut batch, ticket)) = shared.next_batch(ctx.poll) {
-        ctx.execute(instance.as_mut(), &mut batch);
-        shared.deliver(ticket, batch);
+/// An instance's worker: forms its own next batch from the shared queue.
+struct BatchWorker {
+    shared: Arc<Shared>,
+    instance: Box<dyn BackendInstance>,
+    ctx: WorkerContext,
+}
+
+impl Worker for BatchWorker {
+    type Batch = (Vec<Job>, u64);
+
+    fn next(&mut self) -> Option<Self::Batch> {
+        self.shared.next_batch(self.ctx.poll)
     }
-    instance.finalize();
+
+    fn run(&mut self, (mut batch, ticket): Self::Batch) {
+        self.ctx.drop_cancelled(&mut batch);
+        if !batch.is_empty() {
+            self.ctx.execute(self.instance.as_mut(), &mut batch);
+        }
+        self.shared.deliver(ticket, batch);
+    }
+
+    fn finish(self) {
+        self.instance.finalize();
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ mod default;
 mod dynamic;
 mod handoff;
 pub mod inline;
+mod lifecycle;
 mod ordering;
 mod queue;
 mod sequence;
@@ -16,7 +17,7 @@ pub use dynamic::{BatchRules, DynamicBatcher};
 pub use sequence::{SequenceBatcher, SequenceRules};
 
 use crate::backend::BackendInstance;
-use crate::error::InferError;
+use crate::error::{ErrorKind, InferError};
 use crate::model::probe::ExecutionProbe;
 use crate::request::Job;
 use crate::stats::ModelStats;
@@ -47,6 +48,26 @@ pub struct WorkerContext {
 }
 
 impl WorkerContext {
+    /// Takes out of `batch` the requests whose client has gone (an HTTP connection closed, a gRPC
+    /// call or stream cancelled) while they waited: they are answered CANCELLED — nobody reads it —
+    /// and counted, instead of costing an execution. Not for a sequence's requests, whose state
+    /// each one carries forward.
+    fn drop_cancelled(&self, batch: &mut Vec<Job>) {
+        if !batch.iter().any(|j| j.sender.is_cancelled()) {
+            return;
+        }
+        batch.retain_mut(|job| {
+            if !job.sender.is_cancelled() {
+                return true;
+            }
+            self.stats.record_cancelled();
+            job.fail(InferError::new(ErrorKind::Cancelled, "the request was cancelled before it executed"));
+            job.sender.flush();
+            false
+        });
+    }
+
+
     /// Executes one batch on `instance`, recording each request's queue time and the execution's
     /// statistics. Responses stay held in their senders: the caller flushes them.
     fn execute(&self, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
@@ -74,26 +95,6 @@ impl WorkerContext {
         self.stats.record_execution(requests, batch_size, times);
         self.probe.exit();
     }
-}
-
-/// Starts one worker thread per instance, named `<model>#<index>`, each running `run` on its index
-/// and instance until the scheduler stops.
-fn spawn_workers<I: Send + 'static>(
-    model: &str,
-    instances: Vec<I>,
-    run: impl Fn(usize, I) + Clone + Send + 'static,
-) -> Vec<std::thread::JoinHandle<()>> {
-    instances
-        .into_iter()
-        .enumerate()
-        .map(|(i, instance)| {
-            let run = run.clone();
-            std::thread::Builder::new()
-                .name(format!("{model}#{i}"))
-                .spawn(move || run(i, instance))
-                .expect("spawning an instance worker thread")
-        })
-        .collect()
 }
 
 /// Delivers every held response of `batch`.

@@ -1,12 +1,16 @@
 //! Translation between Triton's gRPC messages and the server's request/response types, and the one
 //! mapping of errors to gRPC status codes.
+use std::collections::HashMap;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use tonic::{Code, Status};
 
+use crate::api;
+use crate::api::infer::ShmOutputs;
 use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
-use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
 use crate::shm::{ShmPlace, SystemShm};
 use crate::tensor::DataType;
 
@@ -23,6 +27,7 @@ pub fn status(e: InferError) -> Status {
         ErrorKind::Timeout => Code::DeadlineExceeded,
         ErrorKind::UnsupportedEncoding => Code::InvalidArgument,
         ErrorKind::AlreadyExists => Code::AlreadyExists,
+        ErrorKind::Cancelled => Code::Cancelled,
     };
     Status::new(code, e.message)
 }
@@ -70,47 +75,17 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
 
 /// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
 /// A request, and the outputs it wants written into system shared memory.
-pub fn request(
-    mut m: pb::ModelInferRequest,
-    shm: &SystemShm,
-) -> Result<(InferenceRequest, Vec<(String, ShmPlace)>), InferError> {
+pub fn request(mut m: pb::ModelInferRequest, shm: &SystemShm) -> Result<(InferenceRequest, ShmOutputs), InferError> {
     let mut request = InferenceRequest {
         model_name: std::mem::take(&mut m.model_name),
         model_version: version(&m.model_version)?,
         id: std::mem::take(&mut m.id),
         ..Default::default()
     };
-    for (key, p) in &m.parameters {
-        let value = param_value(p).ok_or_else(|| InferError::invalid(format!("parameter '{key}' has no value")))?;
-        match (key.as_str(), value) {
-            ("sequence_id", ParamValue::Int64(i)) if i >= 0 => {
-                request.correlation_id = CorrelationId::Numeric(i as u64)
-            }
-            ("sequence_id", ParamValue::Uint64(u)) => request.correlation_id = CorrelationId::Numeric(u),
-            ("sequence_id", ParamValue::String(s)) => request.correlation_id = CorrelationId::Text(s),
-            ("sequence_id", _) => {
-                return Err(InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string"));
-            }
-            ("sequence_start", ParamValue::Bool(b)) => request.sequence_start = b,
-            ("sequence_end", ParamValue::Bool(b)) => request.sequence_end = b,
-            ("sequence_start" | "sequence_end", _) => {
-                return Err(InferError::invalid(format!("parameter '{key}' must be a boolean")));
-            }
-            ("priority" | "timeout", v) => {
-                let n = match v {
-                    ParamValue::Uint64(u) => u,
-                    ParamValue::Int64(i) if i >= 0 => i as u64,
-                    _ => {
-                        return Err(InferError::invalid(format!("parameter '{key}' must be an unsigned integer")));
-                    }
-                };
-                if key == "priority" { request.priority = n } else { request.timeout_us = n }
-            }
-            (k, _) if is_reserved_parameter(k) => {}
-            (k, v) => request.parameters.push((k.to_string(), v)),
-        }
+    for (key, p) in std::mem::take(&mut m.parameters) {
+        let value = param_value(&p).ok_or_else(|| InferError::invalid(format!("parameter '{key}' has no value")))?;
+        api::params::apply(&mut request, &key, value)?;
     }
-    request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
     // As tritonserver reads them: raw_input_contents go, in order, to the inputs that take their
     // data neither from shared memory nor from `contents`; and `contents` may not be used at all
     // once raw_input_contents are.
@@ -157,7 +132,7 @@ pub fn request(
     }
     for output in m.outputs {
         if output.parameters.contains_key("classification") {
-            return Err(InferError::unsupported("the classification extension is not supported by this server"));
+            return Err(api::params::classification_unsupported());
         }
         if let Some(place) = shm_place(&output.name, &output.parameters)? {
             shm_outputs.push((output.name.clone(), place));
@@ -168,31 +143,13 @@ pub fn request(
 }
 
 /// The shared-memory place a tensor's parameters name, if any.
-fn shm_place(
-    tensor: &str,
-    params: &std::collections::HashMap<String, pb::InferParameter>,
-) -> Result<Option<ShmPlace>, InferError> {
-    if !params.contains_key("shared_memory_region") {
-        return Ok(None);
-    }
-    let number = |key: &str| -> Result<Option<u64>, InferError> {
-        match params.get(key).and_then(param_value) {
-            None => Ok(None),
-            Some(ParamValue::Int64(n)) if n >= 0 => Ok(Some(n as u64)),
-            Some(ParamValue::Uint64(n)) => Ok(Some(n)),
-            Some(_) => Err(InferError::invalid(format!("'{key}' of '{tensor}' must be an unsigned integer"))),
-        }
-    };
-    let region = match params.get("shared_memory_region").and_then(param_value) {
-        None => None,
-        Some(ParamValue::String(s)) => Some(s),
-        Some(_) => return Err(InferError::invalid(format!("'shared_memory_region' of '{tensor}' must be a string"))),
-    };
-    ShmPlace::from_parameters(
+fn shm_place(tensor: &str, params: &HashMap<String, pb::InferParameter>) -> Result<Option<ShmPlace>, InferError> {
+    let get = |key: &str| params.get(key).and_then(param_value);
+    api::params::shm_place(
         tensor,
-        region.as_deref(),
-        number("shared_memory_byte_size")?,
-        number("shared_memory_offset")?,
+        get("shared_memory_region"),
+        get("shared_memory_byte_size"),
+        get("shared_memory_offset"),
     )
 }
 
@@ -254,21 +211,16 @@ fn contents_to_bytes(
     })
 }
 
-/// Encodes a response: every output's bytes in `raw_output_contents` (no copy).
-/// A response; outputs placed in shared memory are written there and travel as an empty raw
-/// content (keeping the positions of the others) with their region and byte size as parameters.
-pub fn response(
-    r: InferenceResponse,
-    shm_outputs: &[(String, ShmPlace)],
-    shm: &SystemShm,
-) -> Result<pb::ModelInferResponse, InferError> {
+/// Encodes a response: every output's bytes in `raw_output_contents` (no copy). Outputs placed in
+/// shared memory (written there already, see [`api::infer`]) travel as an empty raw content, keeping
+/// the positions of the others, with their region and byte size as parameters.
+pub fn response(r: InferenceResponse, shm_outputs: &ShmOutputs) -> pb::ModelInferResponse {
     let mut raw = Vec::with_capacity(r.outputs.len());
     let mut outputs = Vec::with_capacity(r.outputs.len());
     for t in r.outputs {
-        let mut parameters = std::collections::HashMap::new();
+        let mut parameters = HashMap::new();
         match shm_outputs.iter().find(|(n, _)| *n == t.name) {
             Some((_, place)) => {
-                shm.write(&place.region, place.offset, place.byte_size, &t.data)?;
                 parameters
                     .insert("shared_memory_region".to_string(), param_proto(&ParamValue::String(place.region.clone())));
                 parameters.insert(
@@ -287,14 +239,14 @@ pub fn response(
             contents: None,
         });
     }
-    Ok(pb::ModelInferResponse {
+    pb::ModelInferResponse {
         model_name: r.model_name.to_string(),
         model_version: r.model_version.to_string(),
         id: r.id,
         parameters: r.parameters.iter().map(|(k, v)| (k.clone(), param_proto(v))).collect(),
         outputs,
         raw_output_contents: raw,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api;
 use crate::error::InferError;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
@@ -106,12 +107,8 @@ impl GrpcInferenceService for GrpcFrontend {
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
         let (request, shm_outputs) = convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
-        let receiver = self.server.infer(request, "ModelInfer RPC").map_err(status)?;
-        let response = receiver
-            .await
-            .map_err(|_| Status::internal("the request was dropped without a response"))?
-            .map_err(status)?;
-        convert::response(response, &shm_outputs, self.server.shm()).map(Response::new).map_err(status)
+        let response = api::infer::run(&self.server, request, &shm_outputs, "ModelInfer RPC").await.map_err(status)?;
+        Ok(Response::new(convert::response(response, &shm_outputs)))
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -177,8 +174,8 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
         allow(&self.restricted, Api::ModelRepository, &r)?;
-        // tritonserver answers this way whenever the model control mode is not EXPLICIT.
-        Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        self.server.load_model(&r.into_inner().model_name).map_err(status)?;
+        Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
@@ -186,7 +183,8 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
         allow(&self.restricted, Api::ModelRepository, &r)?;
-        Err(Status::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        self.server.unload_model(&r.into_inner().model_name).map_err(status)?;
+        Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
     }
 
     async fn system_shared_memory_status(
@@ -263,7 +261,7 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn trace_setting(&self, r: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
         allow(&self.restricted, Api::Trace, &r)?;
-        Err(Status::unimplemented("the trace extension is not implemented by this server yet"))
+        Err(status(api::unimplemented("trace")))
     }
 
     async fn log_settings(&self, r: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
@@ -307,7 +305,7 @@ struct StreamStart {
     id: String,
     empty_final: bool,
     started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
-    shm_outputs: Vec<(String, crate::shm::ShmPlace)>,
+    shm_outputs: api::infer::ShmOutputs,
     server: Arc<Server>,
 }
 
@@ -355,8 +353,9 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
         };
         let Some(item) = item else { break };
         let reply = match item.response {
-            Some(Ok(response)) => match convert::response(response, &shm_outputs, server.shm()) {
-                Ok(mut response) => {
+            Some(Ok(response)) => match api::infer::write_shm_outputs(server.shm(), &response, &shm_outputs) {
+                Ok(()) => {
+                    let mut response = convert::response(response, &shm_outputs);
                     if decoupled {
                         response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
                     }

@@ -8,8 +8,9 @@ use serde::Deserialize;
 use serde::ser::{SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
+use crate::api;
 use crate::error::InferError;
-use crate::request::{CorrelationId, InferenceRequest, InferenceResponse, ParamValue, Tensor, is_reserved_parameter};
+use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
 use crate::shm::{ShmPlace, SystemShm};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
@@ -141,11 +142,6 @@ fn bool_param(map: Option<&Params>, key: &str) -> Result<Option<bool>, InferErro
     }
 }
 
-/// A schedule-policy parameter (`priority`, `timeout`): a non-negative integer.
-fn uint_param(key: &str, value: &Value) -> Result<u64, InferError> {
-    value.as_u64().ok_or_else(|| InferError::invalid(format!("parameter '{key}' must be an unsigned integer")))
-}
-
 /// Decodes an infer request body. `header_len` is `Inference-Header-Content-Length` when present:
 /// the JSON is `body[..header_len]` and binary tensors follow. `header_len == Some(0)` is the raw
 /// binary request, valid only for a model with exactly one input (`raw_input`: its name, datatype
@@ -174,28 +170,7 @@ pub fn decode_request(
     let params = parsed.parameters.as_ref();
     if let Some(map) = params {
         for (key, value) in map.iter() {
-            match key {
-                "sequence_id" => {
-                    request.correlation_id = match value {
-                        Value::Number(n) => n.as_u64().map(CorrelationId::Numeric).ok_or_else(|| {
-                            InferError::invalid("parameter 'sequence_id' must be an unsigned integer or a string")
-                        })?,
-                        Value::String(s) => CorrelationId::Text(s.clone()),
-                        _ => {
-                            return Err(InferError::invalid(
-                                "parameter 'sequence_id' must be an unsigned integer or a string",
-                            ));
-                        }
-                    };
-                    request.correlation_id = std::mem::take(&mut request.correlation_id).normalized();
-                }
-                "sequence_start" => request.sequence_start = bool_param(params, key)?.unwrap_or(false),
-                "sequence_end" => request.sequence_end = bool_param(params, key)?.unwrap_or(false),
-                "priority" => request.priority = uint_param(key, value)?,
-                "timeout" => request.timeout_us = uint_param(key, value)?,
-                k if is_reserved_parameter(k) => {}
-                k => request.parameters.push((k.to_string(), param_value(k, value)?)),
-            }
+            api::params::apply(&mut request, key, param_value(key, value)?)?;
         }
     }
     let mut options = OutputOptions {
@@ -259,7 +234,7 @@ pub fn decode_request(
     for output in parsed.outputs.unwrap_or_default() {
         let op = output.parameters.as_ref();
         if op.is_some_and(|m| m.contains_key("classification")) {
-            return Err(InferError::unsupported("the classification extension is not supported by this server"));
+            return Err(api::params::classification_unsupported());
         }
         if let Some(place) = shm_place(&output.name, op)? {
             options.shm.push((output.name.clone(), place));
@@ -274,23 +249,14 @@ pub fn decode_request(
 
 /// The shared-memory place a tensor's JSON parameters name, if any.
 fn shm_place(tensor: &str, params: Option<&Params>) -> Result<Option<ShmPlace>, InferError> {
-    let Some(m) = params.filter(|m| m.contains_key("shared_memory_region")) else { return Ok(None) };
-    let number = |key: &str| -> Result<Option<u64>, InferError> {
-        m.get(key)
-            .map(|v| {
-                v.as_u64()
-                    .ok_or_else(|| InferError::invalid(format!("'{key}' of '{tensor}' must be an unsigned integer")))
-            })
-            .transpose()
-    };
-    let region = m
-        .get("shared_memory_region")
-        .map(|v| {
-            v.as_str()
-                .ok_or_else(|| InferError::invalid(format!("'shared_memory_region' of '{tensor}' must be a string")))
-        })
-        .transpose()?;
-    ShmPlace::from_parameters(tensor, region, number("shared_memory_byte_size")?, number("shared_memory_offset")?)
+    let Some(m) = params else { return Ok(None) };
+    let get = |key: &str| m.get(key).map(|v| param_value(key, v)).transpose();
+    api::params::shm_place(
+        tensor,
+        get("shared_memory_region")?,
+        get("shared_memory_byte_size")?,
+        get("shared_memory_offset")?,
+    )
 }
 
 fn decode_raw_binary(
@@ -544,6 +510,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::CorrelationId;
 
     fn no_raw() -> Result<(String, DataType, Vec<i64>, bool), InferError> {
         Err(InferError::invalid("no raw"))

@@ -33,6 +33,7 @@ pub async fn serve(
 ) {
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let options = Arc::new(options);
+    let routes = Arc::new(router::Routes::default());
     let graceful = GracefulShutdown::new();
     // No per-request header timer: a connection's watchdog closes it once its client goes quiet.
     let builder = auto::Builder::new(TokioExecutor::new());
@@ -49,15 +50,20 @@ pub async fn serve(
                 };
                 let _ = stream.set_nodelay(true);
                 // What each request of the connection needs, behind one `Arc` (one clone a request).
-                let connection =
-                    Arc::new(Connection { server: server.clone(), options: options.clone(), activity: Activity::default() });
+                let connection = Arc::new(Connection {
+                    server: server.clone(),
+                    options: options.clone(),
+                    routes: routes.clone(),
+                    activity: Activity::default(),
+                });
                 let quiet_period = options.header_timeout;
                 let shared = connection.clone();
                 let service = service_fn(move |req| {
                     let connection = shared.clone();
                     async move {
                         let _in_flight = connection.activity.begin();
-                        Ok::<_, Infallible>(router::handle(&connection.server, &connection.options, req).await)
+                        let Connection { server, options, routes, .. } = &*connection;
+                        Ok::<_, Infallible>(router::handle(server, options, routes, req).await)
                     }
                 });
                 let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
@@ -99,6 +105,7 @@ pub async fn serve(
 struct Connection {
     server: Arc<Server>,
     options: Arc<HttpOptions>,
+    routes: Arc<router::Routes>,
     activity: Activity,
 }
 

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
+use crate::api;
 use crate::error::InferError;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
@@ -73,13 +74,6 @@ pub fn error_reply(e: &InferError) -> HttpResponse {
     reply(status, Some("application/json"), Bytes::from(json!({ "error": e.message }).to_string()))
 }
 
-/// A parsed `/v2/models/{name}[/versions/{v}][/{action}]` path.
-struct ModelPath {
-    name: String,
-    version: Option<i64>,
-    action: Option<String>,
-}
-
 fn percent_decode(s: &str) -> Result<String, InferError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -99,56 +93,6 @@ fn percent_decode(s: &str) -> Result<String, InferError> {
         }
     }
     String::from_utf8(out).map_err(|_| InferError::invalid("the path is not UTF-8"))
-}
-
-fn parse_model_path(rest: &str) -> Result<ModelPath, InferError> {
-    let segments: Vec<&str> = rest.split('/').collect();
-    let name = percent_decode(segments.first().copied().unwrap_or_default())?;
-    let (version, tail) = match segments.get(1) {
-        Some(&"versions") => {
-            let v = segments.get(2).copied().unwrap_or_default();
-            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(InferError::invalid(format!("version '{v}' in the path is not a number")));
-            }
-            let v: i64 =
-                v.parse().map_err(|_| InferError::invalid(format!("version '{v}' in the path is out of range")))?;
-            (Some(v), &segments[3.min(segments.len())..])
-        }
-        _ => (None, &segments[1.min(segments.len())..]),
-    };
-    let action = match tail {
-        [] => None,
-        [a] => Some(a.to_string()),
-        _ => return Err(InferError::not_found("Not Found")),
-    };
-    if name.is_empty() {
-        return Err(InferError::not_found("Not Found"));
-    }
-    Ok(ModelPath { name, version, action })
-}
-
-/// The API group of an endpoint, for `--http-restricted-api` (the test hooks belong to none).
-fn api_of(path: &str) -> Option<Api> {
-    let api = match path {
-        "/v2" => Api::Metadata,
-        "/v2/health/live" | "/v2/health/ready" => Api::Health,
-        "/v2/logging" => Api::Logging,
-        "/v2/models/stats" => Api::Statistics,
-        p if p.starts_with("/v2/repository") => Api::ModelRepository,
-        p if p.starts_with("/v2/systemsharedmemory") || p.starts_with("/v2/cudasharedmemory") => Api::SharedMemory,
-        p if p.starts_with("/v2/trace") => Api::Trace,
-        // The action is the last segment after the model name (a model may be named "ready").
-        p if p.starts_with("/v2/models/") => match p["/v2/models/".len()..].split('/').skip(1).last() {
-            Some("ready") => Api::Health,
-            Some("config") => Api::ModelConfig,
-            Some("stats") => Api::Statistics,
-            Some("trace") => Api::Trace,
-            Some("infer" | "generate" | "generate_stream") => Api::Inference,
-            _ => Api::Metadata,
-        },
-        _ => return None,
-    };
-    Some(api)
 }
 
 /// Reads the whole body within the size limit, undoing any `Content-Encoding`.
@@ -191,9 +135,176 @@ async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -
     }
 }
 
+/// Every endpoint of the HTTP surface; the [`Routes`] table maps paths to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    ServerMetadata,
+    Live,
+    Ready,
+    Logging,
+    /// Statistics of every model.
+    Statistics,
+    /// `/v2/models/{model}[/versions/{version}][/…]`.
+    Model(ModelRoute),
+    RepositoryIndex,
+    RepositoryLoad,
+    RepositoryUnload,
+    /// `/v2/{system,cuda}sharedmemory[/region/{region}]/…`.
+    SharedMemory(ShmKind, ShmAction),
+    /// `/v2/trace/setting`.
+    TraceSetting,
+    /// `/nereus/test/models/{model}/{hook}`, only with `--test-hooks`.
+    TestHook,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ModelRoute {
+    Metadata,
+    Ready,
+    Config,
+    Infer,
+    Statistics,
+    TraceSetting,
+    Generate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShmKind {
+    System,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShmAction {
+    Status,
+    Register,
+    Unregister,
+}
+
+impl Route {
+    /// The API group of the endpoint, for `--http-restricted-api` (the test hooks belong to none).
+    fn api(self) -> Option<Api> {
+        Some(match self {
+            Route::ServerMetadata => Api::Metadata,
+            Route::Live | Route::Ready | Route::Model(ModelRoute::Ready) => Api::Health,
+            Route::Logging => Api::Logging,
+            Route::Statistics | Route::Model(ModelRoute::Statistics) => Api::Statistics,
+            Route::Model(ModelRoute::Metadata) => Api::Metadata,
+            Route::Model(ModelRoute::Config) => Api::ModelConfig,
+            Route::Model(ModelRoute::Infer | ModelRoute::Generate) => Api::Inference,
+            Route::Model(ModelRoute::TraceSetting) | Route::TraceSetting => Api::Trace,
+            Route::RepositoryIndex | Route::RepositoryLoad | Route::RepositoryUnload => Api::ModelRepository,
+            Route::SharedMemory(..) => Api::SharedMemory,
+            Route::TestHook => return None,
+        })
+    }
+
+    /// Whether `method` is the one (or one of those) the endpoint takes.
+    fn allows(self, method: &Method) -> bool {
+        let (get, post) = (method == Method::GET, method == Method::POST);
+        match self {
+            Route::Logging | Route::TraceSetting | Route::Model(ModelRoute::TraceSetting) | Route::TestHook => {
+                get || post
+            }
+            Route::RepositoryIndex
+            | Route::RepositoryLoad
+            | Route::RepositoryUnload
+            | Route::Model(ModelRoute::Infer | ModelRoute::Generate)
+            | Route::SharedMemory(_, ShmAction::Register | ShmAction::Unregister) => post,
+            _ => get,
+        }
+    }
+}
+
+/// The route table, built once per HTTP frontend.
+pub struct Routes(matchit::Router<Route>);
+
+impl Default for Routes {
+    fn default() -> Self {
+        let mut table = Vec::new();
+        let fixed = [
+            ("/v2", Route::ServerMetadata),
+            ("/v2/health/live", Route::Live),
+            ("/v2/health/ready", Route::Ready),
+            ("/v2/logging", Route::Logging),
+            ("/v2/models/stats", Route::Statistics),
+            ("/v2/trace/setting", Route::TraceSetting),
+            ("/v2/repository/index", Route::RepositoryIndex),
+            ("/v2/repository/models/{model}/load", Route::RepositoryLoad),
+            ("/v2/repository/models/{model}/unload", Route::RepositoryUnload),
+            ("/nereus/test/models/{model}/{hook}", Route::TestHook),
+        ];
+        table.extend(fixed.map(|(path, route)| (path.to_string(), route)));
+        let model_actions = [
+            ("", ModelRoute::Metadata),
+            ("/ready", ModelRoute::Ready),
+            ("/config", ModelRoute::Config),
+            ("/infer", ModelRoute::Infer),
+            ("/stats", ModelRoute::Statistics),
+            ("/trace/setting", ModelRoute::TraceSetting),
+            ("/generate", ModelRoute::Generate),
+            ("/generate_stream", ModelRoute::Generate),
+        ];
+        for (action, route) in model_actions {
+            for base in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
+                table.push((format!("{base}{action}"), Route::Model(route)));
+            }
+        }
+        for (kind, prefix) in [(ShmKind::System, "/v2/systemsharedmemory"), (ShmKind::Cuda, "/v2/cudasharedmemory")] {
+            for (action, name) in [
+                (ShmAction::Status, "status"),
+                (ShmAction::Register, "register"),
+                (ShmAction::Unregister, "unregister"),
+            ] {
+                table.push((format!("{prefix}/region/{{region}}/{name}"), Route::SharedMemory(kind, action)));
+                if action != ShmAction::Register {
+                    table.push((format!("{prefix}/{name}"), Route::SharedMemory(kind, action)));
+                }
+            }
+        }
+        let mut router = matchit::Router::new();
+        for (path, route) in table {
+            router.insert(path, route).expect("the route table has no conflicting paths");
+        }
+        Routes(router)
+    }
+}
+
+/// The path parameters of a matched route, percent-decoded.
+struct PathParams {
+    model: Option<String>,
+    version: Option<i64>,
+    region: Option<String>,
+    hook: Option<String>,
+}
+
+impl PathParams {
+    fn of(params: &matchit::Params<'_, '_>) -> Result<Self, InferError> {
+        let version = match params.get("version") {
+            None => None,
+            Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Some(
+                v.parse::<i64>()
+                    .map_err(|_| InferError::invalid(format!("version '{v}' in the path is out of range")))?,
+            ),
+            Some(v) => return Err(InferError::invalid(format!("version '{v}' in the path is not a number"))),
+        };
+        let text = |key: &str| params.get(key).map(percent_decode).transpose();
+        Ok(PathParams { model: text("model")?, version, region: text("region")?, hook: text("hook")? })
+    }
+
+    fn model(&self) -> &str {
+        self.model.as_deref().unwrap_or_default()
+    }
+}
+
 /// Handles one request; never fails (errors become responses).
-pub async fn handle(server: &Arc<Server>, options: &HttpOptions, req: Request<Incoming>) -> HttpResponse {
-    match route(server, options, req).await {
+pub async fn handle(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    routes: &Routes,
+    req: Request<Incoming>,
+) -> HttpResponse {
+    match route(server, options, routes, req).await {
         Ok(r) => r,
         Err(e) => error_reply(&e),
     }
@@ -202,145 +313,153 @@ pub async fn handle(server: &Arc<Server>, options: &HttpOptions, req: Request<In
 async fn route(
     server: &Arc<Server>,
     options: &HttpOptions,
+    routes: &Routes,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
-    let path = req.uri().path().trim_end_matches('/').to_string();
+    let path = req.uri().path();
+    let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    let Ok(matched) = routes.0.at(path) else { return Err(InferError::not_found("Not Found")) };
+    let route = *matched.value;
+    if route == Route::TestHook && !server.options().test_hooks {
+        return Err(InferError::not_found("Not Found"));
+    }
     if !options.restricted.is_empty()
-        && let Some(api) = api_of(&path)
+        && let Some(api) = route.api()
         && let Some(header) =
             options.restricted.refused(api, |name| req.headers().get(name).and_then(|v| v.to_str().ok()))
     {
         return Err(InferError::restricted(format!("This API is restricted, expecting header '{header}'")));
     }
-    let method = req.method().clone();
-    let (get, post) = (method == Method::GET, method == Method::POST);
-    match path.as_str() {
-        "/v2" if get => {
-            return Ok(json_reply(&json!({
-                "name": server.options().id,
-                "version": env!("CARGO_PKG_VERSION"),
-                "extensions": EXTENSIONS,
-            })));
+    if !route.allows(req.method()) {
+        return Ok(reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            Some("application/json"),
+            Bytes::from(json!({ "error": "Method Not Allowed" }).to_string()),
+        ));
+    }
+    let params = PathParams::of(&matched.params)?;
+    let post = req.method() == Method::POST;
+    match route {
+        Route::ServerMetadata => Ok(json_reply(&json!({
+            "name": server.options().id,
+            "version": env!("CARGO_PKG_VERSION"),
+            "extensions": EXTENSIONS,
+        }))),
+        Route::Live => Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        Route::Ready => Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        Route::Logging => logging_settings(options, post, req).await,
+        Route::Statistics => {
+            Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")))
         }
-        "/v2/health/live" if get => {
-            return Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST }));
+        Route::RepositoryIndex => repository_index(server, options, req).await,
+        Route::RepositoryLoad => server.load_model(params.model()).map(|()| empty(StatusCode::OK)),
+        Route::RepositoryUnload => server.unload_model(params.model()).map(|()| empty(StatusCode::OK)),
+        Route::TraceSetting | Route::Model(ModelRoute::TraceSetting) => Err(api::unimplemented("trace")),
+        Route::SharedMemory(kind, action) => {
+            shared_memory(server, options, kind, action, params.region.as_deref(), req).await
         }
-        "/v2/health/ready" if get => {
-            return Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST }));
+        Route::TestHook => {
+            test_hook(server, params.model(), params.hook.as_deref().unwrap_or_default(), post, req).await
         }
-        "/v2/logging" if get || post => {
-            let settings = if post {
-                let (parts, body) = req.into_parts();
-                let body = read_body(&parts.headers, body, options).await?;
-                let v: serde_json::Value = serde_json::from_slice(&body)
-                    .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
-                let map = v.as_object().ok_or_else(|| InferError::invalid("log settings must be a JSON object"))?;
-                let mut updates = Vec::new();
-                for (k, v) in map {
-                    let value = match v {
-                        serde_json::Value::Bool(b) => SettingValue::Bool(*b),
-                        serde_json::Value::String(s) => SettingValue::Text(s.clone()),
-                        serde_json::Value::Number(n) => {
-                            SettingValue::Uint(n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                                InferError::invalid(format!("log setting '{k}' must be a small non-negative integer"))
-                            })?)
-                        }
-                        _ => {
-                            return Err(InferError::invalid(format!("log setting '{k}' has the wrong type")));
-                        }
-                    };
-                    updates.push((k.clone(), value));
+        Route::Model(action) => {
+            let (name, version) = (params.model(), params.version);
+            match action {
+                ModelRoute::Metadata => {
+                    Ok(json_reply(&to_json(&server.metadata(name, version)?, "inference.ModelMetadataResponse")))
                 }
-                logging::update(&updates)?
-            } else {
-                logging::settings()
-            };
-            return Ok(json_reply(&json!({
-                "log_file": settings.log_file,
-                "log_info": settings.log_info,
-                "log_warning": settings.log_warning,
-                "log_error": settings.log_error,
-                "log_verbose_level": settings.log_verbose_level,
-                "log_format": settings.log_format,
-            })));
-        }
-        "/v2/repository/index" if post => {
-            let (parts, body) = req.into_parts();
-            let body = read_body(&parts.headers, body, options).await?;
-            let ready = if body.is_empty() {
-                false
-            } else {
-                let v: serde_json::Value = serde_json::from_slice(&body)
-                    .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
-                v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
-            };
-            let index: Vec<serde_json::Value> = server
-                .index(ready)
-                .into_iter()
-                .map(|m| {
-                    let mut v = json!({"name": m.name, "state": m.state, "reason": m.reason});
-                    if !m.version.is_empty() {
-                        v["version"] = json!(m.version);
-                    }
-                    v
-                })
-                .collect();
-            return Ok(json_reply(&serde_json::Value::Array(index)));
-        }
-        _ => {}
-    }
-    if let Some(rest) = path.strip_prefix("/v2/systemsharedmemory") {
-        return shared_memory(server, options, ShmKind::System, rest, get, post, req).await;
-    }
-    if let Some(rest) = path.strip_prefix("/v2/cudasharedmemory") {
-        return shared_memory(server, options, ShmKind::Cuda, rest, get, post, req).await;
-    }
-    if let Some(rest) = path.strip_prefix("/v2/repository/models/")
-        && post
-        && (rest.ends_with("/load") || rest.ends_with("/unload"))
-    {
-        // tritonserver answers this way whenever the model control mode is not EXPLICIT.
-        return Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"));
-    }
-    if path == "/v2/models/stats" && get {
-        return Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")));
-    }
-    if let Some(rest) = path.strip_prefix("/v2/models/") {
-        let mp = parse_model_path(rest)?;
-        return match (mp.action.as_deref(), get, post) {
-            (None, true, _) => {
-                Ok(json_reply(&to_json(&server.metadata(&mp.name, mp.version)?, "inference.ModelMetadataResponse")))
+                ModelRoute::Ready => Ok(empty(if server.is_model_ready(name, version) {
+                    StatusCode::OK
+                } else {
+                    StatusCode::BAD_REQUEST
+                })),
+                ModelRoute::Config => Ok(json_reply(&server.config(name, version)?)),
+                ModelRoute::Statistics => Ok(json_reply(&to_json(
+                    &server.statistics(Some(name), version)?,
+                    "inference.ModelStatisticsResponse",
+                ))),
+                ModelRoute::Infer => infer(server, options, name, version, req).await,
+                ModelRoute::Generate => Err(api::unimplemented("generate")),
+                ModelRoute::TraceSetting => Err(api::unimplemented("trace")),
             }
-            (Some("ready"), true, _) => Ok(empty(if server.is_model_ready(&mp.name, mp.version) {
-                StatusCode::OK
-            } else {
-                StatusCode::BAD_REQUEST
-            })),
-            (Some("config"), true, _) => Ok(json_reply(&server.config(&mp.name, mp.version)?)),
-            (Some("infer"), _, true) => infer(server, options, mp, req).await,
-            (Some("stats"), true, _) => Ok(json_reply(&to_json(
-                &server.statistics(Some(&mp.name), mp.version)?,
-                "inference.ModelStatisticsResponse",
-            ))),
-            (Some("trace"), _, _) => Err(InferError::unsupported("the trace extension is not implemented")),
-            (Some("generate" | "generate_stream"), _, _) => {
-                Err(InferError::unsupported("the generate extension is not implemented"))
-            }
-            (Some(_), _, _) | (None, false, _) => Err(InferError::not_found("Not Found")),
-        };
+        }
     }
-    if server.options().test_hooks
-        && let Some(rest) = path.strip_prefix("/nereus/test/models/")
-    {
-        return test_hook(server, rest, post, req).await;
-    }
-    Err(InferError::not_found("Not Found"))
 }
 
+/// `GET`/`POST /v2/logging`: the log settings, changed first by a POST's JSON object.
+async fn logging_settings(
+    options: &HttpOptions,
+    post: bool,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
+    let settings = if post {
+        let (parts, body) = req.into_parts();
+        let body = read_body(&parts.headers, body, options).await?;
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+        let map = v.as_object().ok_or_else(|| InferError::invalid("log settings must be a JSON object"))?;
+        let mut updates = Vec::new();
+        for (k, v) in map {
+            let value = match v {
+                serde_json::Value::Bool(b) => SettingValue::Bool(*b),
+                serde_json::Value::String(s) => SettingValue::Text(s.clone()),
+                serde_json::Value::Number(n) => {
+                    SettingValue::Uint(n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                        InferError::invalid(format!("log setting '{k}' must be a small non-negative integer"))
+                    })?)
+                }
+                _ => return Err(InferError::invalid(format!("log setting '{k}' has the wrong type"))),
+            };
+            updates.push((k.clone(), value));
+        }
+        logging::update(&updates)?
+    } else {
+        logging::settings()
+    };
+    Ok(json_reply(&json!({
+        "log_file": settings.log_file,
+        "log_info": settings.log_info,
+        "log_warning": settings.log_warning,
+        "log_error": settings.log_error,
+        "log_verbose_level": settings.log_verbose_level,
+        "log_format": settings.log_format,
+    })))
+}
+
+/// `POST /v2/repository/index` (`{"ready": true}` lists only ready models).
+async fn repository_index(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, options).await?;
+    let ready = if body.is_empty() {
+        false
+    } else {
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+        v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
+    };
+    let index: Vec<serde_json::Value> = server
+        .index(ready)
+        .into_iter()
+        .map(|m| {
+            let mut v = json!({"name": m.name, "state": m.state, "reason": m.reason});
+            if !m.version.is_empty() {
+                v["version"] = json!(m.version);
+            }
+            v
+        })
+        .collect();
+    Ok(json_reply(&serde_json::Value::Array(index)))
+}
+
+/// `POST /v2/models/{model}[/versions/{version}]/infer`.
 async fn infer(
     server: &Arc<Server>,
     options: &HttpOptions,
-    mp: ModelPath,
+    name: &str,
+    version: Option<i64>,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
     let (parts, body) = req.into_parts();
@@ -361,27 +480,21 @@ async fn infer(
         body,
         header_len,
         || {
-            let model = server.version(&mp.name, mp.version)?;
+            let model = server.version(name, version)?;
             match model.io.inputs.as_slice() {
                 [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
                 _ => Err(InferError::invalid(format!(
                     "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
                     model.io.inputs.len(),
-                    mp.name
+                    name
                 ))),
             }
         },
         server.shm(),
     )?;
-    request.model_name = mp.name;
-    request.model_version = mp.version;
-    let receiver = server.infer(request, "HTTP end point")?;
-    let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))??;
-    for (name, place) in &output_options.shm {
-        if let Some(t) = response.outputs.iter().find(|t| &t.name == name) {
-            server.shm().write(&place.region, place.offset, place.byte_size, &t.data)?;
-        }
-    }
+    request.model_name = name.to_string();
+    request.model_version = version;
+    let response = api::infer::run(server, request, &output_options.shm, "HTTP end point").await?;
     let encoded = codec::encode_response(&response, &output_options);
     // tritonserver compresses inference responses and nothing else: clients such as aiohttp
     // (tritonclient's asyncio HTTP client) read every other answer as plain JSON whatever they
@@ -404,30 +517,18 @@ async fn infer(
     Ok(r)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ShmKind {
-    System,
-    Cuda,
-}
-
-/// `v2/{system,cuda}sharedmemory[/region/{r}]/{status,register,unregister}`.
+/// `v2/{system,cuda}sharedmemory[/region/{region}]/{status,register,unregister}`.
 async fn shared_memory(
     server: &Arc<Server>,
     options: &HttpOptions,
     kind: ShmKind,
-    rest: &str,
-    get: bool,
-    post: bool,
+    action: ShmAction,
+    region: Option<&str>,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
-    let (region, action) = match rest.strip_prefix("/region/").map(|r| r.rsplit_once('/')) {
-        Some(Some((region, action))) if !region.is_empty() && !region.contains('/') => (Some(region), action),
-        Some(_) => return Err(InferError::not_found("Not Found")),
-        None => (None, rest.trim_start_matches('/')),
-    };
     let shm = server.shm();
-    match (action, get, post, kind) {
-        ("status", true, _, _) => {
+    match (action, kind) {
+        (ShmAction::Status, _) => {
             let regions = match kind {
                 ShmKind::System => shm.status(region)?,
                 ShmKind::Cuda => shm.cuda_status(region)?,
@@ -438,13 +539,12 @@ async fn shared_memory(
                 .collect();
             Ok(json_reply(&serde_json::Value::Array(regions)))
         }
-        ("register", _, true, ShmKind::Cuda) => {
-            let name = region.ok_or_else(|| InferError::not_found("Not Found"))?;
-            shm.cuda_register(name)?;
+        (ShmAction::Register, ShmKind::Cuda) => {
+            shm.cuda_register(region.unwrap_or_default())?;
             Ok(empty(StatusCode::OK))
         }
-        ("register", _, true, ShmKind::System) => {
-            let name = region.ok_or_else(|| InferError::not_found("Not Found"))?;
+        (ShmAction::Register, ShmKind::System) => {
+            let name = region.unwrap_or_default();
             let (parts, body) = req.into_parts();
             let body = read_body(&parts.headers, body, options).await?;
             let v: serde_json::Value = serde_json::from_slice(&body)
@@ -459,15 +559,14 @@ async fn shared_memory(
             shm.register(name, key, number("offset")?, number("byte_size")?)?;
             Ok(empty(StatusCode::OK))
         }
-        ("unregister", _, true, ShmKind::System) => {
+        (ShmAction::Unregister, ShmKind::System) => {
             shm.unregister(region)?;
             Ok(empty(StatusCode::OK))
         }
-        ("unregister", _, true, ShmKind::Cuda) => {
+        (ShmAction::Unregister, ShmKind::Cuda) => {
             shm.cuda_unregister(region)?;
             Ok(empty(StatusCode::OK))
         }
-        _ => Err(InferError::not_found("Not Found")),
     }
 }
 
@@ -475,11 +574,11 @@ async fn shared_memory(
 /// execute, read how many executions were in flight at once, and make instance rebuilds fail.
 async fn test_hook(
     server: &Arc<Server>,
-    rest: &str,
+    name: &str,
+    action: &str,
     post: bool,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
-    let (name, action) = rest.split_once('/').ok_or_else(|| InferError::not_found("Not Found"))?;
     let model = server.version(name, None)?;
     match (action, post) {
         ("gate", true) => {
@@ -499,7 +598,8 @@ async fn test_hook(
             let queued = model.queued();
             Ok(json_reply(&json!({
                 "in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions, "queued": queued,
-                "inline": model.probe.inline_executions()
+                "inline": model.probe.inline_executions(), "cancelled": model.stats.cancelled(),
+                "abandoned": server.abandoned()
             })))
         }
         _ => Err(InferError::not_found("Not Found")),

@@ -24,13 +24,13 @@ pub use rules::SequenceRules;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::ordering::OrderedDelivery;
-use super::{Schedule, WorkerContext, flush, spawn_workers};
+use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
+use super::{Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
@@ -67,7 +67,6 @@ struct State {
     /// Sequences holding a slot whose END has not arrived yet.
     active: HashMap<CorrelationId, SlotRef>,
     backlog: VecDeque<Backlogged>,
-    closed: bool,
     /// The ticket of the next formed batch (for `preserve_ordering`).
     next_ticket: u64,
 }
@@ -82,11 +81,11 @@ struct Shared {
     /// Statistics sink for padding requests (never reported).
     padding_stats: Arc<ModelStats>,
     ordering: OrderedDelivery,
+    lifecycle: Lifecycle,
 }
 
 pub struct SequenceBatcher {
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl SequenceBatcher {
@@ -105,7 +104,6 @@ impl SequenceBatcher {
                 free: (0..per).flat_map(|s| (0..count).map(move |i| (s, i))).collect(),
                 active: HashMap::new(),
                 backlog: VecDeque::new(),
-                closed: false,
                 next_ticket: 0,
             }),
             rules,
@@ -113,19 +111,17 @@ impl SequenceBatcher {
             reaper: Condvar::new(),
             padding_stats: Arc::new(ModelStats::default()),
             ordering: OrderedDelivery::default(),
+            lifecycle: Lifecycle::default(),
         });
-        let mut workers = spawn_workers(model, instances, {
-            let shared = shared.clone();
-            move |index, instance| run_instance(&shared, index, instance, &ctx)
-        });
+        let workers: Vec<SlotWorker> = instances
+            .into_iter()
+            .enumerate()
+            .map(|(index, instance)| SlotWorker { shared: shared.clone(), index, instance, ctx: ctx.clone() })
+            .collect();
+        shared.lifecycle.start(model, workers);
         let reaper = shared.clone();
-        workers.push(
-            std::thread::Builder::new()
-                .name(format!("{model}#reaper"))
-                .spawn(move || reaper.reap_idle())
-                .expect("spawning the sequence reaper thread"),
-        );
-        SequenceBatcher { shared, workers: Mutex::new(workers) }
+        shared.lifecycle.spawn_helper(model, "reaper", move || reaper.reap_idle());
+        SequenceBatcher { shared }
     }
 }
 
@@ -150,9 +146,7 @@ impl Schedule for SequenceBatcher {
         let now = Instant::now();
         job.enqueued = now;
         let mut state = self.shared.state.lock();
-        if state.closed {
-            return Err(InferError::unavailable("the model is being unloaded"));
-        }
+        self.shared.lifecycle.admit()?;
         if let Some(&(instance, slot)) = state.active.get(&id) {
             if start {
                 tracing::warn!(
@@ -212,7 +206,7 @@ impl Schedule for SequenceBatcher {
     fn shutdown(&self) {
         let backlog: Vec<Backlogged> = {
             let mut state = self.shared.state.lock();
-            state.closed = true;
+            self.shared.lifecycle.close();
             state.backlog.drain(..).collect()
         };
         for mut b in backlog {
@@ -224,9 +218,7 @@ impl Schedule for SequenceBatcher {
             cv.notify_all();
         }
         self.shared.reaper.notify_all();
-        for worker in self.workers.lock().drain(..) {
-            let _ = worker.join();
-        }
+        self.shared.lifecycle.join();
     }
 }
 
@@ -245,20 +237,16 @@ struct Entry {
     end: bool,
 }
 
-enum Next {
-    /// The batch, what each of its requests is, and its ticket.
-    Batch(Vec<Job>, Vec<Entry>, u64),
-    Wait(Option<Instant>),
-    Exit,
-}
+/// A formed batch: its requests, what each of them is, and its ticket.
+type Formed = (Vec<Job>, Vec<Entry>, u64);
 
 impl Shared {
     /// Decides what instance `i` does next, from its slots as they stand at `now`.
-    fn next(&self, state: &mut State, i: usize, now: Instant) -> Next {
+    fn next(&self, state: &mut State, i: usize, now: Instant) -> Next<Formed> {
         let slots = &state.slots[i];
         let ready: Vec<usize> = (0..slots.len()).filter(|s| !slots[*s].queue.is_empty()).collect();
         if ready.is_empty() {
-            return if state.closed { Next::Exit } else { Next::Wait(None) };
+            return if self.lifecycle.is_closed() { Next::Exit } else { Next::Wait(None) };
         }
         let head_age = |s: usize| slots[s].queue.front().map_or(now, |j| j.enqueued);
         let oldest = ready.iter().map(|s| head_age(*s)).min().unwrap_or(now);
@@ -267,7 +255,7 @@ impl Shared {
                 let needed = (min_utilization * slots.len() as f32).ceil() as usize;
                 if *min_utilization > 0.0
                     && ready.len() < needed
-                    && !state.closed
+                    && !self.lifecycle.is_closed()
                     && now.saturating_duration_since(oldest) < *max_queue_delay
                 {
                     return Next::Wait(Some(oldest + *max_queue_delay));
@@ -279,7 +267,7 @@ impl Shared {
                 by_age.sort_by_key(|s| head_age(*s));
                 let n = by_age.len().min(self.rules.max_batch_size);
                 let waited_out = max_queue_delay.is_zero()
-                    || state.closed
+                    || self.lifecycle.is_closed()
                     || now.saturating_duration_since(oldest) >= *max_queue_delay;
                 let size = match preferred.iter().rev().find(|p| **p <= n) {
                     Some(p) if !waited_out => *p,
@@ -295,7 +283,7 @@ impl Shared {
 
     /// Takes the head request of each slot in `take` (direct: padding the other occupied slots
     /// below the last one taken, so that batch position = slot), adding controls and state.
-    fn form(&self, state: &mut State, i: usize, take: &[usize]) -> Next {
+    fn form(&self, state: &mut State, i: usize, take: &[usize]) -> Next<Formed> {
         let direct = matches!(self.rules.strategy, Strategy::Direct { .. });
         let positions: Vec<usize> =
             if direct { (0..=take.iter().copied().max().unwrap_or(0)).collect() } else { take.to_vec() };
@@ -333,7 +321,7 @@ impl Shared {
         }
         let ticket = state.next_ticket;
         state.next_ticket += 1;
-        Next::Batch(jobs, entries, ticket)
+        Next::Run((jobs, entries, ticket))
     }
 
     fn padding(&self, inputs: Vec<Tensor>) -> Job {
@@ -407,7 +395,7 @@ impl Shared {
     fn reap_idle(&self) {
         let idle = self.rules.idle;
         let mut state = self.state.lock();
-        while !state.closed {
+        while !self.lifecycle.is_closed() {
             let now = Instant::now();
             let mut next = now + idle;
             let mut expired = Vec::new();
@@ -435,37 +423,37 @@ impl Shared {
     }
 }
 
-fn run_instance(shared: &Shared, i: usize, mut instance: Box<dyn BackendInstance>, ctx: &WorkerContext) {
-    loop {
-        let (mut batch, entries, ticket) = {
-            let idle_since = Instant::now();
-            let mut state = shared.state.lock();
-            loop {
-                let now = Instant::now();
-                match shared.next(&mut state, i, now) {
-                    Next::Batch(jobs, entries, ticket) => break (jobs, entries, ticket),
-                    Next::Exit => {
-                        drop(state);
-                        instance.finalize();
-                        return;
-                    }
-                    // Poll before sleeping, as the other schedulers do.
-                    Next::Wait(_) if now < idle_since + ctx.poll => {
-                        parking_lot::MutexGuard::unlocked(&mut state, std::thread::yield_now);
-                    }
-                    Next::Wait(Some(at)) => {
-                        shared.work[i].wait_until(&mut state, at);
-                    }
-                    Next::Wait(None) => shared.work[i].wait(&mut state),
-                }
-            }
-        };
-        ctx.execute(instance.as_mut(), &mut batch);
-        shared.finish(i, &mut batch, &entries);
-        if matches!(shared.rules.strategy, Strategy::Oldest { preserve_ordering: true, .. }) {
-            shared.ordering.deliver(ticket, batch);
+/// Instance `index`'s worker: forms its batches from the heads of its own slots.
+struct SlotWorker {
+    shared: Arc<Shared>,
+    index: usize,
+    instance: Box<dyn BackendInstance>,
+    ctx: WorkerContext,
+}
+
+impl Worker for SlotWorker {
+    type Batch = Formed;
+
+    fn next(&mut self) -> Option<Formed> {
+        let shared = &*self.shared;
+        wait_for_batch(&shared.state, &shared.work[self.index], self.ctx.poll, |state, now| {
+            shared.next(state, self.index, now)
+        })
+    }
+
+    /// Every request of the batch runs, its client there or not: a sequence's state depends on
+    /// each of its requests.
+    fn run(&mut self, (mut batch, entries, ticket): Formed) {
+        self.ctx.execute(self.instance.as_mut(), &mut batch);
+        self.shared.finish(self.index, &mut batch, &entries);
+        if matches!(self.shared.rules.strategy, Strategy::Oldest { preserve_ordering: true, .. }) {
+            self.shared.ordering.deliver(ticket, batch);
         } else {
             flush(&mut batch);
         }
+    }
+
+    fn finish(self) {
+        self.instance.finalize();
     }
 }

@@ -1,0 +1,62 @@
+//! Running a decoded inference request to its answer, the same for both protocols.
+use crate::error::InferError;
+use crate::request::InferenceResponse;
+use crate::server::Server;
+use crate::shm::{ShmPlace, SystemShm};
+
+/// Outputs the client placed in system shared memory: (output name, where it goes).
+pub type ShmOutputs = Vec<(String, ShmPlace)>;
+
+/// Runs a request on a model that answers once and waits for the answer; outputs placed in
+/// shared memory are written there before it returns (the frontend then sends them as references).
+/// `endpoint` names the caller in the error a decoupled model answers with, as Triton words it.
+pub async fn run(
+    server: &Server,
+    request: crate::request::InferenceRequest,
+    shm_outputs: &ShmOutputs,
+    endpoint: &str,
+) -> Result<InferenceResponse, InferError> {
+    let receiver = server.infer(request, endpoint)?;
+    let waiting = Waiting { server, answered: false };
+    let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))?;
+    waiting.answered();
+    let response = response?;
+    write_shm_outputs(server.shm(), &response, shm_outputs)?;
+    Ok(response)
+}
+
+/// A frontend waiting for a request's answer; dropped unanswered when the client goes away (the
+/// frontend drops the call), which the server counts.
+struct Waiting<'a> {
+    server: &'a Server,
+    answered: bool,
+}
+
+impl Waiting<'_> {
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.server.count_abandoned();
+        }
+    }
+}
+
+/// Writes the outputs of `response` that the client placed in shared memory (one response of a
+/// stream, or a whole answer).
+pub fn write_shm_outputs(
+    shm: &SystemShm,
+    response: &InferenceResponse,
+    shm_outputs: &ShmOutputs,
+) -> Result<(), InferError> {
+    for (name, place) in shm_outputs {
+        if let Some(t) = response.outputs.iter().find(|t| &t.name == name) {
+            shm.write(&place.region, place.offset, place.byte_size, &t.data)?;
+        }
+    }
+    Ok(())
+}
