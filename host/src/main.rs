@@ -33,8 +33,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?,
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
+    // The I/O threads first: the server's models are told how many there are (inline execution).
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
+    let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
     let server = Server::start(ServerOptions {
         id: args.id.clone(),
+        io_threads: runtime.metrics().num_workers() + grpc_threads,
         model_repositories: args.model_repository.clone(),
         backend_directory: args.backend_directory.clone(),
         onnxruntime_library: args
@@ -58,9 +62,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.metrics_port
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
-    let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
-    nereus::scheduler::inline::set_io_threads(runtime.metrics().num_workers() + grpc_threads);
     runtime.block_on(async {
         let mut tasks = Vec::new();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

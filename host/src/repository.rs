@@ -15,6 +15,7 @@ use crate::error::InferError;
 use crate::model::health::Health;
 use crate::model::{ModelResolver, ModelVersion, SchedulerSetup};
 use crate::scheduler::SequenceRules;
+use crate::scheduler::inline::IoThreads;
 use crate::stats::ModelStats;
 use crate::validate::IoSpec;
 
@@ -110,6 +111,8 @@ pub struct LoadContext {
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
     pub inline_under: std::time::Duration,
+    /// The server's I/O threads' budget for inline executions, shared by every model.
+    pub io_threads: Arc<IoThreads>,
     /// The models loaded so far (an ensemble's composing models load before it).
     pub models: Arc<ModelTable>,
 }
@@ -266,7 +269,12 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         if factory.may_run_inline() && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
     let mut versions = BTreeMap::new();
     for version in selected {
-        let setup = SchedulerSetup { instance_poll: ctx.instance_poll, inline_under, sequence: sequence.clone() };
+        let setup = SchedulerSetup {
+            instance_poll: ctx.instance_poll,
+            inline_under,
+            sequence: sequence.clone(),
+            io_threads: ctx.io_threads.clone(),
+        };
         let load = VersionLoad {
             backend: &backend,
             model_dir: dir,

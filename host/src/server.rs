@@ -12,6 +12,8 @@ use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
 use crate::repository::{self, LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
+use crate::scheduler::Caller;
+use crate::scheduler::inline::IoThreads;
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
@@ -32,6 +34,9 @@ pub struct ServerOptions {
     /// The server's name in its metadata (`--id`, as tritonserver's).
     pub id: String,
     pub model_repositories: Vec<PathBuf>,
+    /// How many I/O threads serve requests (HTTP runtime workers plus gRPC threads): all but one
+    /// of them may run short executions inline at once.
+    pub io_threads: usize,
     pub backend_directory: Option<PathBuf>,
     /// The ONNX Runtime library `onnxruntime` models load (none: they are UNAVAILABLE).
     pub onnxruntime_library: Option<PathBuf>,
@@ -93,6 +98,7 @@ impl Server {
             gpu_count: crate::gpu::device_count(),
             instance_poll: options.instance_poll,
             inline_under: options.inline_under,
+            io_threads: Arc::new(IoThreads::new(options.io_threads)),
             models: models.clone(),
         };
         let (found, conflicts) = repository::scan(&options.model_repositories);
@@ -308,17 +314,18 @@ impl Server {
         out
     }
 
-    /// Runs a unary inference: resolve the model version, validate, queue. Await the receiver for
-    /// the outcome. `endpoint` names the caller in the error a decoupled model answers with.
+    /// Runs a unary inference from a frontend (on one of the server's I/O threads): resolve the
+    /// model version, validate, queue. Await the receiver for the outcome. `endpoint` names the
+    /// caller in the error a decoupled model answers with.
     pub fn infer(&self, request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
-        self.model_for(&request)?.infer(request, endpoint)
+        self.model_for(&request)?.infer(request, endpoint, Caller::IoThread)
     }
 
-    /// Runs a streamed inference: every response of the request arrives on the receiver. Also
-    /// returns the model version serving it.
+    /// Runs a streamed inference from a frontend: every response of the request arrives on the
+    /// receiver. Also returns the model version serving it.
     pub fn infer_stream(&self, request: InferenceRequest) -> Result<(StreamReceiver, Arc<ModelVersion>), InferError> {
         let model = self.model_for(&request)?;
-        Ok((model.infer_stream(request)?, model))
+        Ok((model.infer_stream(request, Caller::IoThread)?, model))
     }
 
     fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {

@@ -20,7 +20,7 @@ use crate::model::ModelResolver;
 use crate::request::{
     InferenceRequest, InferenceResponse, Job, ResponseReceiver, ResponseSender, StreamItem, StreamReceiver, Tensor,
 };
-use crate::scheduler::Schedule;
+use crate::scheduler::{Caller, Schedule};
 use crate::stats::{ExecutionTimes, ModelStats};
 
 /// An ensemble version's scheduler: each request runs the steps on the composing models, which
@@ -33,7 +33,7 @@ pub struct EnsembleScheduler {
 }
 
 impl Schedule for EnsembleScheduler {
-    fn enqueue(&self, job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, job: Job, _caller: Caller) -> Result<(), InferError> {
         self.ensemble.enqueue(job, self.version, self.models.clone(), self.stats.clone())
     }
 
@@ -304,9 +304,10 @@ impl Ensemble {
             };
             let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
             let answers = if self.decoupled && model.is_decoupled() {
-                model.infer_stream(step_request).map(Answers::Stream)
+                // The ensemble's task runs on the server's runtime: an I/O thread.
+                model.infer_stream(step_request, Caller::IoThread).map(Answers::Stream)
             } else {
-                model.infer(step_request, "ensemble").map(Answers::Unary)
+                model.infer(step_request, "ensemble", Caller::IoThread).map(Answers::Unary)
             }
             .map_err(|e| self.step_error(step, e))?;
             Ok::<_, InferError>(Running { step, context, answers, _permit: permit })

@@ -11,8 +11,9 @@ use crate::backend::{BackendInstance, ModelTeardown};
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
+use crate::scheduler::inline::IoThreads;
 use crate::scheduler::{
-    BatchRules, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
+    BatchRules, Caller, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
 };
 use crate::stats::ModelStats;
 use crate::validate::{IoSpec, validate_request};
@@ -35,6 +36,8 @@ pub struct SchedulerSetup {
     pub inline_under: std::time::Duration,
     /// The sequence batcher's rules, read at load (they need the model's folder).
     pub sequence: Option<SequenceRules>,
+    /// The server's I/O threads' budget for inline executions.
+    pub io_threads: Arc<IoThreads>,
 }
 
 pub struct ModelVersion {
@@ -65,13 +68,14 @@ impl ModelVersion {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
         use crate::config::schema::model_config::SchedulingChoice;
-        let SchedulerSetup { instance_poll, inline_under, sequence } = setup;
+        let SchedulerSetup { instance_poll, inline_under, sequence, io_threads } = setup;
         let ctx = WorkerContext {
             probe: probe.clone(),
             stats: stats.clone(),
             batching: config.max_batch_size > 0,
             poll: instance_poll,
             inline_under,
+            io_threads,
         };
         let scheduler: Box<dyn Schedule> = match (&config.scheduling_choice, sequence) {
             (_, Some(rules)) => Box::new(SequenceBatcher::start(&config.name, instances, ctx, rules)),
@@ -128,7 +132,12 @@ impl ModelVersion {
 
     /// Validates `request` and queues it; the receiver yields its one final outcome. `endpoint`
     /// names the caller in the error a decoupled model answers with, as Triton words it.
-    pub fn infer(&self, mut request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
+    pub fn infer(
+        &self,
+        mut request: InferenceRequest,
+        endpoint: &str,
+        caller: Caller,
+    ) -> Result<ResponseReceiver, InferError> {
         if self.is_decoupled() {
             return Err(InferError::unsupported(format!(
                 "{endpoint} doesn't support models with decoupled transaction policy"
@@ -138,18 +147,18 @@ impl ModelVersion {
         validate_request(&self.io, &mut request)?;
         let (sender, receiver) = ResponseSender::unary(self.stats.clone());
         let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued })?;
+        self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
         Ok(receiver)
     }
 
     /// Validates `request` and queues it for a stream: the receiver yields each response, the
     /// last one marked final (one response for models that are not decoupled).
-    pub fn infer_stream(&self, mut request: InferenceRequest) -> Result<StreamReceiver, InferError> {
+    pub fn infer_stream(&self, mut request: InferenceRequest, caller: Caller) -> Result<StreamReceiver, InferError> {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
         let (sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
         let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued })?;
+        self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
         Ok(receiver)
     }
 

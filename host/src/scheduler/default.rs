@@ -10,9 +10,9 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use super::handoff::Handoff;
-use super::inline::{InlineGate, IoSlot};
+use super::inline::InlineGate;
 use super::lifecycle::{Lifecycle, Worker};
-use super::{Schedule, WorkerContext, flush};
+use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::Job;
@@ -67,14 +67,14 @@ impl DefaultScheduler {
     /// Runs `job` here and now if the model may run inline, an I/O slot is free and nothing is
     /// queued for the workers — or, when every instance is busy, leaves it for the thread holding
     /// one; hands it back otherwise.
-    fn try_inline(&self, job: Job) -> Option<Job> {
+    fn try_inline(&self, job: Job, caller: Caller) -> Option<Job> {
         let pool = &*self.pool;
         let queue = &self.queue;
         let may_run = || pool.inline.open() && queue.is_empty() && !pool.ctx.probe.gate_engaged();
-        if !may_run() {
+        if caller != Caller::IoThread || !may_run() {
             return Some(job);
         }
-        let Some(_slot) = IoSlot::take() else { return Some(job) };
+        let Some(_slot) = pool.ctx.io_threads.take() else { return Some(job) };
         pool.handoff.push(job);
         let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, may_run);
         if !leftover.is_empty() {
@@ -86,10 +86,10 @@ impl DefaultScheduler {
 }
 
 impl Schedule for DefaultScheduler {
-    fn enqueue(&self, job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, job: Job, caller: Caller) -> Result<(), InferError> {
         let _admitted = self.admission.read();
         self.lifecycle.admit()?;
-        let Some(job) = self.try_inline(job) else { return Ok(()) };
+        let Some(job) = self.try_inline(job, caller) else { return Ok(()) };
         let _ = self.queue.send(Message::Batch(vec![job]));
         Ok(())
     }
@@ -288,6 +288,7 @@ mod tests {
             batching: false,
             poll: Duration::ZERO,
             inline_under: Duration::from_secs(1),
+            io_threads: Arc::new(super::super::inline::IoThreads::new(8)),
         };
         Pool {
             instances: (0..instances)

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
-use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
-use super::{Schedule, WorkerContext, flush};
+use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::config::schema::ModelDynamicBatching;
 use crate::error::InferError;
@@ -189,7 +189,7 @@ impl DynamicBatcher {
 impl Schedule for DynamicBatcher {
     /// Queues a request. A full queue answers it at once with Triton's error; only an unloading
     /// model refuses it (`Err`).
-    fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, mut job: Job, _caller: Caller) -> Result<(), InferError> {
         let now = Instant::now();
         job.enqueued = now;
         let batch_size = job.request.batch_size(self.shared.rules.batching).max(1) as usize;

@@ -17,10 +17,11 @@
 //!   model; but never more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]).
 //!   The CPU clock is a system call, so it is read only after an execution over the limit in wall
 //!   time, for the next one: that first execution is not counted, the next one is;
-//! * per server ([`IoSlot`]): at most one I/O thread fewer than the server has (the HTTP runtime's
-//!   workers and the gRPC threads, [`set_io_threads`]) runs inline at any moment, so one is always
-//!   free to accept connections and answer other models; a server with a single I/O thread, and
-//!   threads outside a runtime, never run inline;
+//! * per server ([`IoThreads`]): at most one I/O thread fewer than the server has (the HTTP
+//!   runtime's workers and the gRPC threads) runs inline at any moment, so one is always free to
+//!   accept connections and answer other models; a server with a single I/O thread never runs
+//!   inline, and neither does a request queued from any other thread (its caller says which,
+//!   [`super::Caller`]);
 //! * only for Wasm backends (the repository passes a zero limit for the others): a sandbox cannot
 //!   wait inline, so CPU time is all an execution costs, while ONNX Runtime may wait on its own
 //!   threads or a GPU stream;
@@ -199,37 +200,41 @@ fn thread_cpu_time() -> Duration {
     START.get_or_init(Instant::now).elapsed()
 }
 
-/// Inline executions running now, across the server.
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// The server's I/O threads, as far as inline execution is concerned: at most all but one of them
+/// run an execution inline at any moment, so one is always free to accept connections and answer
+/// other models. Owned by the server and handed to every model's scheduler.
+#[derive(Debug)]
+pub struct IoThreads {
+    /// Inline executions running now, across the server.
+    running: AtomicUsize,
+    /// How many may run at once: the I/O threads less one (0: never inline).
+    allowed: usize,
+}
 
-/// The server's I/O threads; 0 (never inline) until the server says.
-static IO_THREADS: AtomicUsize = AtomicUsize::new(0);
+impl IoThreads {
+    /// The budget of a server with `io_threads` I/O threads (HTTP runtime workers plus gRPC
+    /// threads); with one or none, nothing runs inline.
+    pub fn new(io_threads: usize) -> Self {
+        IoThreads { running: AtomicUsize::new(0), allowed: io_threads.saturating_sub(1) }
+    }
 
-/// Tells how many I/O threads the server runs (HTTP runtime workers plus gRPC threads).
-pub fn set_io_threads(n: usize) {
-    IO_THREADS.store(n, Ordering::Relaxed);
+    /// A slot for one inline execution on the calling I/O thread, if fewer than the allowed
+    /// number run now.
+    pub fn take(&self) -> Option<IoSlot<'_>> {
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.allowed).then_some(n + 1))
+            .ok()
+            .map(|_| IoSlot(self))
+    }
 }
 
 /// Permission for one inline execution on the current I/O thread; released on drop.
 #[derive(Debug)]
-pub struct IoSlot(());
+pub struct IoSlot<'a>(&'a IoThreads);
 
-impl IoSlot {
-    /// A slot, if the calling thread runs an async runtime (an I/O thread) and fewer than all but
-    /// one of the server's I/O threads are running inline now.
-    pub fn take() -> Option<IoSlot> {
-        tokio::runtime::Handle::try_current().ok()?;
-        let allowed = IO_THREADS.load(Ordering::Relaxed).checked_sub(1).filter(|&n| n > 0)?;
-        RUNNING
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < allowed).then_some(n + 1))
-            .ok()
-            .map(|_| IoSlot(()))
-    }
-}
-
-impl Drop for IoSlot {
+impl Drop for IoSlot<'_> {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -379,20 +384,15 @@ mod tests {
     }
 
     #[test]
-    fn slots_leave_one_io_thread_free_and_none_outside_a_runtime() {
-        set_io_threads(3);
-        assert!(IoSlot::take().is_none());
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        set_io_threads(1);
-        assert!(runtime.block_on(async { IoSlot::take() }).is_none());
-        set_io_threads(3);
-        runtime.block_on(async {
-            let a = IoSlot::take().expect("a first slot");
-            let b = IoSlot::take().expect("a second slot");
-            assert!(IoSlot::take().is_none());
-            drop(a);
-            let _c = IoSlot::take().expect("a freed slot");
-            drop(b);
-        });
+    fn slots_leave_one_io_thread_free() {
+        assert!(IoThreads::new(1).take().is_none());
+        assert!(IoThreads::new(0).take().is_none());
+        let threads = IoThreads::new(3);
+        let a = threads.take().expect("a first slot");
+        let b = threads.take().expect("a second slot");
+        assert!(threads.take().is_none());
+        drop(a);
+        let _c = threads.take().expect("a freed slot");
+        drop(b);
     }
 }

@@ -26,12 +26,23 @@ use crate::stats::ModelStats;
 /// and sequence schedulers, chosen by the configuration's `scheduling_choice`), or other models
 /// (an ensemble's).
 pub trait Schedule: Send + Sync {
-    /// Queues a validated request. An error means it was not queued (the model is unloading).
-    fn enqueue(&self, job: Job) -> Result<(), InferError>;
+    /// Queues a validated request from `caller`. An error means it was not queued (the model is
+    /// unloading).
+    fn enqueue(&self, job: Job, caller: Caller) -> Result<(), InferError>;
     /// Requests waiting for an instance.
     fn queued(&self) -> usize;
     /// Stops taking requests, runs every queued one, then finalises the instances. Blocks.
     fn shutdown(&self);
+}
+
+/// Where a request is queued from, which decides what its scheduler may do with the calling thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// One of the server's I/O threads (a frontend's, or a task on the server's runtime such as an
+    /// ensemble's): it may run a short execution itself ([`inline`] execution).
+    IoThread,
+    /// Any other thread (an instance's worker, say): the request is only queued.
+    Worker,
 }
 
 /// What every instance worker needs besides its instance and its queue.
@@ -45,6 +56,8 @@ pub struct WorkerContext {
     pub poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
     pub inline_under: std::time::Duration,
+    /// The server's I/O threads' budget for inline executions.
+    pub io_threads: Arc<inline::IoThreads>,
 }
 
 impl WorkerContext {
@@ -66,7 +79,6 @@ impl WorkerContext {
             false
         });
     }
-
 
     /// Executes one batch on `instance`, recording each request's queue time and the execution's
     /// statistics. Responses stay held in their senders: the caller flushes them.

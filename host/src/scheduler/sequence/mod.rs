@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::ordering::OrderedDelivery;
 use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
-use super::{Schedule, WorkerContext, flush};
+use super::ordering::OrderedDelivery;
+use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::BackendInstance;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
@@ -128,7 +128,7 @@ impl SequenceBatcher {
 impl Schedule for SequenceBatcher {
     /// Routes a validated request to its sequence's slot or backlog. Requests that cannot belong to
     /// a sequence are refused with Triton's errors.
-    fn enqueue(&self, mut job: Job) -> Result<(), InferError> {
+    fn enqueue(&self, mut job: Job, _caller: Caller) -> Result<(), InferError> {
         let model = &self.shared.model;
         let id = job.request.correlation_id.clone();
         if id == CorrelationId::None {
