@@ -418,3 +418,74 @@ fn only_fast_well_behaved_models_run_inline() {
     }
     assert!(inline("spiky") > before_spin + 2, "inline again after the warm-up");
 }
+
+/// The frames of the last guest backtrace logged for `model` (ERROR, one line per frame after the
+/// fault's own), with the fault's line first; empty when there is none yet.
+fn logged_backtrace(s: &Server, model: &str) -> Vec<String> {
+    let log = s.log();
+    let lines: Vec<&str> = log.lines().collect();
+    let Some(at) = lines
+        .iter()
+        .rposition(|l| l.contains("ERROR") && l.contains(&format!("model '{model}'")) && l.contains("guest backtrace"))
+    else {
+        return Vec::new();
+    };
+    let is_frame = |l: &&str| l.trim_start().split_once(": ").is_some_and(|(n, _)| n.parse::<usize>().is_ok());
+    std::iter::once(lines[at]).chain(lines[at + 1..].iter().copied().take_while(is_frame)).map(String::from).collect()
+}
+
+/// A trap logs the guest backtrace at ERROR for the plugin's author: one line per frame with the
+/// offset and the function's name, demangled, from the component's name section (which the plugin
+/// profile keeps), at most 32 frames. The client's error stays short: the model and the fault.
+#[test]
+fn a_trap_logs_the_guest_backtrace_and_answers_a_short_error() {
+    let (_repo, s) = faulty_server();
+    let r = s.post_json("/v2/models/faulty/infer", &faults_request("trap"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    let e = r.error();
+    assert!(e.contains("model 'faulty'") && e.contains("trapped: wasm trap"), "{e}");
+    assert!(!e.contains("backtrace") && !e.contains("panic_on_request") && !e.contains('\n') && e.len() < 200, "{e}");
+    // The plugin panics in `panic_on_request` (`panic = "abort"`: a trap in the panic machinery,
+    // a few frames further in); its frame is in the trace, named, with its offsets. (The log is
+    // read line by line as it comes: wait for the frame itself.)
+    let named = |trace: &[String]| trace.iter().any(|l| l.contains("test_faults::panic_on_request"));
+    s.wait_until("the trap's backtrace in the log", || named(&logged_backtrace(&s, "faulty")));
+    let trace = logged_backtrace(&s, "faulty");
+    assert!(trace[0].contains("trapped: wasm trap"), "{trace:#?}");
+    let frame = trace.iter().find(|l| l.contains("test_faults::panic_on_request+0x"));
+    assert!(frame.is_some_and(|f| f.contains(" - ")), "no named frame of the plugin's:\n{}", s.log());
+    assert!(trace.len() <= 1 + 32, "{trace:#?}");
+    healthy(&s);
+
+    // Unbounded recursion: thousands of frames, of which the innermost 32 are logged.
+    let r = s.post_json("/v2/models/faulty/infer", &faults_request("recursion"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    s.wait_until("the recursion's backtrace in the log", || s.log().contains("(only the innermost 32 calls are kept)"));
+    let trace = logged_backtrace(&s, "faulty");
+    assert!(trace[0].contains("call stack exhausted"), "{trace:#?}");
+    assert_eq!(trace.len(), 1 + 32, "{trace:#?}");
+    // (The innermost frame may lack offsets: the overflow is caught in the function's prologue.)
+    assert!(trace[1..].iter().all(|l| l.contains("Backend>::execute::deeper")), "{trace:#?}");
+    healthy(&s);
+}
+
+/// A trap in a lifecycle call (here the model's initialisation) is logged the same way; the load
+/// fails with a short reason.
+#[test]
+fn a_trap_during_initialisation_logs_the_guest_backtrace() {
+    let repo = Repo::new();
+    let extra = r#"parameters { key: "init_fault" value: { string_value: "trap" } }"#;
+    let dir = repo.model("init_traps", &faults_config("init_traps", extra), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &[]);
+    let index = s.post_json("/v2/repository/index", &json!({})).json();
+    let entry = index.as_array().unwrap().iter().find(|m| m["name"] == "init_traps").unwrap().clone();
+    assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
+    let reason = entry["reason"].as_str().unwrap();
+    assert!(reason.contains("trapped: wasm trap") && !reason.contains("panic_on_request"), "{reason}");
+    s.wait_until("the trap's backtrace in the log", || {
+        logged_backtrace(&s, "init_traps").iter().any(|l| l.contains("test_faults::panic_on_request"))
+    });
+    // Once: the trapped store is not entered again to finalise it.
+    assert!(!s.log().contains("cannot enter component instance"), "{}", s.log());
+}

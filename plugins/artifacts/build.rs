@@ -49,6 +49,8 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo:rerun-if-changed={}", root.join("Cargo.lock").display());
+    // The plugin profile lives in the workspace manifest.
+    println!("cargo:rerun-if-changed={}", root.join("Cargo.toml").display());
 
     require_wasm_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

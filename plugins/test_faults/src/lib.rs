@@ -1,16 +1,17 @@
 //! `test_faults`: a test backend that misbehaves on request, to prove the sandbox contains it.
 //! INPUT0 INT32 [-1] comes back as OUTPUT0, unless the request parameter `fault` says otherwise:
-//! "spin" (busy for `spin_ms` ms, then echoes), "trap" (a panic, which aborts into a Wasm trap), "loop" (never returns), "oom" (allocates past any
-//! memory cap), "no_response" (returns without answering), "bad_output" (answers with a wrong
-//! datatype), "error" (returns an execution error), and attempts to reach outside the sandbox:
-//! "read_file"/"write_file" (request parameter `path`), "env", "connect" (`address`), answering
-//! with response parameter `got` or failing with the sandbox's error; "recursion" (unbounded),
-//! and responses the host must refuse: "huge_output" (`count` INT32 elements), "unknown_output",
-//! "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled models "flood" (`count`
-//! responses, then the final flag) and "never_final" (one response, no final); "until_cancelled" (waits
-//! until the client is gone, then fails the request); "nap" (sleeps 1 ms, a blocking WASI call, then
-//! echoes). The model parameter `init_fault` = "model"
-//! makes model initialisation fail, to test load errors.
+//! "spin" (busy for `spin_ms` ms, then echoes), "trap" (a panic in `panic_on_request`, which aborts
+//! into a Wasm trap; the host logs the guest backtrace, where that name must appear), "loop" (never
+//! returns), "oom" (allocates past any memory cap), "no_response" (returns without answering),
+//! "bad_output" (answers with a wrong datatype), "error" (returns an execution error), and attempts
+//! to reach outside the sandbox: "read_file"/"write_file" (request parameter `path`), "env",
+//! "connect" (`address`), answering with response parameter `got` or failing with the sandbox's
+//! error; "recursion" (unbounded), and responses the host must refuse: "huge_output" (`count` INT32
+//! elements), "unknown_output", "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled
+//! models "flood" (`count` responses, then the final flag) and "never_final" (one response, no
+//! final); "until_cancelled" (waits until the client is gone, then fails the request); "nap" (sleeps
+//! 1 ms, a blocking WASI call, then echoes). The model parameter `init_fault` = "model" makes model
+//! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`).
 use nereus_sdk::{
     Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
 };
@@ -21,6 +22,7 @@ impl Backend for Faults {
     fn initialize_model(model: &ModelInfo) -> Result<(), String> {
         match config_parameter(model, "init_fault")?.as_deref() {
             Some("model") => Err("test_faults: model initialisation refused as configured".into()),
+            Some("trap") => panic_on_request(),
             _ => Ok(()),
         }
     }
@@ -36,7 +38,7 @@ impl Backend for Faults {
                 _ => String::new(),
             };
             match fault.as_str() {
-                "trap" => panic!("test_faults: trap requested"),
+                "trap" => panic_on_request(),
                 "loop" => {
                     let mut x: u64 = 0;
                     loop {
@@ -181,6 +183,13 @@ impl Backend for Faults {
         }
         Ok(())
     }
+}
+
+/// Panics (with `panic = "abort"`, a Wasm trap), in a function of its own with a name the tests
+/// look for in the host's log of the guest backtrace: kept out of line so that it has a frame.
+#[inline(never)]
+fn panic_on_request() -> ! {
+    panic!("test_faults: trap requested")
 }
 
 nereus_sdk::export!(Faults);

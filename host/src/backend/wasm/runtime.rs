@@ -3,6 +3,7 @@
 //! cache (in memory by content hash, and on disk as precompiled artifacts).
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, WasmBacktraceDetails};
 
 use super::bindings::{Backend, BackendPre};
 use super::policy::MAX_MEMORY_BYTES;
@@ -19,6 +20,11 @@ use super::state::SandboxState;
 
 /// How often the epoch advances; execution deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The most guest frames a trap's backtrace keeps (the innermost, where the fault is), and logs.
+/// Enough for a plugin's own calls under the panic machinery; it bounds the cost of a trap deep in
+/// a recursion (a stack overflow has thousands of frames).
+pub const MAX_BACKTRACE_FRAMES: usize = 32;
 
 /// A compiled backend component, ready to instantiate.
 pub struct CompiledComponent {
@@ -58,6 +64,15 @@ impl WasmRuntime {
             // Fuel counts executed instructions, for the optional deterministic budget
             // (`sandbox.fuel`); stores without a budget get all the fuel there is.
             .consume_fuel(true)
+            // A trap carries the guest's backtrace (`WasmBacktrace`), which the sandbox logs with
+            // the function names of the component's name section (see `sandbox::fault_of`). On by
+            // default; said here (`wasm_backtrace(true)` is deprecated for this) with the bound.
+            .wasm_backtrace_max_frames(NonZeroUsize::new(MAX_BACKTRACE_FRAMES))
+            // No file and line numbers from DWARF: plugins are built without debug info
+            // (`[profile.plugin]`), and parsing it would cost every component's compilation time
+            // and memory in proportion to what a plugin chose to ship. The names suffice. Explicit,
+            // so that WASMTIME_BACKTRACE_DETAILS in the environment changes nothing.
+            .wasm_backtrace_details(WasmBacktraceDetails::Disable)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = match Engine::new(&config) {

@@ -1,14 +1,15 @@
 //! One sandbox: a `Store` with its own component instance, memory cap and deadline. Each model
 //! instance owns one; so do the host's copies of each backend and each model (see the lifecycle
 //! interface in `wit/backend.wit`).
+use std::fmt::Write;
 use std::sync::Arc;
 
-use wasmtime::{Store, Trap};
+use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
 use super::policy::SandboxPolicy;
-use super::runtime::{CompiledComponent, EPOCH_TICK, WasmRuntime};
+use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
 pub use super::state::{ActiveBatch, SandboxState};
 
 /// One finalisation export of the component, called with its store.
@@ -41,6 +42,83 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a host function panicked".into())
 }
 
+/// Longest function name shown in a backtrace; a longer one (only a hostile plugin's) is cut.
+const MAX_FRAME_NAME_CHARS: usize = 200;
+
+/// Logs a fault that is a trap or comes with a guest backtrace, at ERROR: its message, then one
+/// line per frame, innermost first, with the function's name from the component's name section
+/// (demangled) — how a plugin's author finds where it failed. Nothing of it goes to the client.
+fn log_guest_backtrace(fault: &Fault, e: &wasmtime::Error) {
+    let backtrace = e.downcast_ref::<WasmBacktrace>();
+    if backtrace.is_none() && e.downcast_ref::<Trap>().is_none() {
+        return;
+    }
+    let mut log = fault.0.clone();
+    match backtrace.map(WasmBacktrace::frames).filter(|frames| !frames.is_empty()) {
+        None => log.push_str("; no guest backtrace"),
+        Some(frames) => {
+            // The core module (named by the linker after the plugin's file) is said once, and
+            // again only for a frame of another one (the component's adapters).
+            let module = frames[0].module().name();
+            log.push_str("; guest backtrace");
+            if let Some(name) = module {
+                let _ = write!(log, " in {}", printable(name));
+            }
+            log.push_str(", innermost call first:");
+            for (i, frame) in frames.iter().take(MAX_BACKTRACE_FRAMES).enumerate() {
+                let _ = write!(log, "\n  {i:>2}: {}", frame_line(frame, module));
+            }
+            if frames.len() >= MAX_BACKTRACE_FRAMES {
+                let _ = write!(log, "\n  (only the innermost {MAX_BACKTRACE_FRAMES} calls are kept)");
+            }
+        }
+    }
+    tracing::error!("{log}");
+}
+
+/// A frame as `0x1a2b - name+0x1c`: the offset of the instruction in its core module, the
+/// function's name (its index when the name section is gone) and the offset within it; the
+/// module's name first (`module!name`) when it is not `module`.
+fn frame_line(frame: &FrameInfo, module: Option<&str>) -> String {
+    let mut line = match frame.module_offset() {
+        Some(offset) => format!("{offset:#8x} - "),
+        None => " ".repeat(11),
+    };
+    if let Some(name) = frame.module().name().filter(|&name| Some(name) != module) {
+        line.push_str(&printable(name));
+        line.push('!');
+    }
+    match frame.func_name() {
+        Some(name) => line.push_str(&printable(&demangle(name).unwrap_or_else(|| name.into()))),
+        None => {
+            let _ = write!(line, "<wasm function {}>", frame.func_index());
+        }
+    }
+    if let Some(offset) = frame.func_offset() {
+        let _ = write!(line, "+{offset:#x}");
+    }
+    line
+}
+
+/// A name from the plugin, fit for a log line: at most [`MAX_FRAME_NAME_CHARS`] characters, and
+/// nothing but ASCII punctuation, spaces and letters or digits of any script as they are (a
+/// control or formatting character, which could forge or hide log lines, is escaped).
+fn printable(name: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in name.chars().enumerate() {
+        if n == MAX_FRAME_NAME_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_ascii_graphic() || c == ' ' || c.is_alphanumeric() {
+            out.push(c);
+        } else {
+            out.extend(c.escape_unicode());
+        }
+    }
+    out
+}
+
 /// A lifecycle call's outcome: the plugin's own error, or a fault.
 #[derive(Debug, Clone)]
 pub enum CallError {
@@ -71,6 +149,8 @@ pub struct Sandbox {
     bindings: Backend,
     policy: SandboxPolicy,
     level: Level,
+    /// A call faulted: wasmtime enters the instance no more (nor could the guest's state be trusted).
+    faulted: bool,
 }
 
 impl Sandbox {
@@ -95,14 +175,15 @@ impl Sandbox {
         store.set_epoch_deadline(Self::deadline_ticks(policy));
         store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault(e.to_string()))?;
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
-        Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh })
+        Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh, faulted: false })
     }
 
     fn deadline_ticks(policy: &SandboxPolicy) -> u64 {
         (policy.execution_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
     }
 
-    /// Describes why a call failed, naming the limit when one was hit.
+    /// Describes why a call failed, naming the limit when one was hit, and logs the guest
+    /// backtrace (see [`log_guest_backtrace`]): the message is the client's, the log the author's.
     fn fault_of(store: &Store<SandboxState>, policy: &SandboxPolicy, e: wasmtime::Error) -> Fault {
         let data = store.data();
         let what = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
@@ -116,7 +197,9 @@ impl Sandbox {
         } else {
             format!("failed: {}", e.root_cause())
         };
-        Fault(format!("{} {what}", data.label))
+        let fault = Fault(format!("{} {what}", data.label));
+        log_guest_backtrace(&fault, &e);
+        fault
     }
 
     fn arm(&mut self) {
@@ -132,6 +215,7 @@ impl Sandbox {
     ) -> Result<T, Fault> {
         self.arm();
         let result = call(&self.bindings, &mut self.store);
+        self.faulted |= result.is_err();
         result.map_err(|e| Self::fault_of(&self.store, &self.policy, e))
     }
 
@@ -180,8 +264,12 @@ impl Sandbox {
     }
 
     /// Unwinds the lifecycle (instance, model, backend — as far as it got), each call under the
-    /// deadline. Errors are logged: finalisation cannot fail a load that is going away.
+    /// deadline. Errors are logged: finalisation cannot fail a load that is going away. After a
+    /// fault there is nothing to run (another call would only fault again, "cannot enter").
     pub fn finalize(mut self) {
+        if self.faulted {
+            return;
+        }
         let label = self.store.data().label.clone();
         let steps: [(Level, FinalizeCall); 3] = [
             (Level::Instance, |b, s| b.nereus_backend_lifecycle().call_finalize_instance(s)),
@@ -196,5 +284,134 @@ impl Sandbox {
                 return;
             }
         }
+    }
+}
+
+/// Longer names are shown as they are (only a hostile plugin has them).
+const MAX_SYMBOL_BYTES: usize = 1024;
+/// Longest readable form a name may take: v0 back-references can blow a short symbol up to a
+/// megabyte, again at every frame of every trap of a hostile plugin.
+const MAX_DEMANGLED_BYTES: usize = 1024;
+
+/// The readable name of a Rust symbol in a plugin's name section — the legacy scheme (`_ZN…E`,
+/// what rustc gives a plugin's own functions) or v0 (`_R…`, the standard library's) — in
+/// `rustc-demangle`'s alternate form (no hashes); `None` for any other name (C and WIT export names
+/// read well as they are) and for one past the bounds, which is then shown as it is.
+fn demangle(symbol: &str) -> Option<String> {
+    if symbol.len() > MAX_SYMBOL_BYTES {
+        return None;
+    }
+    let demangled = rustc_demangle::try_demangle(symbol).ok()?;
+    let mut out = Bounded(String::new());
+    write!(out, "{demangled:#}").ok()?;
+    Some(out.0)
+}
+
+/// A string that refuses to grow past [`MAX_DEMANGLED_BYTES`], which stops the formatting there.
+struct Bounded(String);
+
+impl Write for Bounded {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.0.len() + s.len() > MAX_DEMANGLED_BYTES {
+            return Err(std::fmt::Error);
+        }
+        self.0.push_str(s);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{demangle, printable};
+
+    #[test]
+    fn rust_symbols_are_demangled_like_rustc_demangle_alternate() {
+        for (symbol, name) in [
+            // legacy: a plugin's own functions, with escapes and a linker suffix
+            ("_ZN11test_faults16panic_on_request17h62dd9e936cf007fdE", "test_faults::panic_on_request"),
+            (
+                "_ZN59_$LT$test_faults..Faults$u20$as$u20$nereus_sdk..Backend$GT$7execute6deeper17hb19ac7066740ba2cE",
+                "<test_faults::Faults as nereus_sdk::Backend>::execute::deeper",
+            ),
+            ("_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.42", "core::ptr::drop_in_place"),
+            // v0: the standard library's, with closures, impls, generics and backreferences
+            ("_RNvCsfLfy6EI15iL_7___rustc12___rust_abort", "__rustc::__rust_abort"),
+            (
+                "_RNvNtNtNtNtCshXfaRvt2tfW_3std3sys3pal4wasi7helpers14abort_internal",
+                "std::sys::pal::wasi::helpers::abort_internal",
+            ),
+            (
+                "_RNvXsZ_NtCs8jb7XIKFSSy_5alloc6stringNtB5_6StringNtNtCs9pv848UzQwQ_4core3fmt5Write9write_str.281",
+                "<alloc::string::String as core::fmt::Write>::write_str.281",
+            ),
+            (
+                "_RNvMs3_NtCs8jb7XIKFSSy_5alloc7raw_vecINtB5_6RawVecINtNtB7_3vec3VechEE8grow_oneCskp7mYM8O6Yn_4wasi",
+                "<alloc::raw_vec::RawVec<alloc::vec::Vec<u8>>>::grow_one",
+            ),
+            (
+                "_RINvNtCs9pv848UzQwQ_4core9panicking13assert_failedllECshXfaRvt2tfW_3std",
+                "core::panicking::assert_failed::<i32, i32>",
+            ),
+            (
+                "_RNvNCNKNvNvMNtNtCsjrHSEGnQ3l9_3std4hash6randomNtBa_11RandomState3new4KEYS0s_023___RUST_STD_INTERNAL_VAL",
+                "<std::hash::random::RandomState>::new::KEYS::{K#0}::{closure#1}::__RUST_STD_INTERNAL_VAL",
+            ),
+        ] {
+            assert_eq!(demangle(symbol).as_deref(), Some(name), "{symbol}");
+        }
+    }
+
+    #[test]
+    fn other_names_and_names_past_the_bounds_are_left_as_they_are() {
+        for symbol in ["abort", "cabi_post_nereus:backend/lifecycle@1.1.0#execute", "_ZN3foo", "_RNvC3fooX"] {
+            assert_eq!(demangle(symbol), None, "{symbol}");
+        }
+        let long = format!("_ZN{}E", "3abc".repeat(300));
+        assert_eq!(demangle(&long), None, "longer than the bound");
+        // Backreferences that double the output at every step stay within the bounds: a few
+        // steps are read, a symbol's worth (about a megabyte in full) is not.
+        let doubling = |steps: usize| {
+            // `a::f::<(i32, i32), ((i32, i32), (i32, i32)), …>`, each tuple twice the one before
+            let mut symbol = String::from("_RINvC1a1fTllE");
+            let mut previous = 8;
+            for _ in 0..steps {
+                let here = symbol.len() - 2;
+                let target = format!("B{}_", base62(previous - 1));
+                symbol.push_str(&format!("T{target}{target}E"));
+                previous = here;
+            }
+            symbol + "E"
+        };
+        assert_eq!(
+            demangle(&doubling(2)).as_deref(),
+            Some("a::f::<(i32, i32), ((i32, i32), (i32, i32)), (((i32, i32), (i32, i32)), ((i32, i32), (i32, i32)))>")
+        );
+        let hostile = doubling(80);
+        assert!(hostile.len() < 1024);
+        assert_eq!(demangle(&hostile), None);
+    }
+
+    fn base62(mut n: usize) -> String {
+        let digits = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut out = Vec::new();
+        loop {
+            out.push(digits[n % 62]);
+            n /= 62;
+            if n == 0 {
+                break;
+            }
+        }
+        out.reverse();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn names_in_the_log_are_bounded_and_cannot_forge_lines() {
+        assert_eq!(printable("ok::name<T>"), "ok::name<T>");
+        assert_eq!(printable("größe"), "größe");
+        assert_eq!(printable("a\nERROR forged\u{202e}"), "a\\u{a}ERROR forged\\u{202e}");
+        let long = printable(&"x".repeat(10_000));
+        assert_eq!(long.chars().count(), super::MAX_FRAME_NAME_CHARS + 1);
+        assert!(long.ends_with('…'));
     }
 }
