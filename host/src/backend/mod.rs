@@ -89,11 +89,22 @@ pub trait ModelTeardown: Send {
 
 /// One execution instance of a model (TRITONBACKEND_ModelInstance): executes one batch at a time.
 pub trait BackendInstance: Send + 'static {
-    /// Executes `jobs`. When it returns, every job has its final response or error (held in its
-    /// sender until the caller flushes it). Returns how long the phases took, for statistics.
-    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes;
+    /// Executes `jobs` on `thread`. When it returns, every job has its final response or error
+    /// (held in its sender until the caller flushes it) — except, inline, those a backend that
+    /// would have to block leaves open to run again on its worker. Returns how long the phases
+    /// took, for statistics.
+    fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes;
     /// Finalises the instance (TRITONBACKEND_ModelInstanceFinalize).
     fn finalize(self: Box<Self>);
+}
+
+/// The thread an execution runs on, which decides what a backend may do when it would block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutionThread {
+    /// The instance's own worker thread: it may block.
+    Worker,
+    /// An I/O thread running the execution inline (see `scheduler::inline`): it must not block.
+    Inline,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use super::handoff::Handoff;
 use super::inline::InlineGate;
 use super::lifecycle::{Lifecycle, Worker};
 use super::{Caller, Schedule, WorkerContext, flush};
-use crate::backend::BackendInstance;
+use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::Job;
 
@@ -161,7 +161,11 @@ impl Pool {
                 if runner == Runner::IoThread {
                     self.ctx.probe.count_inline();
                 }
-                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch);
+                let thread = match runner {
+                    Runner::IoThread => ExecutionThread::Inline,
+                    Runner::Worker => ExecutionThread::Worker,
+                };
+                run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch, thread);
                 // Now, not after letting go: the request's connection may be another thread's.
                 flush(&mut batch);
                 batch.retain(|j| !j.sender.is_complete());
@@ -185,13 +189,19 @@ impl Pool {
 
 /// Executes one batch (less the requests whose client has gone) and tells the inline gate how it
 /// went.
-fn run_batch(ctx: &WorkerContext, inline: &InlineGate, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
+fn run_batch(
+    ctx: &WorkerContext,
+    inline: &InlineGate,
+    instance: &mut dyn BackendInstance,
+    batch: &mut Vec<Job>,
+    thread: ExecutionThread,
+) {
     ctx.drop_cancelled(batch);
     if batch.is_empty() {
         return;
     }
     let timer = inline.timer();
-    ctx.execute(instance, batch);
+    ctx.execute(instance, batch, thread);
     if let Some(timer) = timer {
         inline.finish(timer, batch.iter().any(|j| j.sender.failed_internally()));
     }
@@ -231,7 +241,7 @@ impl Worker for QueueWorker {
     fn run(&mut self, mut batch: Vec<Job>) {
         let mut guard = self.instance.lock();
         if let Some(instance) = guard.as_mut() {
-            run_batch(&self.pool.ctx, &self.pool.inline, instance.as_mut(), &mut batch);
+            run_batch(&self.pool.ctx, &self.pool.inline, instance.as_mut(), &mut batch, ExecutionThread::Worker);
         }
         drop(guard);
         flush(&mut batch);
@@ -260,7 +270,7 @@ mod tests {
     struct Echo;
 
     impl BackendInstance for Echo {
-        fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
+        fn execute(&mut self, jobs: &mut Vec<Job>, _thread: ExecutionThread) -> ExecutionTimes {
             let until = Instant::now() + Duration::from_micros(5);
             while Instant::now() < until {
                 std::hint::spin_loop();
@@ -324,7 +334,8 @@ mod tests {
                         for mut job in leftover {
                             let mut batch = vec![job];
                             let mut guard = pool.instances[0].lock();
-                            run_batch(&pool.ctx, &pool.inline, guard.as_mut().unwrap().as_mut(), &mut batch);
+                            let instance = guard.as_mut().unwrap().as_mut();
+                            run_batch(&pool.ctx, &pool.inline, instance, &mut batch, ExecutionThread::Worker);
                             drop(guard);
                             flush(&mut batch);
                             job = batch.pop().unwrap();

@@ -24,7 +24,7 @@ use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
 use super::{Caller, Schedule, WorkerContext, flush};
-use crate::backend::BackendInstance;
+use crate::backend::{BackendInstance, ExecutionThread};
 use crate::config::schema::ModelDynamicBatching;
 use crate::error::InferError;
 use crate::request::Job;
@@ -292,7 +292,7 @@ impl Worker for BatchWorker {
     fn run(&mut self, (mut batch, ticket): Self::Batch) {
         self.ctx.drop_cancelled(&mut batch);
         if !batch.is_empty() {
-            self.ctx.execute(self.instance.as_mut(), &mut batch);
+            self.ctx.execute(self.instance.as_mut(), &mut batch, ExecutionThread::Worker);
         }
         self.shared.deliver(ticket, batch);
     }

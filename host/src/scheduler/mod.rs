@@ -16,7 +16,7 @@ pub use default::DefaultScheduler;
 pub use dynamic::{BatchRules, DynamicBatcher};
 pub use sequence::{SequenceBatcher, SequenceRules};
 
-use crate::backend::BackendInstance;
+use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::{ErrorKind, InferError};
 use crate::model::probe::ExecutionProbe;
 use crate::request::Job;
@@ -82,7 +82,7 @@ impl WorkerContext {
 
     /// Executes one batch on `instance`, recording each request's queue time and the execution's
     /// statistics. Responses stay held in their senders: the caller flushes them.
-    fn execute(&self, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>) {
+    fn execute(&self, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>, thread: ExecutionThread) {
         self.probe.enter();
         let now = Instant::now();
         let mut batch_size = 0u64;
@@ -94,7 +94,7 @@ impl WorkerContext {
         }
         // A panic in the host's backend code is a bug, but it must cost only this batch: its
         // requests fail (those already answered keep their answers) and the worker lives on.
-        let times = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(batch))) {
+        let times = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(batch, thread))) {
             Ok(times) => times,
             Err(_) => {
                 let error = crate::error::InferError::internal("the backend panicked while executing the request");

@@ -24,7 +24,10 @@ use gpu::GpuIo;
 use values::{from_value, to_value};
 
 use super::batch::{Gathered, gather, scatter};
-use super::{BackendFactory, BackendInstance, InstanceDesc, InstanceKind, LoadedVersion, ModelFolder, VersionLoad};
+use super::{
+    BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, InstanceKind, LoadedVersion, ModelFolder,
+    VersionLoad,
+};
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::gpu::InstanceStream;
@@ -218,7 +221,7 @@ struct OnnxInstance {
 }
 
 impl BackendInstance for OnnxInstance {
-    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
+    fn execute(&mut self, jobs: &mut Vec<Job>, _thread: ExecutionThread) -> ExecutionTimes {
         let start = Instant::now();
         let mut times = ExecutionTimes::default();
         if let Err(message) = self.run(jobs, &mut times) {

@@ -19,7 +19,9 @@ pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
 use sandbox::{ActiveBatch, CallError, Executed, Sandbox};
 
-use super::{BackendFactory, BackendInstance, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad};
+use super::{
+    BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad,
+};
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::model::health::Health;
@@ -360,10 +362,9 @@ impl WasmInstance {
 }
 
 impl BackendInstance for WasmInstance {
-    fn execute(&mut self, jobs: &mut Vec<Job>) -> ExecutionTimes {
+    fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes {
         let started = Instant::now();
-        // On an I/O thread this is an inline execution (see `scheduler::inline`).
-        let inline = tokio::runtime::Handle::try_current().is_ok();
+        let inline = thread == ExecutionThread::Inline;
         if self.sandbox.is_none() && self.rebuild_pending {
             if inline {
                 // Left open, the requests go to the instance's worker, which rebuilds first.

@@ -31,7 +31,7 @@ use parking_lot::{Condvar, Mutex};
 use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::{Caller, Schedule, WorkerContext, flush};
-use crate::backend::BackendInstance;
+use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
@@ -444,7 +444,7 @@ impl Worker for SlotWorker {
     /// Every request of the batch runs, its client there or not: a sequence's state depends on
     /// each of its requests.
     fn run(&mut self, (mut batch, entries, ticket): Formed) {
-        self.ctx.execute(self.instance.as_mut(), &mut batch);
+        self.ctx.execute(self.instance.as_mut(), &mut batch, ExecutionThread::Worker);
         self.shared.finish(self.index, &mut batch, &entries);
         if matches!(self.shared.rules.strategy, Strategy::Oldest { preserve_ordering: true, .. }) {
             self.shared.ordering.deliver(ticket, batch);
