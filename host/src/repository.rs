@@ -266,7 +266,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     // elsewhere would repeat them.
     let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
     let inline_under =
-        if factory.may_run_inline() && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
+        if factory.may_run_inline(&config) && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
     let mut versions = BTreeMap::new();
     for version in selected {
         let setup = SchedulerSetup {

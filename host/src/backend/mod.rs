@@ -43,10 +43,11 @@ pub trait BackendFactory: Send + Sync {
         Ok(config)
     }
 
-    /// Whether this backend's short executions may run on the I/O thread that received the
-    /// request. Only a backend that cannot wait inline qualifies: the inline gate measures CPU time,
-    /// and time spent waiting on other threads or a device would escape it. Default: no.
-    fn may_run_inline(&self) -> bool {
+    /// Whether the short executions of a model with this (prepared) configuration may run on the
+    /// I/O thread that received the request. Only a backend that cannot wait inline qualifies: the
+    /// inline gate measures CPU time, and time spent waiting on other threads or a device would
+    /// escape it. Default: no.
+    fn may_run_inline(&self, _config: &ModelConfig) -> bool {
         false
     }
 

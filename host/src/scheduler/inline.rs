@@ -27,8 +27,10 @@
 //!   threads or a GPU stream;
 //! * only where nothing is queued, so inline requests never overtake waiting ones;
 //! * a backend that turns out to block (a Wasm plugin making a blocking WASI call — a sleep, a
-//!   print — which wasmtime-wasi cannot do on an I/O thread) gives the request back unfinished; it
-//!   runs again on the instance's worker, and the model runs inline no more.
+//!   print — which wasmtime-wasi cannot do on an I/O thread, so the sandbox traps it with a typed
+//!   `WouldBlock`, see `backend::wasm::io_guard`) gives the request back unfinished; it runs again
+//!   on the instance's worker, and the model runs inline no more. A Wasm model granted its folder
+//!   (`sandbox.model_dir`) never runs inline: file operations block and are not guarded.
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 mod bindings;
 mod component;
 mod host_api;
+mod io_guard;
 mod policy;
 mod runtime;
 mod sandbox;
@@ -58,10 +59,11 @@ impl BackendFactory for WasmBackends {
         Ok(policy.shown_in(&config))
     }
 
-    /// A sandbox cannot wait inline (a blocking WASI call hands the request back), so its CPU time
-    /// is its whole cost.
-    fn may_run_inline(&self) -> bool {
-        true
+    /// A sandbox cannot wait inline (a blocking `wasi:io` call traps and hands the request back,
+    /// see `io_guard`), so its CPU time is its whole cost — unless the policy grants it its model's
+    /// folder: file operations block, and are not guarded.
+    fn may_run_inline(&self, config: &ModelConfig) -> bool {
+        SandboxPolicy::from_config(config).is_ok_and(|p| !p.grant_model_dir)
     }
 
     fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, String> {
@@ -399,16 +401,19 @@ impl BackendInstance for WasmInstance {
             responses,
         };
         let called = Instant::now();
-        let (mut batch, outcome) = sandbox.execute(&requests, batch);
+        let (mut batch, outcome) = sandbox.execute(&requests, batch, !inline);
         let returned = Instant::now();
         drop(requests);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
-            // On an I/O thread the guest made a blocking WASI call: the requests it has not
-            // completed stay open for the scheduler to run again on the instance's own worker,
-            // where the store is rebuilt (the guest's state is per instance and starts over).
-            Executed::HostPanicked(message) if inline => {
-                tracing::info!("model '{model}': {message}; running the batch again on the instance's worker");
+            // Inline, the guest made a blocking WASI call: the requests it has not completed stay
+            // open for the scheduler to run again on the instance's own worker, where the store is
+            // rebuilt (the guest's state is per instance and starts over).
+            Executed::WouldBlock => {
+                tracing::info!(
+                    "model '{model}': {}; running the batch again on the instance's worker",
+                    io_guard::WouldBlock
+                );
                 (None, true)
             }
             Executed::HostPanicked(message) => (

@@ -15,8 +15,10 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, WasmBacktraceDetails};
 
 use super::bindings::{Backend, BackendPre};
+use super::io_guard::GuardedIo;
 use super::policy::MAX_MEMORY_BYTES;
 use super::state::SandboxState;
+use wasmtime_wasi::p2::bindings::sync::io::{poll, streams};
 
 /// How often the epoch advances; execution deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -87,6 +89,12 @@ impl WasmRuntime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // wasi:io's poll and streams again, over wasmtime-wasi's, guarded: a call that would block
+        // traps with `WouldBlock` in a sandbox that may not block (see `io_guard`).
+        linker.allow_shadowing(true);
+        poll::add_to_linker::<SandboxState, GuardedIo>(&mut linker, SandboxState::io_guard)?;
+        streams::add_to_linker::<SandboxState, GuardedIo>(&mut linker, SandboxState::io_guard)?;
+        linker.allow_shadowing(false);
         Backend::add_to_linker::<SandboxState, HasSelf<SandboxState>>(&mut linker, |s| s)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));

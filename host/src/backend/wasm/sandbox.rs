@@ -8,6 +8,7 @@ use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
+use super::io_guard::WouldBlock;
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
 pub use super::state::{ActiveBatch, SandboxState};
@@ -27,9 +28,12 @@ pub enum Executed {
     Returned(Result<(), String>),
     /// A trap, deadline, memory cap or other limit: the store must not be used again.
     Faulted(Fault),
-    /// A host function panicked while the guest ran; the store must not be used again either.
-    /// Expected in one case: a blocking WASI call (a sleep, a print) made during an inline
-    /// execution, on an I/O thread, where wasmtime-wasi cannot block (see `scheduler::inline`).
+    /// The guest made a blocking WASI call (a wait, a print) where it may not block: an inline
+    /// execution on an I/O thread (see `io_guard`). The store must not be used again; the requests
+    /// it has not answered can run again where blocking is allowed.
+    WouldBlock,
+    /// A host function panicked while the guest ran (a bug of the host's): the store must not be
+    /// used again either.
     HostPanicked(String),
 }
 
@@ -246,18 +250,26 @@ impl Sandbox {
         self.init(Level::Instance, |b, s| b.nereus_backend_lifecycle().call_initialize_instance(s, info))
     }
 
-    /// Runs `execute` over `batch`; the batch comes back with each request answered or not.
-    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch) -> (ActiveBatch, Executed) {
-        self.store.data_mut().batch = Some(batch);
+    /// Runs `execute` over `batch`, its WASI calls allowed to block or not (`may_block`: not
+    /// inline on an I/O thread); the batch comes back with each request answered or not.
+    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch, may_block: bool) -> (ActiveBatch, Executed) {
+        let state = self.store.data_mut();
+        state.batch = Some(batch);
+        state.may_block = may_block;
+        self.arm();
         // A host function that panics (wasmtime carries the panic out of the guest) must not lose
         // the batch, which sits in the store: catch it, take the batch back, report it.
         let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.lifecycle(|b, s| b.nereus_backend_lifecycle().call_execute(s, requests))
+            self.bindings.nereus_backend_lifecycle().call_execute(&mut self.store, requests)
         }));
-        let batch = self.store.data_mut().batch.take().expect("the batch stays in the store during execute");
+        let state = self.store.data_mut();
+        state.may_block = true;
+        let batch = state.batch.take().expect("the batch stays in the store during execute");
+        self.faulted |= !matches!(call, Ok(Ok(_)));
         let executed = match call {
             Ok(Ok(returned)) => Executed::Returned(returned),
-            Ok(Err(fault)) => Executed::Faulted(fault),
+            Ok(Err(e)) if e.downcast_ref::<WouldBlock>().is_some() => Executed::WouldBlock,
+            Ok(Err(e)) => Executed::Faulted(Self::fault_of(&self.store, &self.policy, e)),
             Err(panic) => Executed::HostPanicked(panic_message(&panic)),
         };
         (batch, executed)

@@ -8,6 +8,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::io_guard::IoGuard;
 use crate::request::Job;
 use crate::validate::IoSpec;
 
@@ -56,6 +57,8 @@ pub struct SandboxState {
     /// "model 'm' instance 'm_0'" — for logs and errors.
     pub(super) label: Arc<str>,
     pub(super) batch: Option<ActiveBatch>,
+    /// Whether WASI calls may block now: not while executing inline on an I/O thread.
+    pub(super) may_block: bool,
 }
 
 impl WasiView for SandboxState {
@@ -73,6 +76,12 @@ impl SandboxState {
             limiter: Limiter { memory_limit, denied_memory: false },
             label,
             batch: None,
+            may_block: true,
         }
+    }
+
+    /// The resource table as the guarded WASI I/O interfaces see it ([`IoGuard`]).
+    pub fn io_guard(&mut self) -> IoGuard<'_> {
+        IoGuard { table: &mut self.table, may_block: self.may_block }
     }
 }
