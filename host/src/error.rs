@@ -1,6 +1,8 @@
 //! Errors that reach clients, as one typed enum mapped once to HTTP (here) and gRPC (in its
 //! frontend). Internal details stay in the logs; the message is what the client sees.
-use std::fmt;
+//!
+//! A model that fails to load is not a request's error: `load_error::LoadError` says why, and a
+//! request that reaches the model later gets an `InferError` (UNAVAILABLE) quoting it.
 
 /// The class of a failure, Triton's TRITONSERVER_Error_Code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,8 +33,10 @@ pub enum ErrorKind {
     AlreadyExists,
 }
 
-/// A client-facing error. `Clone` so one failed batch fails every request in it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A client-facing error. `Clone` so one failed batch fails every request in it. Its `Display` is
+/// the message alone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct InferError {
     pub kind: ErrorKind,
     pub message: String,
@@ -64,7 +68,8 @@ impl InferError {
         Self::new(ErrorKind::Timeout, message)
     }
 
-    /// The HTTP status Triton uses for this kind (docs/protocol/README.md).
+    /// The HTTP status Triton uses for this kind (docs/protocol/README.md): the one mapping of an
+    /// error to HTTP (gRPC's is `frontend::grpc::convert::status`).
     pub fn http_status(&self) -> u16 {
         match self.kind {
             ErrorKind::InvalidArg | ErrorKind::Unknown | ErrorKind::AlreadyExists | ErrorKind::Cancelled => 400,
@@ -78,11 +83,3 @@ impl InferError {
         }
     }
 }
-
-impl fmt::Display for InferError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for InferError {}

@@ -12,17 +12,19 @@ use crate::config::schema::model_version_policy::PolicyChoice;
 use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
 use crate::ensemble::{Ensemble, EnsembleScheduler};
 use crate::error::InferError;
+use crate::load_error::LoadError;
 use crate::model::health::Health;
 use crate::model::{ModelResolver, ModelVersion, SchedulerSetup};
 use crate::scheduler::SequenceRules;
 use crate::scheduler::inline::IoThreads;
 use crate::stats::ModelStats;
+use crate::test_hooks::TestHooks;
 use crate::validate::IoSpec;
 
 /// The state of one version, as the repository index reports it.
 pub enum VersionState {
     Ready(Arc<ModelVersion>),
-    Unavailable(String),
+    Unavailable(LoadError),
 }
 
 /// One model of the repository.
@@ -33,11 +35,11 @@ pub struct ModelEntry {
     pub config: Option<Arc<ModelConfig>>,
     pub versions: BTreeMap<i64, VersionState>,
     /// Why the model as a whole is unavailable (bad config, no versions, …).
-    pub reason: Option<String>,
+    pub reason: Option<LoadError>,
 }
 
 impl ModelEntry {
-    fn unavailable(name: &str, dir: &Path, reason: String) -> Self {
+    fn unavailable(name: &str, dir: &Path, reason: LoadError) -> Self {
         ModelEntry { name: name.into(), dir: dir.into(), config: None, versions: BTreeMap::new(), reason: Some(reason) }
     }
 
@@ -94,7 +96,7 @@ impl ModelResolver for ModelTable {
                     _ => None,
                 })
                 .ok_or_else(|| {
-                    let why = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                    let why = entry.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default();
                     InferError::unavailable(format!(
                         "Request for unknown model: '{name}' has no available versions{why}"
                     ))
@@ -115,11 +117,20 @@ pub struct LoadContext {
     pub io_threads: Arc<IoThreads>,
     /// The models loaded so far (an ensemble's composing models load before it).
     pub models: Arc<ModelTable>,
+    /// Give every version test hooks (`--test-hooks`).
+    pub test_hooks: bool,
+}
+
+impl LoadContext {
+    /// A version's test hooks: `Some` only with `--test-hooks`.
+    fn hooks(&self) -> Option<Arc<TestHooks>> {
+        self.test_hooks.then(|| Arc::new(TestHooks::default()))
+    }
 }
 
 /// What [`scan`] finds: `(model name, folder)` pairs, and `(model name, reason)` for names that
 /// cannot be served.
-pub type ScanResult = (Vec<(String, PathBuf)>, Vec<(String, String)>);
+pub type ScanResult = (Vec<(String, PathBuf)>, Vec<(String, LoadError)>);
 
 /// Lists `(model name, folder)` for every model folder in the repositories. A name that appears in
 /// more than one repository is reported as an error for that name.
@@ -144,8 +155,7 @@ pub fn scan(roots: &[PathBuf]) -> ScanResult {
     let mut errors = Vec::new();
     for (name, dirs) in found {
         if dirs.len() > 1 {
-            let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            errors.push((name, format!("model appears in more than one repository: {}", list.join(", "))));
+            errors.push((name, LoadError::Duplicate { dirs }));
         } else {
             models.push((name, dirs.into_iter().next().expect("one dir")));
         }
@@ -169,13 +179,13 @@ fn version_dirs(dir: &Path) -> Vec<i64> {
 }
 
 /// Applies the version policy to the versions on disk.
-fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, String> {
+fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, LoadError> {
     let policy = config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref());
     let selected: Vec<i64> = match policy {
         Some(PolicyChoice::All(_)) => available.to_vec(),
         Some(PolicyChoice::Specific(s)) => {
             if let Some(v) = s.versions.iter().find(|v| !available.contains(v)) {
-                return Err(format!("version {v} named by the 'specific' version policy does not exist"));
+                return Err(LoadError::VersionMissing(*v));
             }
             s.versions.clone()
         }
@@ -183,13 +193,13 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
         None => available.iter().rev().take(1).copied().collect(),
     };
     if selected.is_empty() {
-        return Err("at least one version must be available under the version policy of the model".into());
+        return Err(LoadError::NoVersion);
     }
     Ok(selected)
 }
 
 /// Reads and validates `<dir>/config.pbtxt` as it is (no auto-complete).
-pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, String> {
+pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, LoadError> {
     read_config_with(name, dir, gpu_count, None)
 }
 
@@ -201,14 +211,14 @@ fn read_config_with(
     dir: &Path,
     gpu_count: usize,
     backends: Option<&Backends>,
-) -> Result<ModelConfig, String> {
+) -> Result<ModelConfig, LoadError> {
     let path = dir.join("config.pbtxt");
     let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
     let (mut config, lines) = match std::fs::read_to_string(&path) {
-        Ok(text) => parse_pbtxt_with_lines(&text).map_err(|e| format!("config.pbtxt {e}"))?,
-        Err(e) => match backends.and_then(|b| b.native().find_map(|f| f.claim(&folder))) {
+        Ok(text) => parse_pbtxt_with_lines(&text).map_err(LoadError::Parse)?,
+        Err(source) => match backends.and_then(|b| b.native().find_map(|f| f.claim(&folder))) {
             Some(claimed) => (claimed, Default::default()),
-            None => return Err(format!("cannot read {}: {e}", path.display())),
+            None => return Err(LoadError::Unreadable { path, source }),
         },
     };
     let factory: Option<Arc<dyn BackendFactory>> =
@@ -218,7 +228,7 @@ fn read_config_with(
     }
     let auto_gpu = gpu_count > 0 && factory.is_some_and(|f| f.uses_gpus());
     normalize_and_validate(config, name, gpu_count, auto_gpu)
-        .map_err(|e| format!("invalid config.pbtxt: {}", e.with_line(&lines)))
+        .map_err(|source| LoadError::Config { line: source.line_in(&lines), source })
 }
 
 /// Whether the model in `dir` is an ensemble (judged from its configuration; unreadable ones are
@@ -251,7 +261,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
     let prepared = backend_name(&config).and_then(|backend| {
         let factory = ctx.backends.factory(&backend);
         let selected = select_versions(&config, &version_dirs(dir))?;
-        let sequence = SequenceRules::from_config(&config, dir).map_err(|e| format!("sequence_batching: {e}"))?;
+        let sequence = SequenceRules::from_config(&config, dir).map_err(LoadError::Sequence)?;
         let config = factory.prepare(config.clone(), &instances)?;
         Ok((backend, factory, selected, sequence, Arc::new(config)))
     });
@@ -269,11 +279,13 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         if factory.may_run_inline(&config) && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
     let mut versions = BTreeMap::new();
     for version in selected {
+        let hooks = ctx.hooks();
         let setup = SchedulerSetup {
             instance_poll: ctx.instance_poll,
             inline_under,
             sequence: sequence.clone(),
             io_threads: ctx.io_threads.clone(),
+            hooks: hooks.clone(),
         };
         let load = VersionLoad {
             backend: &backend,
@@ -283,6 +295,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
             io: &io,
             instances: &instances,
             health: &Arc::new(Health::default()),
+            hooks: hooks.as_ref(),
         };
         let state = match load_version(factory.as_ref(), &load, setup) {
             Ok(m) => VersionState::Ready(Arc::new(m)),
@@ -301,7 +314,7 @@ fn load_version(
     factory: &dyn BackendFactory,
     load: &VersionLoad<'_>,
     setup: SchedulerSetup,
-) -> Result<ModelVersion, String> {
+) -> Result<ModelVersion, LoadError> {
     let loaded = factory.load(load)?;
     Ok(ModelVersion::new(
         load.config.clone(),
@@ -340,7 +353,14 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
             let stats = Arc::new(ModelStats::default());
             let scheduler =
                 EnsembleScheduler { ensemble: ensemble.clone(), version, models: models.clone(), stats: stats.clone() };
-            let model = ModelVersion::with_scheduler(config.clone(), version, io.clone(), stats, Box::new(scheduler));
+            let model = ModelVersion::with_scheduler(
+                config.clone(),
+                version,
+                io.clone(),
+                stats,
+                Box::new(scheduler),
+                ctx.hooks(),
+            );
             (version, VersionState::Ready(Arc::new(model)))
         })
         .collect();

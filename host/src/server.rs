@@ -100,6 +100,7 @@ impl Server {
             inline_under: options.inline_under,
             io_threads: Arc::new(IoThreads::new(options.io_threads)),
             models: models.clone(),
+            test_hooks: options.test_hooks,
         };
         let (found, conflicts) = repository::scan(&options.model_repositories);
         for (name, reason) in conflicts {
@@ -290,7 +291,7 @@ impl Server {
                         name: entry.name.clone(),
                         version: String::new(),
                         state: "UNAVAILABLE".into(),
-                        reason: entry.reason.clone().unwrap_or_default(),
+                        reason: entry.reason.as_ref().map(ToString::to_string).unwrap_or_default(),
                     });
                 }
                 continue;
@@ -299,7 +300,7 @@ impl Server {
                 let (state, reason) = match state {
                     VersionState::Ready(m) if m.health.is_ready() => ("READY", String::new()),
                     VersionState::Ready(m) => ("UNAVAILABLE", m.health.reason().unwrap_or_default()),
-                    VersionState::Unavailable(r) => ("UNAVAILABLE", r.clone()),
+                    VersionState::Unavailable(r) => ("UNAVAILABLE", r.to_string()),
                 };
                 if !ready_only || state == "READY" {
                     out.push(ModelIndex {

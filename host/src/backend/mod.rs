@@ -12,9 +12,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::ModelConfig;
+use crate::load_error::LoadError;
 use crate::model::health::Health;
 use crate::request::Job;
 use crate::stats::ExecutionTimes;
+use crate::test_hooks::TestHooks;
 use crate::validate::IoSpec;
 
 /// Loads the versions of the models that name one backend (TRITONBACKEND_Backend, with the model
@@ -28,7 +30,7 @@ pub trait BackendFactory: Send + Sync {
 
     /// Fills in what `config` leaves out, from the model itself (auto-complete), before it is
     /// validated. Default: nothing.
-    fn autocomplete(&self, _config: &mut ModelConfig, _folder: &ModelFolder<'_>) -> Result<(), String> {
+    fn autocomplete(&self, _config: &mut ModelConfig, _folder: &ModelFolder<'_>) -> Result<(), LoadError> {
         Ok(())
     }
 
@@ -39,7 +41,7 @@ pub trait BackendFactory: Send + Sync {
 
     /// Checks a validated configuration against what this backend allows and returns it as
     /// clients are to see it (a sandboxed backend shows its policy there). Default: unchanged.
-    fn prepare(&self, config: ModelConfig, _instances: &[InstanceDesc]) -> Result<ModelConfig, String> {
+    fn prepare(&self, config: ModelConfig, _instances: &[InstanceDesc]) -> Result<ModelConfig, LoadError> {
         Ok(config)
     }
 
@@ -53,7 +55,7 @@ pub trait BackendFactory: Send + Sync {
 
     /// Loads one version: creates its instances (each initialised), and what is to be finalised
     /// after them. On error nothing is left behind.
-    fn load(&self, version: &VersionLoad<'_>) -> Result<LoadedVersion, String>;
+    fn load(&self, version: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError>;
 }
 
 /// A model's folder, as auto-complete looks at it.
@@ -74,6 +76,8 @@ pub struct VersionLoad<'a> {
     pub instances: &'a [InstanceDesc],
     /// The version's health, which instances mark UNAVAILABLE when they cannot be rebuilt.
     pub health: &'a Arc<Health>,
+    /// The version's test hooks (`--test-hooks` only), e.g. to refuse instance rebuilds.
+    pub hooks: Option<&'a Arc<TestHooks>>,
 }
 
 /// A loaded version's instances, and what to finalise after them.
@@ -148,19 +152,19 @@ pub fn instances_of(config: &ModelConfig) -> Vec<InstanceDesc> {
 }
 
 /// Which backend a model names: `backend`, or the one Triton maps its `platform` to.
-pub fn backend_name(config: &ModelConfig) -> Result<String, String> {
+pub fn backend_name(config: &ModelConfig) -> Result<String, LoadError> {
     if !config.backend.is_empty() {
         return Ok(config.backend.clone());
     }
     let mapped = match config.platform.as_str() {
-        "" => return Err("the configuration names no 'backend' (or 'platform')".into()),
+        "" => return Err(LoadError::NoBackend),
         "onnxruntime_onnx" => "onnxruntime",
         "tensorrt_plan" => "tensorrt",
         "pytorch_libtorch" => "pytorch",
         "tensorflow_graphdef" | "tensorflow_savedmodel" => "tensorflow",
         "custom" => "custom",
-        "ensemble" => return Err("an ensemble has no backend".into()),
-        other => return Err(format!("unknown platform '{other}'")),
+        "ensemble" => return Err(LoadError::EnsembleBackend),
+        other => return Err(LoadError::UnknownPlatform(other.into())),
     };
     Ok(mapped.to_string())
 }

@@ -9,11 +9,22 @@ pub fn to_json(config: &ModelConfig) -> serde_json::Value {
     crate::proto::to_json(config, "inference.ModelConfig")
 }
 
+/// Why a JSON model configuration cannot be read; the message is the parser's.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    /// Not JSON, or not the shape of an `inference.ModelConfig`.
+    #[error(transparent)]
+    Syntax(#[from] serde_json::Error),
+    /// JSON of the right shape whose values do not make a `ModelConfig`.
+    #[error(transparent)]
+    Decode(#[from] prost::DecodeError),
+}
+
 /// Parses a model configuration from its JSON form (the repository API's "config" parameter).
-pub fn from_json(json: &str) -> Result<ModelConfig, String> {
+pub fn from_json(json: &str) -> Result<ModelConfig, JsonError> {
     let mut de = serde_json::Deserializer::from_str(json);
-    let dynamic = DynamicMessage::deserialize(schema::descriptor(), &mut de).map_err(|e| e.to_string())?;
-    dynamic.transcode_to::<ModelConfig>().map_err(|e| e.to_string())
+    let dynamic = DynamicMessage::deserialize(schema::descriptor(), &mut de)?;
+    Ok(dynamic.transcode_to::<ModelConfig>()?)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ mod pbtxt;
 pub mod schema;
 mod validate;
 
-pub use json::{from_json, to_json};
+pub use json::{JsonError, from_json, to_json};
 pub use pbtxt::{ParseError, SourceLines};
 pub use schema::ModelConfig;
 pub use validate::{ConfigError, normalize_and_validate};

@@ -8,22 +8,16 @@
 //! and map fields written either as repeated `{ key: … value: … }` entries or as a list of them.
 //! Every error names the line and column and the field it concerns.
 use std::collections::HashMap;
-use std::fmt;
 
 use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
 
 /// A parse error with its position in the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
 pub struct ParseError {
     pub line: usize,
     pub column: usize,
     pub message: String,
-}
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}: {}", self.line, self.column, self.message)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

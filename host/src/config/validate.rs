@@ -1,6 +1,5 @@
 //! Normalisation to Triton's defaults and validation of a parsed model configuration.
 use std::collections::HashSet;
-use std::fmt;
 
 use super::ModelConfig;
 use super::schema::{ModelInstanceGroup, ModelVersionPolicy, model_instance_group::Kind, model_version_policy};
@@ -8,7 +7,8 @@ use crate::tensor::DataType;
 
 /// Why a configuration is unusable: the message names the offending field, and `path` locates it
 /// (`input[1]`, `instance_group[0]`) so the caller can add its line in the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct ConfigError {
     pub path: Option<String>,
     pub message: String,
@@ -28,18 +28,9 @@ impl ConfigError {
         self
     }
 
-    /// Renders the error with the line of its field when `lines` knows it.
-    pub fn with_line(&self, lines: &super::SourceLines) -> String {
-        match self.path.as_deref().and_then(|p| lines.line_of(p)) {
-            Some(line) => format!("line {line}: {}", self.message),
-            None => self.message.clone(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+    /// The line of the offending field in the file, when `lines` knows it.
+    pub fn line_in(&self, lines: &super::SourceLines) -> Option<usize> {
+        self.path.as_deref().and_then(|p| lines.line_of(p))
     }
 }
 

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use super::{Ensemble, Step};
 use crate::config::ModelConfig;
+use crate::load_error::{EnsembleError, StepError};
 use crate::model::ModelResolver;
-use crate::tensor::{DataType, shape_string};
+use crate::tensor::DataType;
 
 /// A tensor of the graph: its datatype and dims (without the batch dimension), and who makes it.
 struct Produced {
@@ -23,48 +24,41 @@ fn dims_compatible(a: &[i64], b: &[i64]) -> bool {
 impl Ensemble {
     /// Builds and checks the graph; an error is the reason the ensemble is unavailable, naming the
     /// step at fault.
-    pub fn build(config: &ModelConfig, models: &dyn ModelResolver) -> Result<Ensemble, String> {
-        let scheduling = crate::config::ensemble_scheduling(config).ok_or("missing ensemble_scheduling")?;
+    pub fn build(config: &ModelConfig, models: &dyn ModelResolver) -> Result<Ensemble, EnsembleError> {
+        let scheduling = crate::config::ensemble_scheduling(config).ok_or(EnsembleError::NoScheduling)?;
         let mut tensors: HashMap<String, Produced> = HashMap::new();
         for input in &config.input {
-            let datatype = DataType::from_config(input.data_type).ok_or("invalid input datatype")?;
+            let datatype = DataType::from_config(input.data_type).ok_or(EnsembleError::Datatype("input"))?;
             tensors.insert(input.name.clone(), Produced { datatype, dims: input.dims.clone(), step: None });
         }
         let mut steps = Vec::with_capacity(scheduling.step.len());
         for (i, s) in scheduling.step.iter().enumerate() {
-            let at = format!("step {i} (model '{}')", s.model_name);
+            let at = |problem| EnsembleError::Step { step: i, model: s.model_name.clone(), problem: Box::new(problem) };
             if s.model_name == config.name {
-                return Err(format!("{at}: an ensemble cannot contain itself"));
+                return Err(at(StepError::ContainsItself));
             }
             // -1 (and 0, which no version folder can have) means the latest version.
             let version = (s.model_version > 0).then_some(s.model_version);
-            let model = models.version(&s.model_name, version).map_err(|e| format!("{at}: {}", e.message))?;
+            let model = models.version(&s.model_name, version).map_err(|e| at(StepError::Model(e)))?;
             let mut inputs: Vec<(String, String)> = s.input_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let mut outputs: Vec<(String, String)> = s.output_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             inputs.sort();
             outputs.sort();
             for (step_input, _) in &inputs {
                 if !model.io.inputs.iter().any(|t| &t.name == step_input) {
-                    return Err(format!("{at}: the model has no input '{step_input}'"));
+                    return Err(at(StepError::NoInput(step_input.clone())));
                 }
             }
             if let Some(missing) =
                 model.io.inputs.iter().find(|t| !t.optional && !inputs.iter().any(|(k, _)| k == &t.name))
             {
-                return Err(format!("{at}: the model's input '{}' is not mapped", missing.name));
+                return Err(at(StepError::Unmapped(missing.name.clone())));
             }
             for (step_output, tensor) in &outputs {
-                let out = model
-                    .io
-                    .output(step_output)
-                    .ok_or_else(|| format!("{at}: the model has no output '{step_output}'"))?;
+                let out = model.io.output(step_output).ok_or_else(|| at(StepError::NoOutput(step_output.clone())))?;
                 let produced = Produced { datatype: out.datatype, dims: out.dims.clone(), step: Some(i) };
                 if let Some(previous) = tensors.insert(tensor.clone(), produced) {
-                    let by = match previous.step {
-                        Some(p) => format!("step {p}"),
-                        None => "an ensemble input".into(),
-                    };
-                    return Err(format!("{at}: tensor '{tensor}' is already produced by {by}"));
+                    return Err(at(StepError::ProducedTwice { tensor: tensor.clone(), by: previous.step }));
                 }
             }
             steps.push(Step {
@@ -78,25 +72,34 @@ impl Ensemble {
         }
         // Every consumed tensor is produced, with a matching datatype and shape.
         for (i, step) in steps.iter_mut().enumerate() {
-            let at = format!("step {i} (model '{}')", step.model);
-            let model = models.version(&step.model, step.version).map_err(|e| e.message)?;
+            let at = |problem| EnsembleError::Step { step: i, model: step.model.clone(), problem: Box::new(problem) };
+            let model = models.version(&step.model, step.version).map_err(EnsembleError::Model)?;
             for (step_input, tensor) in &step.inputs {
-                let p = tensors.get(tensor).ok_or_else(|| {
-                    format!("{at}: input '{step_input}' consumes tensor '{tensor}', which nothing produces")
-                })?;
-                let wanted = model.io.inputs.iter().find(|t| &t.name == step_input).ok_or("unreachable")?;
+                let p = tensors
+                    .get(tensor)
+                    .ok_or_else(|| at(StepError::NotProduced { input: step_input.clone(), tensor: tensor.clone() }))?;
+                // Checked in the first pass (the same version, unless it was replaced since).
+                let wanted = model
+                    .io
+                    .inputs
+                    .iter()
+                    .find(|t| &t.name == step_input)
+                    .ok_or_else(|| at(StepError::NoInput(step_input.clone())))?;
                 if p.datatype != wanted.datatype {
-                    return Err(format!(
-                        "{at}: tensor '{tensor}' is {} but input '{step_input}' expects {}",
-                        p.datatype, wanted.datatype
-                    ));
+                    return Err(at(StepError::Datatype {
+                        tensor: tensor.clone(),
+                        input: step_input.clone(),
+                        produced: p.datatype,
+                        expected: wanted.datatype,
+                    }));
                 }
                 if !dims_compatible(&p.dims, &wanted.dims) {
-                    return Err(format!(
-                        "{at}: tensor '{tensor}' has dims {} but input '{step_input}' expects {}",
-                        shape_string(&p.dims),
-                        shape_string(&wanted.dims)
-                    ));
+                    return Err(at(StepError::Dims {
+                        tensor: tensor.clone(),
+                        input: step_input.clone(),
+                        produced: p.dims.clone(),
+                        expected: wanted.dims.clone(),
+                    }));
                 }
                 if let Some(producer) = p.step
                     && !step.depends_on.contains(&producer)
@@ -107,15 +110,14 @@ impl Ensemble {
         }
         check_acyclic(&steps)?;
         for output in &config.output {
-            let p = tensors
-                .get(&output.name)
-                .ok_or_else(|| format!("ensemble output '{}' is not produced by any step", output.name))?;
-            let datatype = DataType::from_config(output.data_type).ok_or("invalid output datatype")?;
+            let p = tensors.get(&output.name).ok_or_else(|| EnsembleError::OutputNotProduced(output.name.clone()))?;
+            let datatype = DataType::from_config(output.data_type).ok_or(EnsembleError::Datatype("output"))?;
             if p.datatype != datatype {
-                return Err(format!(
-                    "ensemble output '{}' is {} but a step produces {}",
-                    output.name, datatype, p.datatype
-                ));
+                return Err(EnsembleError::OutputDatatype {
+                    output: output.name.clone(),
+                    declared: datatype,
+                    produced: p.datatype,
+                });
             }
         }
         Ok(Ensemble::new(config, steps))
@@ -123,7 +125,7 @@ impl Ensemble {
 }
 
 /// Rejects steps that depend on each other in a circle, naming them.
-fn check_acyclic(steps: &[Step]) -> Result<(), String> {
+fn check_acyclic(steps: &[Step]) -> Result<(), EnsembleError> {
     let mut done = vec![false; steps.len()];
     let mut progress = true;
     while progress {
@@ -135,6 +137,6 @@ fn check_acyclic(steps: &[Step]) -> Result<(), String> {
             }
         }
     }
-    let stuck: Vec<String> = (0..steps.len()).filter(|i| !done[*i]).map(|i| i.to_string()).collect();
-    if stuck.is_empty() { Ok(()) } else { Err(format!("steps {} depend on each other in a cycle", stuck.join(", "))) }
+    let stuck: Vec<usize> = (0..steps.len()).filter(|i| !done[*i]).collect();
+    if stuck.is_empty() { Ok(()) } else { Err(EnsembleError::Cycle(stuck)) }
 }

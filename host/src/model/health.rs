@@ -10,8 +10,6 @@ use parking_lot::Mutex;
 pub struct Health {
     unavailable: AtomicBool,
     reason: Mutex<Option<String>>,
-    /// Test hook (`--test-hooks` only): make instance rebuilds fail, to test what follows.
-    refuse_rebuilds: AtomicBool,
 }
 
 impl Health {
@@ -24,11 +22,5 @@ impl Health {
     }
     pub fn reason(&self) -> Option<String> {
         self.reason.lock().clone()
-    }
-    pub fn set_refuse_rebuilds(&self, refuse: bool) {
-        self.refuse_rebuilds.store(refuse, Ordering::Release);
-    }
-    pub fn rebuilds_refused(&self) -> bool {
-        self.refuse_rebuilds.load(Ordering::Acquire)
     }
 }

@@ -16,6 +16,7 @@ use crate::scheduler::{
     BatchRules, Caller, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
 };
 use crate::stats::ModelStats;
+use crate::test_hooks::TestHooks;
 use crate::validate::{IoSpec, validate_request};
 use health::Health;
 use probe::ExecutionProbe;
@@ -38,6 +39,8 @@ pub struct SchedulerSetup {
     pub sequence: Option<SequenceRules>,
     /// The server's I/O threads' budget for inline executions.
     pub io_threads: Arc<IoThreads>,
+    /// The version's test hooks (`--test-hooks` only).
+    pub hooks: Option<Arc<TestHooks>>,
 }
 
 pub struct ModelVersion {
@@ -50,6 +53,8 @@ pub struct ModelVersion {
     pub health: Arc<Health>,
     pub probe: Arc<ExecutionProbe>,
     pub stats: Arc<ModelStats>,
+    /// The version's test hooks: `Some` only when the server runs with `--test-hooks`.
+    pub hooks: Option<Arc<TestHooks>>,
     scheduler: Box<dyn Schedule>,
     /// What the backend finalises once every instance is gone.
     teardown: Mutex<Option<Box<dyn ModelTeardown>>>,
@@ -68,10 +73,11 @@ impl ModelVersion {
         let probe = Arc::new(ExecutionProbe::default());
         let stats = Arc::new(ModelStats::default());
         use crate::config::schema::model_config::SchedulingChoice;
-        let SchedulerSetup { instance_poll, inline_under, sequence, io_threads } = setup;
+        let SchedulerSetup { instance_poll, inline_under, sequence, io_threads, hooks } = setup;
         let ctx = WorkerContext {
             probe: probe.clone(),
             stats: stats.clone(),
+            hooks: hooks.clone(),
             batching: config.max_batch_size > 0,
             poll: instance_poll,
             inline_under,
@@ -96,6 +102,7 @@ impl ModelVersion {
             health,
             probe,
             stats,
+            hooks,
             scheduler,
             teardown: Mutex::new(teardown),
         }
@@ -103,12 +110,14 @@ impl ModelVersion {
 
     /// A version whose requests go to `scheduler` rather than to instances of a backend (an
     /// ensemble: its scheduler runs the steps on other models); `stats` are the ones it records.
+    /// Its test hooks, if any, hold nothing: it has no executions of its own.
     pub fn with_scheduler(
         config: Arc<ModelConfig>,
         version: i64,
         io: Arc<IoSpec>,
         stats: Arc<ModelStats>,
         scheduler: Box<dyn Schedule>,
+        hooks: Option<Arc<TestHooks>>,
     ) -> Self {
         ModelVersion {
             name: config.name.as_str().into(),
@@ -119,6 +128,7 @@ impl ModelVersion {
             health: Arc::new(Health::default()),
             probe: Arc::new(ExecutionProbe::default()),
             stats,
+            hooks,
             scheduler,
             teardown: Mutex::new(None),
         }

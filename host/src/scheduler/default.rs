@@ -70,7 +70,9 @@ impl DefaultScheduler {
     fn try_inline(&self, job: Job, caller: Caller) -> Option<Job> {
         let pool = &*self.pool;
         let queue = &self.queue;
-        let may_run = || pool.inline.open() && queue.is_empty() && !pool.ctx.probe.gate_engaged();
+        // Not while a test gate may hold executions: an I/O thread must never wait at it.
+        let gate_engaged = || pool.ctx.hooks.as_ref().is_some_and(|h| h.gate_engaged());
+        let may_run = || pool.inline.open() && queue.is_empty() && !gate_engaged();
         if caller != Caller::IoThread || !may_run() {
             return Some(job);
         }
@@ -295,6 +297,7 @@ mod tests {
         let ctx = WorkerContext {
             probe: Arc::new(ExecutionProbe::default()),
             stats: Arc::new(ModelStats::default()),
+            hooks: None,
             batching: false,
             poll: Duration::ZERO,
             inline_under: Duration::from_secs(1),

@@ -21,6 +21,7 @@ use crate::error::{ErrorKind, InferError};
 use crate::model::probe::ExecutionProbe;
 use crate::request::Job;
 use crate::stats::ModelStats;
+use crate::test_hooks::TestHooks;
 
 /// How a model version's requests reach whatever runs them: its instances (the default, dynamic
 /// and sequence schedulers, chosen by the configuration's `scheduling_choice`), or other models
@@ -50,6 +51,8 @@ pub enum Caller {
 pub struct WorkerContext {
     pub probe: Arc<ExecutionProbe>,
     pub stats: Arc<ModelStats>,
+    /// The version's test hooks (`--test-hooks` only): executions pass their gate.
+    pub hooks: Option<Arc<TestHooks>>,
     /// Whether requests carry a batch dimension (`max_batch_size` > 0).
     pub batching: bool,
     /// How long an idle worker polls for work before it sleeps (`--instance-poll-us`).
@@ -84,6 +87,9 @@ impl WorkerContext {
     /// statistics. Responses stay held in their senders: the caller flushes them.
     fn execute(&self, instance: &mut dyn BackendInstance, batch: &mut Vec<Job>, thread: ExecutionThread) {
         self.probe.enter();
+        if let Some(hooks) = &self.hooks {
+            hooks.pass_gate();
+        }
         let now = Instant::now();
         let mut batch_size = 0u64;
         let mut requests = 0u64;

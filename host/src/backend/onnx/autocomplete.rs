@@ -14,6 +14,7 @@ use ort::value::{TensorElementType, ValueType};
 use crate::config::ModelConfig;
 use crate::config::schema::model_config::SchedulingChoice;
 use crate::config::schema::{DataType as ConfigType, ModelDynamicBatching, ModelInput, ModelOutput};
+use crate::load_error::OnnxError;
 
 /// tritonserver's `--backend-config=default-max-batch-size` default.
 const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
@@ -41,25 +42,25 @@ fn config_type(ty: TensorElementType) -> Option<ConfigType> {
 /// (name, datatype, dims) of a session's inputs or outputs.
 type Outlets = Vec<(String, ConfigType, Vec<i64>)>;
 
-fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, String> {
+fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, OnnxError> {
     list.iter()
         .map(|o| match o.dtype() {
             ValueType::Tensor { ty, shape, .. } => {
                 let dt = config_type(*ty)
-                    .ok_or_else(|| format!("'{}' has element type {ty:?}, which Nereus cannot serve", o.name()))?;
+                    .ok_or_else(|| OnnxError::UnservableElement { name: o.name().to_string(), element: *ty })?;
                 Ok((o.name().to_string(), dt, shape.iter().copied().collect()))
             }
-            other => Err(format!("'{}' is a {other:?}, not a tensor", o.name())),
+            other => Err(OnnxError::NotATensor { name: o.name().to_string(), value: Box::new(other.clone()) }),
         })
         .collect()
 }
 
 /// Fills in what the configuration leaves out from `model_file`'s inputs and outputs.
-pub fn complete(config: &mut ModelConfig, model_file: &Path, library: Option<&Path>) -> Result<(), String> {
+pub fn complete(config: &mut ModelConfig, model_file: &Path, library: Option<&Path>) -> Result<(), OnnxError> {
     let environment = super::runtime(library)?;
     let session = ort::session::Session::builder(environment)
         .and_then(|mut b| b.commit_from_file(model_file))
-        .map_err(|e| format!("cannot read {} to complete its configuration: {e}", model_file.display()))?;
+        .map_err(|error| OnnxError::AutocompleteUnreadable { path: model_file.to_path_buf(), error })?;
     let (inputs, outputs) = (outlets(session.inputs())?, outlets(session.outputs())?);
 
     // Tensors the sequence batcher provides are not model inputs or outputs to clients.

@@ -18,6 +18,7 @@ use super::values::{from_value, to_value};
 use crate::backend::batch::Gathered;
 use crate::config::ModelConfig;
 use crate::gpu::{DevicePtr, InstanceStream};
+use crate::load_error::{CudaOptionError, InstanceError};
 use crate::request::Tensor;
 use crate::tensor::DataType;
 
@@ -26,7 +27,7 @@ use crate::tensor::DataType;
 /// parameters {...} } ] } }` passed to ORT as they are, and the older `parameters`
 /// `cudnn_conv_algo_search` (0 exhaustive, the default; 1 heuristic; 2 default algorithm),
 /// `gpu_mem_limit` and `arena_extend_strategy` (0 next power of two; 1 same as requested).
-pub(super) fn cuda_options(config: &ModelConfig) -> Result<Vec<(String, String)>, String> {
+pub(super) fn cuda_options(config: &ModelConfig) -> Result<Vec<(String, String)>, CudaOptionError> {
     let mut options = Vec::new();
     let parameter = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim().to_string());
     if let Some(v) = parameter("cudnn_conv_algo_search") {
@@ -34,19 +35,21 @@ pub(super) fn cuda_options(config: &ModelConfig) -> Result<Vec<(String, String)>
             "0" => "EXHAUSTIVE",
             "1" => "HEURISTIC",
             "2" => "DEFAULT",
-            _ => return Err(format!("parameter 'cudnn_conv_algo_search' must be 0, 1 or 2, not '{v}'")),
+            _ => return Err(CudaOptionError::ConvAlgoSearch(v)),
         };
         options.push(("cudnn_conv_algo_search".to_string(), search.to_string()));
     }
     if let Some(v) = parameter("gpu_mem_limit") {
-        v.parse::<u64>().map_err(|_| format!("parameter 'gpu_mem_limit' must be a byte count, not '{v}'"))?;
+        if v.parse::<u64>().is_err() {
+            return Err(CudaOptionError::GpuMemLimit(v));
+        }
         options.push(("gpu_mem_limit".to_string(), v));
     }
     if let Some(v) = parameter("arena_extend_strategy") {
         let strategy = match v.as_str() {
             "0" => "kNextPowerOfTwo",
             "1" => "kSameAsRequested",
-            _ => return Err(format!("parameter 'arena_extend_strategy' must be 0 or 1, not '{v}'")),
+            _ => return Err(CudaOptionError::ArenaExtendStrategy(v)),
         };
         options.push(("arena_extend_strategy".to_string(), strategy.to_string()));
     }
@@ -58,20 +61,17 @@ pub(super) fn cuda_options(config: &ModelConfig) -> Result<Vec<(String, String)>
         .unwrap_or_default();
     for accelerator in accelerators {
         if accelerator.name != "cuda" {
-            return Err(format!(
-                "gpu_execution_accelerator '{}' is not supported (Nereus runs ONNX Runtime's CUDA execution provider: name it \"cuda\")",
-                accelerator.name
-            ));
+            return Err(CudaOptionError::Accelerator(accelerator.name.clone()));
         }
         let mut keys: Vec<_> = accelerator.parameters.iter().collect();
         keys.sort();
         for (key, value) in keys {
             // The device and stream are the instance's own (`gpus`, one stream per instance).
             if ["device_id", "has_user_compute_stream", "user_compute_stream"].contains(&key.as_str()) {
-                return Err(format!("the cuda accelerator parameter '{key}' is set by Nereus per instance"));
+                return Err(CudaOptionError::Reserved(key.clone()));
             }
             if key.contains('\0') || value.contains('\0') {
-                return Err(format!("the cuda accelerator parameter '{}' holds a NUL byte", key.escape_debug()));
+                return Err(CudaOptionError::NulByte(key.clone()));
             }
             options.push((key.clone(), value.clone()));
         }
@@ -153,13 +153,13 @@ fn host_datatype(ty: TensorElementType) -> Option<DataType> {
 
 impl GpuIo {
     /// Binds the instance's stream to its committed session.
-    pub(super) fn new(session: &Session, stream: InstanceStream, device_id: i32) -> Result<GpuIo, String> {
+    pub(super) fn new(session: &Session, stream: InstanceStream, device_id: i32) -> Result<GpuIo, InstanceError> {
         let cuda = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default)
-            .map_err(|e| e.to_string())?;
+            .map_err(InstanceError::Session)?;
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)
-            .map_err(|e| e.to_string())?;
+            .map_err(InstanceError::Session)?;
         let allocator = Allocator::new(session, cuda.to_owned())
-            .map_err(|e| format!("no CUDA allocator on GPU {device_id}: {e}"))?;
+            .map_err(|error| InstanceError::Allocator { device: device_id, error })?;
         Ok(GpuIo { allocator, cuda: cuda.to_owned(), cpu: cpu.to_owned(), stream })
     }
 
@@ -273,7 +273,7 @@ mod tests {
                 "set by Nereus per instance",
             ),
         ] {
-            let err = cuda_options(&parse_pbtxt(src).unwrap()).unwrap_err();
+            let err = cuda_options(&parse_pbtxt(src).unwrap()).unwrap_err().to_string();
             assert!(err.contains(needle), "{err}");
         }
     }

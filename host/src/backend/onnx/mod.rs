@@ -31,6 +31,7 @@ use super::{
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::gpu::InstanceStream;
+use crate::load_error::{InstanceError, LoadError, OnnxError, RuntimeError};
 use crate::request::{InferenceResponse, Job, Tensor};
 use crate::stats::ExecutionTimes;
 use crate::validate::{IoSpec, check_output};
@@ -41,25 +42,18 @@ pub fn default_library() -> Option<PathBuf> {
     Some(PathBuf::from(home).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
 }
 
-static RUNTIME: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<ort::environment::Environment, RuntimeError>> = OnceLock::new();
 
 /// Loads ONNX Runtime once per process; later calls return the first outcome.
-pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environment::Environment, String> {
+pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environment::Environment, RuntimeError> {
     let outcome = RUNTIME.get_or_init(|| {
-        let path = library.ok_or(
-            "no ONNX Runtime library: pass --onnxruntime-library or set NEREUS_ONNXRUNTIME_LIB \
-             (scripts/setup-onnxruntime.sh installs one)",
-        )?;
+        let path = library.ok_or(RuntimeError::NoLibrary)?;
         if !path.is_file() {
-            return Err(format!(
-                "the ONNX Runtime library {} does not exist: scripts/setup-onnxruntime.sh (in the Nereus \
-                 repository) installs the CPU one there, or pass --onnxruntime-library PATH",
-                path.display()
-            ));
+            return Err(RuntimeError::LibraryMissing { path: path.to_path_buf() });
         }
-        let builder =
-            ort::init_from(path).map_err(|e| format!("cannot load ONNX Runtime from {}: {e}", path.display()))?;
-        builder.with_name("nereus").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))
+        let builder = ort::init_from(path)
+            .map_err(|e| RuntimeError::LibraryUnloadable { path: path.to_path_buf(), error: Arc::new(e) })?;
+        builder.with_name("nereus").build().map_err(|e| RuntimeError::Start(Arc::new(e)))
     });
     outcome.as_ref().map_err(Clone::clone)
 }
@@ -107,7 +101,7 @@ impl BackendFactory for OnnxBackend {
             .then(|| ModelConfig { platform: "onnxruntime_onnx".into(), ..Default::default() })
     }
 
-    fn autocomplete(&self, config: &mut ModelConfig, folder: &ModelFolder<'_>) -> Result<(), String> {
+    fn autocomplete(&self, config: &mut ModelConfig, folder: &ModelFolder<'_>) -> Result<(), LoadError> {
         let Some(latest) = folder.latest_version else { return Ok(()) };
         let file = Self::model_file(config, folder.dir, latest);
         if self.autocomplete && file.is_file() {
@@ -122,7 +116,7 @@ impl BackendFactory for OnnxBackend {
         cuda_available(self.library.as_deref())
     }
 
-    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, String> {
+    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
         let file = Self::model_file(v.config, v.model_dir, v.version);
         let instances = load_instances(v.config, v.version, &file, self.library.as_deref(), v.instances, v.io.clone())?;
         Ok(LoadedVersion { instances, teardown: None })
@@ -137,20 +131,15 @@ fn load_instances(
     library: Option<&Path>,
     instances: &[InstanceDesc],
     io: Arc<IoSpec>,
-) -> Result<Vec<Box<dyn BackendInstance>>, String> {
+) -> Result<Vec<Box<dyn BackendInstance>>, OnnxError> {
     let environment = runtime(library)?;
     if !model_file.is_file() {
-        return Err(format!("model file {} does not exist", model_file.display()));
+        return Err(OnnxError::ModelFileMissing(model_file.to_path_buf()));
     }
-    let threads = |key: &str| -> Result<Option<usize>, String> {
+    let threads = |key: &str| -> Result<Option<usize>, OnnxError> {
         match config.parameters.get(key) {
             None => Ok(None),
-            Some(p) => p
-                .string_value
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| format!("parameter '{key}' must be a non-negative integer")),
+            Some(p) => p.string_value.trim().parse().map(Some).map_err(|_| OnnxError::ThreadCount(key.to_string())),
         }
     };
     let (intra, inter) = (threads("intra_op_thread_count")?, threads("inter_op_thread_count")?);
@@ -164,33 +153,34 @@ fn load_instances(
     let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
     let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
     for desc in instances {
-        let fail = |e: String| format!("instance '{}': {e}", desc.name);
-        let mut builder = Session::builder(environment).map_err(|e| fail(e.to_string()))?;
+        let fail = |source: InstanceError| OnnxError::Instance { instance: desc.name.clone(), source };
+        let mut builder = Session::builder(environment).map_err(|e| fail(InstanceError::Session(e)))?;
         let stream = match desc.kind {
             InstanceKind::Gpu => {
-                let device = usize::try_from(desc.device_id).map_err(|_| fail(format!("GPU {}", desc.device_id)))?;
-                let stream = InstanceStream::new(device).map_err(fail)?;
+                let device =
+                    usize::try_from(desc.device_id).map_err(|_| fail(InstanceError::Device(desc.device_id)))?;
+                let stream = InstanceStream::new(device).map_err(|e| fail(InstanceError::Stream(e)))?;
                 builder = builder
                     .with_execution_providers([gpu::provider(&stream, desc.device_id, &cuda_options)])
-                    .map_err(|e| fail(format!("the CUDA execution provider is unavailable: {e}")))?;
+                    .map_err(|e| fail(InstanceError::CudaProvider(detach(e))))?;
                 Some(stream)
             }
             InstanceKind::Cpu | InstanceKind::Model => None,
         };
         if let Some(n) = intra {
-            builder = builder.with_intra_threads(n).map_err(|e| fail(e.to_string()))?;
+            builder = builder.with_intra_threads(n).map_err(|e| fail(InstanceError::Session(detach(e))))?;
         }
         if let Some(n) = inter {
-            builder = builder.with_inter_threads(n).map_err(|e| fail(e.to_string()))?;
+            builder = builder.with_inter_threads(n).map_err(|e| fail(InstanceError::Session(detach(e))))?;
         }
-        builder = builder.with_optimization_level(level).map_err(|e| fail(e.to_string()))?;
+        builder = builder.with_optimization_level(level).map_err(|e| fail(InstanceError::Session(detach(e))))?;
         let session = builder
             .commit_from_file(model_file)
-            .map_err(|e| fail(format!("cannot load {}: {e}", model_file.display())))?;
+            .map_err(|error| fail(InstanceError::Model { path: model_file.to_path_buf(), error }))?;
         let session_inputs: Vec<String> = session.inputs().iter().map(|i| i.name().to_string()).collect();
         for input in &io.inputs {
             if !session_inputs.contains(&input.name) {
-                return Err(format!("the model has no input '{}' (it has {:?})", input.name, session_inputs));
+                return Err(OnnxError::NoSuchInput { input: input.name.clone(), available: session_inputs });
             }
         }
         let gpu = match stream {
@@ -207,6 +197,12 @@ fn load_instances(
         }));
     }
     Ok(out)
+}
+
+/// An ORT error without what it hands back (a session builder, which is not to be kept in a load
+/// error): the same code and message.
+fn detach<R>(e: ort::Error<R>) -> ort::Error {
+    ort::Error::new_with_code(e.code(), e.message())
 }
 
 struct OnnxInstance {

@@ -2,6 +2,8 @@
 //! then the backends bundled into the binary.
 use std::path::{Path, PathBuf};
 
+use crate::load_error::LoadError;
+
 /// Framework backends Triton runs natively that Nereus does not (yet): models naming them load as
 /// UNAVAILABLE with this reason rather than being mistaken for a missing Wasm component.
 const UNSUPPORTED_FRAMEWORKS: &[&str] =
@@ -17,7 +19,7 @@ pub enum Source {
 /// Finds backend `name`'s component for a model version, in the order Triton searches for backend
 /// shared libraries: `<model dir>/<version>/`, `<model dir>/`, `<backend dir>/<name>/`; then the
 /// backends bundled into the binary.
-pub fn find(name: &str, model_dir: &Path, version: i64, backend_dir: Option<&Path>) -> Result<Source, String> {
+pub fn find(name: &str, model_dir: &Path, version: i64, backend_dir: Option<&Path>) -> Result<Source, LoadError> {
     let file = format!("{name}.wasm");
     let mut candidates = vec![model_dir.join(version.to_string()).join(&file), model_dir.join(&file)];
     if let Some(dir) = backend_dir {
@@ -31,8 +33,7 @@ pub fn find(name: &str, model_dir: &Path, version: i64, backend_dir: Option<&Pat
         return Ok(Source::Bundled(bytes));
     }
     if UNSUPPORTED_FRAMEWORKS.contains(&name) {
-        return Err(format!("backend '{name}' is not supported by Nereus (no '{file}' component was found either)"));
+        return Err(LoadError::BackendUnsupported { backend: name.into() });
     }
-    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-    Err(format!("unable to find backend '{name}': looked for {}", looked.join(", ")))
+    Err(LoadError::BackendNotFound { backend: name.into(), looked: candidates })
 }

@@ -18,16 +18,18 @@ use parking_lot::Mutex;
 
 pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
-use sandbox::{ActiveBatch, CallError, Executed, Sandbox};
+use sandbox::{ActiveBatch, Executed, Sandbox};
 
 use super::{
     BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad,
 };
 use crate::config::ModelConfig;
 use crate::error::InferError;
+use crate::load_error::{LoadError, PluginError};
 use crate::model::health::Health;
 use crate::request::{CorrelationId, Job};
 use crate::stats::ExecutionTimes;
+use crate::test_hooks::TestHooks;
 use crate::validate::IoSpec;
 
 /// The factory of every sandboxed backend: a model whose backend is not a native one names a
@@ -47,14 +49,10 @@ impl WasmBackends {
 impl BackendFactory for WasmBackends {
     /// The sandbox policy from the configuration's `parameters`, within its own instance limit, and
     /// written back so that the configuration shows the policy in force.
-    fn prepare(&self, config: ModelConfig, instances: &[InstanceDesc]) -> Result<ModelConfig, String> {
-        let policy = SandboxPolicy::from_config(&config).map_err(|e| e.message)?;
+    fn prepare(&self, config: ModelConfig, instances: &[InstanceDesc]) -> Result<ModelConfig, LoadError> {
+        let policy = SandboxPolicy::from_config(&config).map_err(LoadError::SandboxPolicy)?;
         if instances.len() as u64 > policy.max_instances {
-            return Err(format!(
-                "instance_group asks for {} instances; the sandbox policy allows at most {} (sandbox.max_instances)",
-                instances.len(),
-                policy.max_instances
-            ));
+            return Err(LoadError::TooManyInstances { requested: instances.len(), allowed: policy.max_instances });
         }
         Ok(policy.shown_in(&config))
     }
@@ -66,19 +64,20 @@ impl BackendFactory for WasmBackends {
         SandboxPolicy::from_config(config).is_ok_and(|p| !p.grant_model_dir)
     }
 
-    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, String> {
-        let mut policy = SandboxPolicy::from_config(v.config).map_err(|e| e.message)?;
+    fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
+        let mut policy = SandboxPolicy::from_config(v.config).map_err(LoadError::SandboxPolicy)?;
         let bytes: std::borrow::Cow<'static, [u8]> =
             match component::find(v.backend, v.model_dir, v.version, self.backend_dir.as_deref())? {
-                component::Source::File(path) => {
-                    std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.into()
-                }
+                component::Source::File(path) => match std::fs::read(&path) {
+                    Ok(bytes) => bytes.into(),
+                    Err(source) => return Err(LoadError::Unreadable { path, source }),
+                },
                 component::Source::Bundled(bytes) => bytes.into(),
             };
         let compiled = self
             .runtime
             .load(&bytes)
-            .map_err(|e| format!("backend '{}' is not a usable nereus:backend component: {e:#}", v.backend))?;
+            .map_err(|error| LoadError::NotAComponent { backend: v.backend.to_string(), error })?;
         if policy.grant_model_dir {
             policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
         }
@@ -95,6 +94,7 @@ impl BackendFactory for WasmBackends {
             decoupled: v.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
             instances: v.instances,
             health: v.health.clone(),
+            hooks: v.hooks.cloned(),
         })?;
         Ok(LoadedVersion { instances: loaded.instances, teardown: Some(Box::new(loaded.teardown)) })
     }
@@ -108,17 +108,23 @@ struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    fn acquire(&self, runtime: &WasmRuntime, component: &CompiledComponent, backend_name: &str) -> Result<(), String> {
+    fn acquire(
+        &self,
+        runtime: &WasmRuntime,
+        component: &CompiledComponent,
+        backend_name: &str,
+    ) -> Result<(), LoadError> {
         let mut live = self.live.lock();
         if let Some((count, _)) = live.get_mut(&component.digest) {
             *count += 1;
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(|f| f.0)?;
+        let mut sandbox =
+            Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(PluginError::from)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
-            return Err(format!("backend '{backend_name}' failed to initialize: {e}"));
+            return Err(LoadError::BackendInit { backend: backend_name.to_string(), source: e.into() });
         }
         live.insert(component.digest.clone(), (1, Some(sandbox)));
         Ok(())
@@ -151,9 +157,9 @@ struct InstanceFactory {
 }
 
 impl InstanceFactory {
-    fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, String> {
+    fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, PluginError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
-        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, label).map_err(|f| f.0)?;
+        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, label)?;
         let result = sandbox
             .initialize_backend(&self.backend_name)
             .and_then(|_| sandbox.initialize_model(&self.model_info))
@@ -162,10 +168,7 @@ impl InstanceFactory {
             Ok(()) => Ok(sandbox),
             Err(e) => {
                 sandbox.finalize();
-                Err(match e {
-                    CallError::Plugin(m) => m,
-                    CallError::Fault(f) => f.0,
-                })
+                Err(e.into())
             }
         }
     }
@@ -213,12 +216,13 @@ struct WasmLoad<'a> {
     pub decoupled: bool,
     pub instances: &'a [InstanceDesc],
     pub health: Arc<Health>,
+    pub hooks: Option<Arc<TestHooks>>,
 }
 
 /// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), model, then
 /// each instance. Any initialiser's error fails the load with the plugin's message, after undoing
 /// what was done.
-fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
+fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
     params.registry.acquire(params.runtime, &params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
@@ -227,12 +231,12 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
     };
     let label: Arc<str> = format!("model '{}'", params.model_name).into();
     let model_sandbox =
-        Sandbox::new(params.runtime, &params.component, &params.policy, label).map_err(|f| f.0).and_then(
+        Sandbox::new(params.runtime, &params.component, &params.policy, label).map_err(PluginError::from).and_then(
             |mut s| match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
                 Ok(()) => Ok(s),
                 Err(e) => {
                     s.finalize();
-                    Err(e.to_string())
+                    Err(PluginError::from(e))
                 }
             },
         );
@@ -245,7 +249,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
         Ok(s) => s,
         Err(e) => {
             teardown.release();
-            return Err(e);
+            return Err(e.into());
         }
     };
     let teardown = WasmModelTeardown { model_sandbox: Some(model_sandbox), ..teardown };
@@ -277,6 +281,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
                 info,
                 version: params.version,
                 health: params.health.clone(),
+                hooks: params.hooks.clone(),
                 rebuild_pending: false,
             })),
             Err(e) => {
@@ -284,7 +289,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, String> {
                     i.finalize();
                 }
                 teardown.release();
-                return Err(e);
+                return Err(e.into());
             }
         }
     }
@@ -298,6 +303,7 @@ struct WasmInstance {
     info: bindings::InstanceInfo,
     version: i64,
     health: Arc<Health>,
+    hooks: Option<Arc<TestHooks>>,
     /// The store was dropped during an inline execution; the worker rebuilds it (building runs
     /// the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
@@ -347,10 +353,10 @@ impl WasmInstance {
     }
 
     fn rebuild(&mut self) {
-        let built = if self.health.rebuilds_refused() {
-            Err("the rebuild was refused by a test hook".to_string())
+        let built = if self.hooks.as_ref().is_some_and(|h| h.rebuilds_refused()) {
+            Err(TestHooks::REBUILD_REFUSED.to_string())
         } else {
-            self.factory.build(&self.info)
+            self.factory.build(&self.info).map_err(|e| e.to_string())
         };
         match built {
             Ok(sandbox) => self.sandbox = Some(sandbox),

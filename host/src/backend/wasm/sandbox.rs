@@ -12,6 +12,7 @@ use super::io_guard::WouldBlock;
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
 pub use super::state::{ActiveBatch, SandboxState};
+use crate::load_error::PluginError;
 
 /// One finalisation export of the component, called with its store.
 type FinalizeCall = fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>;
@@ -130,11 +131,17 @@ pub enum CallError {
     Fault(Fault),
 }
 
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Plugin(m) => f.write_str(m),
-            CallError::Fault(Fault(m)) => f.write_str(m),
+impl From<Fault> for PluginError {
+    fn from(fault: Fault) -> Self {
+        PluginError::Fault(fault.0)
+    }
+}
+
+impl From<CallError> for PluginError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Plugin(message) => PluginError::Returned(message),
+            CallError::Fault(fault) => fault.into(),
         }
     }
 }

@@ -275,7 +275,7 @@ impl GrpcInferenceService for GrpcFrontend {
                 Some(In::Uint32Param(n)) => SettingValue::Uint(n),
                 Some(In::StringParam(s)) => SettingValue::Text(s),
                 None => {
-                    return Err(Status::invalid_argument(format!("log setting '{key}' has no value")));
+                    return Err(status(InferError::invalid(format!("log setting '{key}' has no value"))));
                 }
             };
             updates.push((key, value));

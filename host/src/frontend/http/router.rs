@@ -15,8 +15,10 @@ use crate::api;
 use crate::error::InferError;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
+use crate::model::ModelVersion;
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
+use crate::test_hooks::TestHooks;
 
 pub type HttpResponse = Response<Full<Bytes>>;
 
@@ -570,8 +572,14 @@ async fn shared_memory(
     }
 }
 
-/// Test-only hooks (enabled by `--test-hooks`): hold a model's instances at a gate before they
-/// execute, read how many executions were in flight at once, and make instance rebuilds fail.
+/// A version's test hooks (with `--test-hooks`, every version has them).
+fn hooks(model: &ModelVersion) -> Result<&TestHooks, InferError> {
+    model.hooks.as_deref().ok_or_else(|| InferError::not_found("Not Found"))
+}
+
+/// Test-only hooks (enabled by `--test-hooks`, see [`crate::test_hooks`]): hold a model's instances
+/// at a gate before they execute, read how many executions were in flight at once, and make
+/// instance rebuilds fail.
 async fn test_hook(
     server: &Arc<Server>,
     name: &str,
@@ -586,11 +594,11 @@ async fn test_hook(
             let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| InferError::invalid(e.to_string()))?;
             let open =
                 v.get("open").and_then(|o| o.as_bool()).ok_or_else(|| InferError::invalid("need {\"open\": bool}"))?;
-            model.probe.set_gate(open);
+            hooks(&model)?.set_gate(open);
             Ok(empty(StatusCode::OK))
         }
         ("refuse_rebuilds", true) => {
-            model.health.set_refuse_rebuilds(true);
+            hooks(&model)?.refuse_rebuilds();
             Ok(empty(StatusCode::OK))
         }
         ("executions", false) => {

@@ -141,7 +141,7 @@ impl Schedule for SequenceBatcher {
                 "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
-        self.shared.rules.check_id(&id).map_err(InferError::invalid)?;
+        self.shared.rules.check_id(&id)?;
         let (start, end) = (job.request.sequence_start, job.request.sequence_end);
         let now = Instant::now();
         job.enqueued = now;

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use crate::config::ModelConfig;
 use crate::config::schema::model_config::SchedulingChoice;
 use crate::config::schema::model_sequence_batching::{StrategyChoice, control::Kind, initial_state::StateData};
+use crate::error::InferError;
+use crate::load_error::SequenceError;
 use crate::request::{CorrelationId, Tensor};
 use crate::tensor::DataType;
 
@@ -67,19 +69,17 @@ pub struct SequenceRules {
 impl SequenceRules {
     /// Reads the rules of a model with `sequence_batching`; `None` for any other model. An error
     /// is the reason the model is unavailable.
-    pub fn from_config(config: &ModelConfig, model_dir: &Path) -> Result<Option<Self>, String> {
+    pub fn from_config(config: &ModelConfig, model_dir: &Path) -> Result<Option<Self>, SequenceError> {
         let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { return Ok(None) };
         let max_batch_size = config.max_batch_size.max(1) as usize;
         let (strategy, slots_per_instance) = match &sb.strategy_choice {
             Some(StrategyChoice::Oldest(o)) => {
                 if o.max_candidate_sequences < 0 {
-                    return Err("sequence_batching.oldest.max_candidate_sequences must be positive".into());
+                    return Err(SequenceError::CandidateSequences);
                 }
                 let mut preferred: Vec<usize> = o.preferred_batch_size.iter().map(|p| *p as usize).collect();
                 if let Some(p) = preferred.iter().find(|p| **p == 0 || **p > max_batch_size) {
-                    return Err(format!(
-                        "sequence_batching.oldest.preferred_batch_size {p} must be between 1 and max_batch_size"
-                    ));
+                    return Err(SequenceError::PreferredBatchSize(*p));
                 }
                 if preferred.is_empty() {
                     preferred.push(max_batch_size);
@@ -111,13 +111,12 @@ impl SequenceRules {
         let mut controls = Controls::default();
         for input in &sb.control_input {
             if taken(&input.name) {
-                return Err(format!("control input '{}' has the name of a model input", input.name));
+                return Err(SequenceError::ControlNameTaken(input.name.clone()));
             }
             let [control] = input.control.as_slice() else {
-                return Err(format!("control input '{}' must have exactly one control", input.name));
+                return Err(SequenceError::ControlCount(input.name.clone()));
             };
-            let kind =
-                Kind::try_from(control.kind).map_err(|_| format!("control input '{}': unknown kind", input.name))?;
+            let kind = Kind::try_from(control.kind).map_err(|_| SequenceError::ControlKind(input.name.clone()))?;
             let slot = match kind {
                 Kind::ControlSequenceStart => &mut controls.start,
                 Kind::ControlSequenceEnd => &mut controls.end,
@@ -134,15 +133,9 @@ impl SequenceRules {
                                     | DataType::Bytes
                             )
                         })
-                        .ok_or_else(|| {
-                            format!(
-                                "control input '{}': CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, \
-                                 TYPE_UINT32, TYPE_INT32 or TYPE_STRING",
-                                input.name
-                            )
-                        })?;
+                        .ok_or_else(|| SequenceError::CorridDatatype(input.name.clone()))?;
                     if controls.corrid.replace((input.name.clone(), dt)).is_some() {
-                        return Err("more than one CONTROL_SEQUENCE_CORRID control".into());
+                        return Err(SequenceError::CorridTwice);
                     }
                     continue;
                 }
@@ -155,29 +148,23 @@ impl SequenceRules {
                 ([f, t], [], []) => (DataType::Int32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
                 ([], [f, t], []) => (DataType::Fp32, [f.to_le_bytes().to_vec(), t.to_le_bytes().to_vec()]),
                 ([], [], [f, t]) => (DataType::Bool, [vec![u8::from(*f)], vec![u8::from(*t)]]),
-                _ => {
-                    return Err(format!(
-                        "control input '{}' must give exactly one of int32_false_true, fp32_false_true or \
-                         bool_false_true, with two values",
-                        input.name
-                    ));
-                }
+                _ => return Err(SequenceError::ControlValues(input.name.clone())),
             };
             let values = values.map(Bytes::from);
             if slot.replace(BoolControl { name: input.name.clone(), datatype, values }).is_some() {
-                return Err(format!("more than one control of kind {}", kind.as_str_name()));
+                return Err(SequenceError::ControlTwice(kind.as_str_name()));
             }
         }
 
         let mut states = Vec::new();
         for st in &sb.state {
             let datatype = DataType::from_config(st.data_type)
-                .ok_or_else(|| format!("state '{}' needs a valid data_type", st.input_name))?;
+                .ok_or_else(|| SequenceError::StateDatatype(st.input_name.clone()))?;
             if st.input_name.is_empty() || st.output_name.is_empty() {
-                return Err("a state needs both input_name and output_name".into());
+                return Err(SequenceError::StateNames);
             }
             if taken(&st.input_name) {
-                return Err(format!("state input '{}' has the name of a model input", st.input_name));
+                return Err(SequenceError::StateNameTaken(st.input_name.clone()));
             }
             let initial = initial_state(st, datatype, model_dir)?;
             states.push(StateSpec { input: st.input_name.clone(), output: st.output_name.clone(), datatype, initial });
@@ -216,12 +203,12 @@ impl SequenceRules {
     }
 
     /// Checks that a request's sequence id can be given to the CORRID control.
-    pub fn check_id(&self, id: &CorrelationId) -> Result<(), String> {
+    pub fn check_id(&self, id: &CorrelationId) -> Result<(), InferError> {
         match (&self.controls.corrid, id) {
-            (Some((_, dt)), CorrelationId::Text(s)) if *dt != DataType::Bytes => Err(format!(
+            (Some((_, dt)), CorrelationId::Text(s)) if *dt != DataType::Bytes => Err(InferError::invalid(format!(
                 "sequence id '{s}' is a string, but the model's CONTROL_SEQUENCE_CORRID is {}",
                 dt.wire_name()
-            )),
+            ))),
             _ => Ok(()),
         }
     }
@@ -276,40 +263,37 @@ fn initial_state(
     st: &crate::config::schema::model_sequence_batching::State,
     datatype: DataType,
     model_dir: &Path,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, SequenceError> {
     let (dims, data_file) = match st.initial_state.as_slice() {
         [] => (st.dims.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<i64>>(), None),
         [init] => {
             if init.dims.iter().any(|d| *d < 0) {
-                return Err(format!("initial_state of state '{}' must have fixed dims", st.input_name));
+                return Err(SequenceError::InitialDims(st.input_name.clone()));
             }
             match &init.state_data {
                 Some(StateData::DataFile(f)) => (init.dims.clone(), Some(f.clone())),
                 Some(StateData::ZeroData(_)) => (init.dims.clone(), None),
-                None => return Err(format!("initial_state of state '{}' needs zero_data or data_file", st.input_name)),
+                None => return Err(SequenceError::InitialData(st.input_name.clone())),
             }
         }
-        _ => return Err(format!("state '{}' may have only one initial_state", st.input_name)),
+        _ => return Err(SequenceError::InitialStates(st.input_name.clone())),
     };
     let count: usize = dims.iter().product::<i64>().max(0) as usize;
     let data = match data_file {
         Some(file) => {
             if file.contains("..") || Path::new(&file).is_absolute() {
-                return Err(format!("initial_state data_file '{file}' must be a file under initial_state/"));
+                return Err(SequenceError::DataFilePath(file));
             }
             let path = model_dir.join("initial_state").join(&file);
-            let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(source) => return Err(SequenceError::DataFileUnreadable { path, source }),
+            };
             let expected = datatype.element_size().map(|s| s * count);
             if let Some(expected) = expected
                 && bytes.len() != expected
             {
-                return Err(format!(
-                    "initial_state data_file {} holds {} bytes, but dims {:?} of {} need {expected}",
-                    path.display(),
-                    bytes.len(),
-                    dims,
-                    datatype.wire_name()
-                ));
+                return Err(SequenceError::DataFileSize { path, size: bytes.len(), dims, datatype, expected });
             }
             bytes
         }
