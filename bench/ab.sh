@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of two Nereus builds (or one build with two sets of flags) next to the ceiling, in one run:
 #   bench/ab.sh BIN_A BIN_B [ROUNDS] [http|grpc] [CONCURRENCY]     (defaults: 12 rounds, http, 4)
-#   ARGS_A / ARGS_B add server flags (e.g. ARGS_B="--busy-poll-us 0"); PERF_INTERVAL_MS (1500) the window.
+#   ARGS_A / ARGS_B add server flags (e.g. ARGS_B="--busy-poll-us 0"); PERF_INTERVAL_MS (1500) the window;
+#   MODEL (simple) the model A and B serve (e.g. simple_dyna; the ceiling always adds the numbers itself).
 # All three serve `simple` at once; each round runs perf_analyzer against each, in an order rotated
 # round by round, and records the server's CPU time (user+system, all threads) per request served.
 # On this noisy 2-vCPU machine the throughput of all three moves together from one minute to the
@@ -33,7 +34,8 @@ for port in 18100 18300; do
   for _ in $(seq 1 100); do curl -sf "localhost:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
 done
 offset=0; [[ $proto == grpc ]] && offset=1
-served() { curl -sf "localhost:$1/v2/models/simple/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])'; }
+model=${MODEL:-simple}
+served() { curl -sf "localhost:$1/v2/models/$model/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 out=$log/rounds.txt
 names=(A B limit)
@@ -44,7 +46,8 @@ for r in $(seq 1 "$rounds"); do
     # The gRPC ceiling keeps no count an HTTP call can read: its CPU per request is not measured.
     counted=1; [[ $proto == grpc && $s == limit ]] && counted=0
     ((counted)) && n0=$(served $port) t0=$(cpu_ticks "$pid")
-    line=$(PERF_INTERVAL_MS=${PERF_INTERVAL_MS:-1500} "$anchors/perf.sh" "localhost:$((port + offset))" simple "$proto" "$conc")
+    m=$model; [[ $s == limit ]] && m=simple
+    line=$(PERF_INTERVAL_MS=${PERF_INTERVAL_MS:-1500} "$anchors/perf.sh" "localhost:$((port + offset))" "$m" "$proto" "$conc")
     cpu=nan
     ((counted)) && t1=$(cpu_ticks "$pid") n1=$(served $port) \
       && cpu=$(python3 -c "print('%.1f' % (($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / max(1, $n1 - $n0)))")
