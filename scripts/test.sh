@@ -25,7 +25,7 @@ echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, fro
 scripts/fuzz.sh ci
 
 # Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port; its log
-# (standard error) goes to a file, which must hold no terminal escape byte.
+# (standard output and error) goes to a file, which must hold no terminal escape byte.
 start_nereus() {
   local log
   log=$(mktemp)

@@ -419,19 +419,23 @@ fn only_fast_well_behaved_models_run_inline() {
     assert!(inline("spiky") > before_spin + 2, "inline again after the warm-up");
 }
 
-/// The frames of the last guest backtrace logged for `model` (ERROR, one line per frame after the
-/// fault's own), with the fault's line first; empty when there is none yet.
+/// The frames of the last guest backtrace logged for `model` (an error line whose message, a JSON
+/// string, holds the fault and then one line per frame), with the fault's line first; empty when
+/// there is none yet.
 fn logged_backtrace(s: &Server, model: &str) -> Vec<String> {
     let log = s.log();
-    let lines: Vec<&str> = log.lines().collect();
-    let Some(at) = lines
-        .iter()
-        .rposition(|l| l.contains("ERROR") && l.contains(&format!("model '{model}'")) && l.contains("guest backtrace"))
+    let Some(line) = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('E') && l.contains(&format!("model '{model}'")) && l.contains("guest backtrace"))
     else {
         return Vec::new();
     };
+    let Some((_, quoted)) = line.split_once("] ") else { return Vec::new() };
+    let message: String = serde_json::from_str(quoted).expect("a log message is a JSON string");
+    let lines: Vec<&str> = message.lines().collect();
     let is_frame = |l: &&str| l.trim_start().split_once(": ").is_some_and(|(n, _)| n.parse::<usize>().is_ok());
-    std::iter::once(lines[at]).chain(lines[at + 1..].iter().copied().take_while(is_frame)).map(String::from).collect()
+    std::iter::once(lines[0]).chain(lines[1..].iter().copied().take_while(is_frame)).map(String::from).collect()
 }
 
 /// A trap logs the guest backtrace at ERROR for the plugin's author: one line per frame with the

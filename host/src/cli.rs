@@ -142,11 +142,28 @@ pub struct ServeArgs {
     /// Ready only when every model is ready (tritonserver's default).
     #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
     pub strict_readiness: bool,
-    /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs). Logs go to
-    /// standard error, coloured only on a terminal and without `NO_COLOR`; `NEREUS_LOG` takes a
-    /// full tracing filter.
+    /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs). `NEREUS_LOG`
+    /// takes a full tracing filter instead.
     #[arg(long = "log-verbose", default_value_t = 0)]
     pub log_verbose: u32,
+    /// Log information lines.
+    #[arg(long = "log-info", default_value_t = true, action = ArgAction::Set)]
+    pub log_info: bool,
+    /// Log warnings.
+    #[arg(long = "log-warning", default_value_t = true, action = ArgAction::Set)]
+    pub log_warning: bool,
+    /// Log errors.
+    #[arg(long = "log-error", default_value_t = true, action = ArgAction::Set)]
+    pub log_error: bool,
+    /// The log line format, as tritonserver's: `default` (`I1125 06:48:54.627601 <pid>
+    /// <file>:<line>] "<message>"`) or `ISO8601` (`2026-11-25T06:48:54Z I <pid> <file>:<line>]
+    /// "<message>"`); messages are JSON-escaped unless TRITON_SERVER_ESCAPE_LOG_MESSAGES=0.
+    #[arg(long = "log-format", default_value = "default", value_parser = ["default", "ISO8601"])]
+    pub log_format: String,
+    /// Append log lines to this file; without it, information goes to standard output and
+    /// warnings and errors to standard error, as tritonserver's.
+    #[arg(long = "log-file", value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
     /// How long an idle instance worker keeps polling for work before it sleeps, in microseconds.
     /// Polling saves a thread wake-up per request under load; 0 sleeps at once (least idle CPU).
     #[arg(long = "instance-poll-us", default_value_t = 200)]

@@ -15,7 +15,15 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Serve(args)) => args,
         None => cli.serve,
     };
-    nereus::logging::init(args.log_verbose);
+    nereus::logging::init(&nereus::logging::LogOptions {
+        verbose: args.log_verbose,
+        info: args.log_info,
+        warning: args.log_warning,
+        error: args.log_error,
+        format: args.log_format.clone(),
+        file: args.log_file.clone(),
+    })
+    .map_err(|e| anyhow::anyhow!("--log-file: {e}"))?;
     if args.model_repository.is_empty() {
         anyhow::bail!("--model-repository is required");
     }

@@ -147,8 +147,10 @@ impl Server {
                     for (grpc, marker) in
                         [(false, "Started HTTPService at "), (true, "Started GRPCInferenceService at ")]
                     {
+                        // tritonserver's line: `I1125 … server.rs:97] "Started HTTPService at 127.0.0.1:PORT"`
                         if let Some(addr) = line.split(marker).nth(1)
-                            && let Some(port) = addr.trim().rsplit(':').next().and_then(|p| p.parse().ok())
+                            && let Some(port) =
+                                addr.trim().trim_end_matches('"').rsplit(':').next().and_then(|p| p.parse().ok())
                         {
                             let _ = tx.send((grpc, port));
                         }

@@ -274,9 +274,9 @@ impl GrpcInferenceService for GrpcFrontend {
                 Some(In::BoolParam(b)) => SettingValue::Bool(b),
                 Some(In::Uint32Param(n)) => SettingValue::Uint(n),
                 Some(In::StringParam(s)) => SettingValue::Text(s),
-                None => {
-                    return Err(status(InferError::invalid(format!("log setting '{key}' has no value"))));
-                }
+                // tritonserver refuses any log_file setting over gRPC, with a value or without.
+                None if key == "log_file" => SettingValue::Text(String::new()),
+                None => SettingValue::Null,
             };
             updates.push((key, value));
         }

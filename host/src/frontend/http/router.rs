@@ -409,6 +409,7 @@ async fn logging_settings(
                         InferError::invalid(format!("log setting '{k}' must be a small non-negative integer"))
                     })?)
                 }
+                serde_json::Value::Null => SettingValue::Null,
                 _ => return Err(InferError::invalid(format!("log setting '{k}' has the wrong type"))),
             };
             updates.push((k.clone(), value));
