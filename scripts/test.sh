@@ -30,7 +30,7 @@ start_nereus() {
   local log
   log=$(mktemp)
   logs+=("$log")
-  env -u NO_COLOR "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
+  "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
     --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false "${@:2}" >"$log" 2>&1 &
   pid=$!
   pids+=("$pid")

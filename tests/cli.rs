@@ -36,7 +36,6 @@ impl Started {
             ])
             .args(["--disable-component-cache", "--strict-readiness=false"])
             .args(extra)
-            .env_remove("NO_COLOR")
             .env_remove("NEREUS_LOG")
             .env_remove("TRITON_SERVER_ESCAPE_LOG_MESSAGES")
             .stdout(out)

@@ -127,7 +127,6 @@ impl Server {
             .arg("--cache-directory")
             .arg(cache_dir())
             .args(extra)
-            .env("NO_COLOR", "1")
             .env("NEREUS_LOG", "info")
             // Two I/O threads whatever the machine: inline execution needs a spare one, and the
             // tests should see the same server everywhere.

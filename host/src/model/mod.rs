@@ -94,17 +94,10 @@ impl ModelVersion {
             _ => Box::new(DefaultScheduler::start(&config.name, instances, ctx)),
         };
         ModelVersion {
-            name: config.name.as_str().into(),
-            version,
-            config_json: crate::config::to_json(&config),
-            config,
-            io,
             health,
             probe,
-            stats,
-            hooks,
-            scheduler,
             teardown: Mutex::new(teardown),
+            ..Self::with_scheduler(config, version, io, stats, scheduler, hooks)
         }
     }
 

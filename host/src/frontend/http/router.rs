@@ -364,21 +364,22 @@ async fn route(
             test_hook(server, params.model(), params.hook.as_deref().unwrap_or_default(), post, req).await
         }
         Route::Model(action) => {
-            let (name, version) = (params.model(), params.version);
+            let (name, version) = (params.model.unwrap_or_default(), params.version);
             match action {
                 ModelRoute::Metadata => {
-                    Ok(json_reply(&to_json(&server.metadata(name, version)?, "inference.ModelMetadataResponse")))
+                    Ok(json_reply(&to_json(&server.metadata(&name, version)?, "inference.ModelMetadataResponse")))
                 }
-                ModelRoute::Ready => Ok(empty(if server.is_model_ready(name, version) {
+                ModelRoute::Ready => Ok(empty(if server.is_model_ready(&name, version) {
                     StatusCode::OK
                 } else {
                     StatusCode::BAD_REQUEST
                 })),
-                ModelRoute::Config => Ok(json_reply(&server.config(name, version)?)),
+                ModelRoute::Config => Ok(json_reply(&server.config(&name, version)?)),
                 ModelRoute::Statistics => Ok(json_reply(&to_json(
-                    &server.statistics(Some(name), version)?,
+                    &server.statistics(Some(&name), version)?,
                     "inference.ModelStatisticsResponse",
                 ))),
+                // The request takes the decoded name: no second copy of it.
                 ModelRoute::Infer => infer(server, options, name, version, req).await,
                 ModelRoute::Generate => Err(api::unimplemented("generate")),
                 ModelRoute::TraceSetting => Err(api::unimplemented("trace")),
@@ -461,7 +462,7 @@ async fn repository_index(
 async fn infer(
     server: &Arc<Server>,
     options: &HttpOptions,
-    name: &str,
+    name: String,
     version: Option<i64>,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
@@ -483,7 +484,7 @@ async fn infer(
         body,
         header_len,
         || {
-            let model = server.version(name, version)?;
+            let model = server.version(&name, version)?;
             match model.io.inputs.as_slice() {
                 [only] => Ok((only.name.clone(), only.datatype, only.dims.clone(), model.io.max_batch_size > 0)),
                 _ => Err(InferError::invalid(format!(
@@ -495,7 +496,7 @@ async fn infer(
         },
         server.shm(),
     )?;
-    request.model_name = name.to_string();
+    request.model_name = name;
     request.model_version = version;
     let response = api::infer::run(server, request, &output_options.shm, "HTTP end point").await?;
     let encoded = codec::encode_response(&response, &output_options);
