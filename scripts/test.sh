@@ -77,6 +77,27 @@ start_nereus "$examples" --allow-client-shm=true --id triton --onnxruntime-libra
 "$venv/bin/python" tests/python/test_triton_client_examples.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 stop_nereus
 
+echo "== Triton's model-control examples, unchanged, against nereus --model-control-mode explicit"
+# Each counts the models of the repository index: seven for the HTTP example, eight for the gRPC
+# one. Their `simple` is Triton's ONNX one, which auto-completes from its model when the examples
+# reload it with a configuration of max_batch_size alone.
+for run in http:7 grpc:8; do
+  proto=${run%:*} count=${run#*:}
+  control=$(mktemp -d)
+  logs+=("$control")
+  models=(tests/onnx_models/simple tests/onnx_models/simple_int8 tests/onnx_models/simple_string
+    tests/onnx_models/simple_sequence model_repository/identity_fp32 model_repository/repeat_int32
+    model_repository/simple_identity model_repository/string_lower)
+  for m in "${models[@]:0:$count}"; do ln -s "$root/$m" "$control/"; done
+  start_nereus "$control" --model-control-mode explicit --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
+  url=127.0.0.1:$port
+  [[ $proto == grpc ]] && url=127.0.0.1:$grpc_port
+  out=$("$venv/bin/python" "tests/python/triton_client_examples/simple_${proto}_model_control.py" -u "$url")
+  echo "$out"
+  grep -q "PASS: model control" <<<"$out" || { echo "simple_${proto}_model_control.py did not pass"; exit 1; }
+  stop_nereus
+done
+
 echo "== Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
 start_nereus tests/onnx_models --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_tritonclient_onnx.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"

@@ -139,7 +139,7 @@ fn console_lines_are_tritons_information_on_stdout_errors_on_stderr() {
     let r = http(port, "POST", "/v2/logging", &[], br#"{"log_info": false}"#);
     assert_eq!((r.status, r.json()["log_info"].clone()), (200, json!(false)));
     let (out, err) = s.stop();
-    assert!(!out.contains("shutting down"), "{out}");
+    assert!(!out.contains("Waiting for in-flight requests"), "{out}");
     assert!(!out.contains('\u{1b}') && !err.contains('\u{1b}'), "terminal escapes:\n{out:?}\n{err:?}");
     for line in out.lines() {
         assert!(is_default_line(line) && line.starts_with('I'), "not an information line: {line}");
@@ -191,7 +191,7 @@ fn log_file_format_and_levels_as_tritonserver() {
     assert!(out.is_empty() && err.is_empty(), "lines outside the log file:\n{out}\n{err}");
     let log = std::fs::read_to_string(&path).unwrap();
     let after: Vec<&str> = log.lines().skip(before).collect();
-    assert!(after.iter().any(|l| l.contains("shutting down")), "{log}");
+    assert!(after.iter().any(|l| l.contains("Waiting for in-flight requests to complete.")), "{log}");
     for line in &after {
         assert!(is_default_line(line), "not in the default format after the change: {line}");
     }

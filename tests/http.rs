@@ -552,7 +552,33 @@ fn shutdown_drains_in_flight_requests() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["outputs"][0]["data"], json!([4, 2]));
     assert!(status.success(), "exit status {status:?}\n{}", s.log());
-    assert!(s.log().contains("draining"), "{}", s.log());
+    assert!(s.log().contains("Waiting for in-flight requests to complete."), "{}", s.log());
+}
+
+/// A shutdown whose in-flight requests outlast `--exit-timeout-secs` exits at the timeout (status
+/// 1) and logs what it cut off; before that, new requests are refused.
+#[test]
+fn shutdown_exits_at_its_timeout_and_says_what_it_cut_off() {
+    let repo = Repo::new();
+    let dir = repo.model("slow", &faults_config("slow", ""), &["1"]);
+    install_faults_component(&dir);
+    let mut s = Server::start(repo.path(), &["--exit-timeout-secs", "1"]);
+    let port = s.port;
+    let client = std::thread::spawn(move || {
+        let body = json!({"parameters": {"fault": "spin", "spin_ms": 20000},
+            "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "INT32", "data": [4, 2]}]})
+        .to_string();
+        let _ = std::panic::catch_unwind(|| http(port, "POST", "/v2/models/slow/infer", &[], body.as_bytes()));
+    });
+    s.wait_until("the request executing", || s.executions("slow").0 == 1);
+    let started = std::time::Instant::now();
+    let status = s.terminate();
+    assert_eq!(status.code(), Some(1), "{}", s.log());
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "the spin is 20 s; the exit timeout 1 s");
+    let log = s.log();
+    assert!(log.contains("Exit timeout expired. Exiting immediately."), "{log}");
+    assert!(log.contains("cut off: model 'slow' version 1 had 1 request(s) in flight or queued"), "{log}");
+    let _ = client.join();
 }
 
 #[test]

@@ -35,6 +35,25 @@ pub struct ServeArgs {
     /// A model repository folder; repeat for several.
     #[arg(long = "model-repository", alias = "model-store", value_name = "PATH")]
     pub model_repository: Vec<PathBuf>,
+    /// How models are loaded and changed while the server runs, as tritonserver's: `none` loads
+    /// every model at start-up and changes nothing after; `poll` also looks at the repositories
+    /// every `--repository-poll-secs` and loads, reloads and unloads what changed; `explicit` loads
+    /// the `--load-model` models and then what the repository API's load and unload ask.
+    #[arg(long = "model-control-mode", default_value = "none", value_parser = ["none", "poll", "explicit"])]
+    pub model_control_mode: String,
+    /// A model to load at start-up in `explicit` mode (repeatable); `*` alone loads every model.
+    #[arg(long = "load-model", value_name = "NAME")]
+    pub load_model: Vec<String>,
+    /// How often `poll` mode looks at the repositories, in seconds (0: never).
+    #[arg(long = "repository-poll-secs", default_value_t = 15)]
+    pub repository_poll_secs: u64,
+    /// How many models load at once at start-up.
+    #[arg(long = "model-load-thread-count", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub model_load_thread_count: u32,
+    /// How long shutdown waits for in-flight requests before it exits anyway, in seconds; also how
+    /// long an unload request waits for the model's in-flight requests.
+    #[arg(long = "exit-timeout-secs", default_value_t = 30)]
+    pub exit_timeout_secs: u64,
     /// Where backend components live as `<dir>/<backend>/<backend>.wasm`.
     #[arg(long = "backend-directory", value_name = "DIR")]
     pub backend_directory: Option<PathBuf>,
@@ -192,6 +211,16 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--model-control-mode` with its polling interval.
+    pub fn control_mode(&self) -> crate::control::ControlMode {
+        use crate::control::ControlMode;
+        match self.model_control_mode.as_str() {
+            "poll" => ControlMode::Poll { interval: std::time::Duration::from_secs(self.repository_poll_secs) },
+            "explicit" => ControlMode::Explicit,
+            _ => ControlMode::None,
+        }
+    }
+
     pub fn cache_directory(&self) -> Option<PathBuf> {
         if self.disable_component_cache {
             return None;

@@ -13,6 +13,7 @@ pub mod backend;
 pub mod busy_poll;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod ensemble;
 pub mod error;
 pub mod frontend;

@@ -101,6 +101,16 @@ pub enum LoadError {
     /// The ensemble's steps do not make a pipeline.
     #[error(transparent)]
     Ensemble(#[from] EnsembleError),
+
+    /// The version was unloaded on request (tritonserver's reason, word for word).
+    #[error("unloaded")]
+    Unloaded,
+    /// A load request's `config` parameter is not a model configuration in JSON.
+    #[error("Invalid config override: {0}")]
+    ConfigOverride(#[source] crate::config::JsonError),
+    /// A load request's `file:` parameters cannot be laid out as a model folder.
+    #[error("{0}")]
+    FileOverride(String),
 }
 
 /// How a sandboxed plugin's lifecycle call failed during a load.

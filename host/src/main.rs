@@ -48,6 +48,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         id: args.id.clone(),
         io_threads: runtime.metrics().num_workers() + grpc_threads,
         model_repositories: args.model_repository.clone(),
+        control_mode: args.control_mode(),
+        load_models: args.load_model.clone(),
+        model_load_threads: args.model_load_thread_count as usize,
+        exit_timeout: std::time::Duration::from_secs(args.exit_timeout_secs),
         backend_directory: args.backend_directory.clone(),
         onnxruntime_library: args
             .onnxruntime_library
@@ -124,16 +128,33 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         announce_ready(&server, http_addr);
         shutdown_signal().await;
-        tracing::info!("shutting down: draining in-flight requests");
+        tracing::info!("Waiting for in-flight requests to complete.");
         server.begin_shutdown();
         let _ = stop_tx.send(true);
-        for t in tasks {
-            let _ = t.await;
-        }
         let s: Arc<Server> = server.clone();
-        tokio::task::spawn_blocking(move || s.unload_all()).await?;
-        tracing::info!("stopped");
-        anyhow::Ok(())
+        let drain = async move {
+            for t in tasks {
+                let _ = t.await;
+            }
+            tokio::task::spawn_blocking(move || s.unload_all()).await
+        };
+        // The drain ends at the exit timeout, or at a second signal.
+        let timeout = std::time::Duration::from_secs(args.exit_timeout_secs);
+        tokio::select! {
+            drained = tokio::time::timeout(timeout, drain) => match drained {
+                Ok(done) => {
+                    done?;
+                    tracing::info!("stopped");
+                    return anyhow::Ok(());
+                }
+                Err(_) => tracing::error!("Exit timeout expired. Exiting immediately."),
+            },
+            _ = shutdown_signal() => tracing::error!("Signal received again. Exiting immediately."),
+        }
+        for (model, version, requests) in server.in_flight() {
+            tracing::error!("cut off: model '{model}' version {version} had {requests} request(s) in flight or queued");
+        }
+        std::process::exit(1)
     })
 }
 

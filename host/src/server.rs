@@ -1,16 +1,19 @@
 //! The server core both frontends call: model lookup by name and version, readiness, metadata,
 //! inference, and orderly shutdown.
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::backend::registry::{BackendOptions, Backends};
 use crate::backend::wasm::WasmRuntime;
+use crate::control::{ControlMode, ModelControl};
 use crate::error::InferError;
 use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
-use crate::repository::{self, LoadContext, ModelEntry, ModelTable, VersionState};
+use crate::repository::overrides::LoadOverrides;
+use crate::repository::{LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 use crate::scheduler::Caller;
 use crate::scheduler::inline::IoThreads;
@@ -20,6 +23,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "model_configuration",
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "sequence(string_id)",
     "parameters",
@@ -34,6 +38,15 @@ pub struct ServerOptions {
     /// The server's name in its metadata (`--id`, as tritonserver's).
     pub id: String,
     pub model_repositories: Vec<PathBuf>,
+    /// `--model-control-mode` (with `--repository-poll-secs` for POLL).
+    pub control_mode: ControlMode,
+    /// `--load-model`: the models EXPLICIT mode loads at start-up (`*`: all).
+    pub load_models: Vec<String>,
+    /// `--model-load-thread-count`: how many models load at once at start-up.
+    pub model_load_threads: usize,
+    /// `--exit-timeout-secs`: how long shutdown (and an unload request) waits for in-flight
+    /// requests.
+    pub exit_timeout: std::time::Duration,
     /// How many I/O threads serve requests (HTTP runtime workers plus gRPC threads): all but one
     /// of them may run short executions inline at once.
     pub io_threads: usize,
@@ -64,6 +77,9 @@ pub struct ServerOptions {
 
 pub struct Server {
     models: Arc<ModelTable>,
+    control: Arc<ModelControl>,
+    /// Dropped at shutdown, which stops the repository poller (POLL mode).
+    poller: Mutex<Option<crossbeam_channel::Sender<()>>>,
     options: ServerOptions,
     shm: crate::shm::SystemShm,
     shutting_down: AtomicBool,
@@ -102,48 +118,24 @@ impl Server {
             models: models.clone(),
             test_hooks: options.test_hooks,
         };
-        let (found, conflicts) = repository::scan(&options.model_repositories);
-        for (name, reason) in conflicts {
-            tracing::error!("model '{name}' is unavailable: {reason}");
-            let entry = ModelEntry {
-                name: name.clone(),
-                dir: PathBuf::new(),
-                config: None,
-                versions: BTreeMap::new(),
-                reason: Some(reason),
-            };
-            models.write().insert(name, Arc::new(entry));
-        }
-        // Ensembles load after the models they compose (nested ones after their inner ensembles).
-        let (mut ensembles, plain): (Vec<_>, Vec<_>) =
-            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
-        let load = |name: String, dir: PathBuf| {
-            let entry = repository::load_model(&name, &dir, &ctx);
-            match (&entry.reason, entry.is_ready()) {
-                (Some(reason), _) => tracing::error!("model '{name}' is unavailable: {reason}"),
-                (None, true) => {
-                    tracing::info!("model '{name}' loaded: versions {:?}", entry.versions.keys().collect::<Vec<_>>())
-                }
-                (None, false) => tracing::warn!("model '{name}' loaded with unavailable versions"),
-            }
-            models.write().insert(name, Arc::new(entry));
+        let control = Arc::new(ModelControl::new(
+            options.control_mode,
+            options.model_repositories.clone(),
+            options.backend_directory.clone(),
+            ctx,
+            options.exit_timeout,
+        ));
+        control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let poller = match options.control_mode {
+            ControlMode::Poll { interval } if !interval.is_zero() => Some(start_poller(control.clone(), interval)?),
+            _ => None,
         };
-        for (name, dir) in plain {
-            load(name, dir);
-        }
-        while !ensembles.is_empty() {
-            let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
-            let ready = ensembles.iter().position(|(name, dir)| {
-                repository::ensemble_steps(name, dir).iter().all(|m| !waiting.contains(m) || m == name)
-            });
-            // A cycle between ensembles: load the first anyway; it reports the missing model.
-            let (name, dir) = ensembles.remove(ready.unwrap_or(0));
-            load(name, dir);
-        }
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
         let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll, options.busy_poll_min_spare_cpus);
         Ok(Arc::new(Server {
             models,
+            control,
+            poller: Mutex::new(poller),
             options,
             shm,
             shutting_down: AtomicBool::new(false),
@@ -175,22 +167,23 @@ impl Server {
 
     pub fn is_ready(&self) -> bool {
         !self.shutting_down.load(Ordering::Acquire)
-            && (!self.options.strict_readiness || self.models.read().values().all(|m| m.is_ready()))
+            && (!self.options.strict_readiness || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))
     }
 
     fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
         self.models.entry(name)
     }
 
-    /// Loads (or reloads) a model: tritonserver's answer whenever the model control mode is not
-    /// EXPLICIT, which is the only mode so far.
-    pub fn load_model(&self, _name: &str) -> Result<(), InferError> {
-        Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+    /// The repository extension's load: loads or reloads `name` (EXPLICIT mode; otherwise
+    /// tritonserver's refusal). Blocks while the model loads: call it off the async reactor.
+    pub fn load_model(&self, name: &str, overrides: &LoadOverrides) -> Result<(), InferError> {
+        self.control.load(name, overrides)
     }
 
-    /// Unloads a model; answered as [`Server::load_model`].
-    pub fn unload_model(&self, _name: &str) -> Result<(), InferError> {
-        Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+    /// The repository extension's unload (with `unload_dependents`, the ensembles using the model
+    /// too). Blocks until in-flight requests are answered, at most `--exit-timeout-secs`.
+    pub fn unload_model(&self, name: &str, dependents: bool) -> Result<(), InferError> {
+        self.control.unload(name, dependents)
     }
 
     /// The model version a request addresses: the given one, or the highest ready one.
@@ -279,40 +272,10 @@ impl Server {
         Ok(pb::ModelStatisticsResponse { model_stats: out })
     }
 
-    /// The repository index: every model and version with its state and reason (an entry with an
-    /// empty version stands for a model that has none, e.g. because its configuration is bad).
+    /// The repository index: every model folder of the repositories, with each version's state
+    /// and reason once it has been loaded (or tried).
     pub fn index(&self, ready_only: bool) -> Vec<pb::repository_index_response::ModelIndex> {
-        use pb::repository_index_response::ModelIndex;
-        let mut out = Vec::new();
-        for entry in self.models.read().values() {
-            if entry.versions.is_empty() {
-                if !ready_only {
-                    out.push(ModelIndex {
-                        name: entry.name.clone(),
-                        version: String::new(),
-                        state: "UNAVAILABLE".into(),
-                        reason: entry.reason.as_ref().map(ToString::to_string).unwrap_or_default(),
-                    });
-                }
-                continue;
-            }
-            for (v, state) in &entry.versions {
-                let (state, reason) = match state {
-                    VersionState::Ready(m) if m.health.is_ready() => ("READY", String::new()),
-                    VersionState::Ready(m) => ("UNAVAILABLE", m.health.reason().unwrap_or_default()),
-                    VersionState::Unavailable(r) => ("UNAVAILABLE", r.to_string()),
-                };
-                if !ready_only || state == "READY" {
-                    out.push(ModelIndex {
-                        name: entry.name.clone(),
-                        version: v.to_string(),
-                        state: state.into(),
-                        reason,
-                    });
-                }
-            }
-        }
-        out
+        self.control.index(ready_only)
     }
 
     /// Runs a unary inference from a frontend (on one of the server's I/O threads): resolve the
@@ -334,7 +297,9 @@ impl Server {
             poll.touch();
         }
         if self.shutting_down.load(Ordering::Acquire) {
-            return Err(InferError::unavailable("Server is shutting down"));
+            return Err(InferError::unavailable(
+                "Server is stopping, scheduler for model has stopped accepting new inference requests",
+            ));
         }
         self.version(&request.model_name, request.model_version)
     }
@@ -342,21 +307,45 @@ impl Server {
     /// Marks the server as stopping: readiness turns false and new requests are refused.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
+        self.poller.lock().take();
+    }
+
+    /// The model versions with requests executing or queued: `(model, version, requests)`; what a
+    /// shutdown cut off when its exit timeout expired.
+    pub fn in_flight(&self) -> Vec<(String, i64, u64)> {
+        let table = self.models.read();
+        let mut out = Vec::new();
+        for entry in table.values() {
+            for state in entry.versions.values() {
+                if let VersionState::Ready(m) = state {
+                    let busy = (m.probe.snapshot().0 + m.queued()) as u64;
+                    if busy > 0 {
+                        out.push((m.name.to_string(), m.version, busy));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Unloads every model: queued requests finish, then instances, models and backends are
     /// finalised in that order. Blocks.
     pub fn unload_all(&self) {
-        let models = std::mem::take(&mut *self.models.write());
-        // Ensembles first: their in-flight requests still need the composing models.
-        let (ensembles, plain): (Vec<_>, Vec<_>) =
-            models.values().partition(|e| e.config.as_ref().is_some_and(|c| c.platform == "ensemble"));
-        for entry in ensembles.into_iter().chain(plain) {
-            for state in entry.versions.values() {
-                if let VersionState::Ready(m) = state {
-                    m.unload();
-                }
-            }
-        }
+        self.control.unload_all();
     }
+}
+
+/// Starts the repository poller (POLL mode): a look at the repositories every `interval` until
+/// the returned sender is dropped.
+fn start_poller(
+    control: Arc<ModelControl>,
+    interval: std::time::Duration,
+) -> anyhow::Result<crossbeam_channel::Sender<()>> {
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+    std::thread::Builder::new().name("nereus-poll".into()).spawn(move || {
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+            control.poll();
+        }
+    })?;
+    Ok(stop)
 }

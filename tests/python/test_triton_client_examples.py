@@ -6,9 +6,9 @@ examples print an error and still exit 0).
 The server serves model_repository/ with Triton's example ONNX models (tests/onnx_models) for the
 names model_repository does not have in Triton's form (simple_string, simple_int8, simple_sequence),
 with --allow-client-shm=true and --id triton (the health example insists on that name). Left out:
-the model-control examples (model control modes are not implemented yet), the CUDA shared-memory
-ones (no CUDA shared memory), and the sequence examples' --dyna variants (they need Triton's QA
-model simple_string_dyna_sequence, which no repository here has).
+the model-control examples (scripts/test.sh runs them on servers of their own, in EXPLICIT mode),
+the CUDA shared-memory ones (no CUDA shared memory), and the sequence examples' --dyna variants
+(they need Triton's QA model simple_string_dyna_sequence, which no repository here has).
 
 Usage: python test_triton_client_examples.py HTTP_HOST:PORT GRPC_HOST:PORT
 """
@@ -24,7 +24,7 @@ def runs(http, grpc):
     """(script, arguments) for every example run."""
     out = []
     for script in sorted(os.listdir(HERE)):
-        if not script.endswith(".py"):
+        if not script.endswith(".py") or script.endswith("_model_control.py"):
             continue
         if script.startswith("simple_http_"):
             url = http

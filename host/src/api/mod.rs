@@ -5,6 +5,7 @@
 //! its answer, what an unimplemented extension answers — are made once, here, for both.
 pub mod infer;
 pub mod params;
+pub mod repository;
 
 use crate::error::InferError;
 

@@ -61,6 +61,26 @@ fn param_value(p: &pb::InferParameter) -> Option<ParamValue> {
     })
 }
 
+/// A repository load or unload request's parameters, as the protocol-neutral layer takes them.
+pub fn repository_params(
+    params: HashMap<String, pb::ModelRepositoryParameter>,
+) -> Vec<(String, api::repository::RepoParam)> {
+    use api::repository::RepoParam;
+    use pb::model_repository_parameter::ParameterChoice as P;
+    params
+        .into_iter()
+        .filter_map(|(key, p)| {
+            let value = match p.parameter_choice? {
+                P::BoolParam(b) => RepoParam::Bool(b),
+                P::Int64Param(n) => RepoParam::Int(n),
+                P::StringParam(s) => RepoParam::Text(s),
+                P::BytesParam(b) => RepoParam::Bytes(b.to_vec()),
+            };
+            Some((key, value))
+        })
+        .collect()
+}
+
 pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
     pb::InferParameter {
         parameter_choice: Some(match v {

@@ -174,7 +174,14 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
         allow(&self.restricted, Api::ModelRepository, &r)?;
-        self.server.load_model(&r.into_inner().model_name).map_err(status)?;
+        let r = r.into_inner();
+        let overrides =
+            crate::api::repository::load_overrides(convert::repository_params(r.parameters)).map_err(status)?;
+        let server = self.server.clone();
+        tokio::task::spawn_blocking(move || server.load_model(&r.model_name, &overrides))
+            .await
+            .map_err(|e| Status::internal(format!("the repository operation failed: {e}")))?
+            .map_err(status)?;
         Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 
@@ -183,7 +190,14 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
         allow(&self.restricted, Api::ModelRepository, &r)?;
-        self.server.unload_model(&r.into_inner().model_name).map_err(status)?;
+        let r = r.into_inner();
+        let dependents =
+            crate::api::repository::unload_dependents(convert::repository_params(r.parameters)).map_err(status)?;
+        let server = self.server.clone();
+        tokio::task::spawn_blocking(move || server.unload_model(&r.model_name, dependents))
+            .await
+            .map_err(|e| Status::internal(format!("the repository operation failed: {e}")))?
+            .map_err(status)?;
         Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
     }
 

@@ -354,8 +354,9 @@ async fn route(
             Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")))
         }
         Route::RepositoryIndex => repository_index(server, options, req).await,
-        Route::RepositoryLoad => server.load_model(params.model()).map(|()| empty(StatusCode::OK)),
-        Route::RepositoryUnload => server.unload_model(params.model()).map(|()| empty(StatusCode::OK)),
+        Route::RepositoryLoad | Route::RepositoryUnload => {
+            repository_control(server, options, route == Route::RepositoryLoad, params.model().to_string(), req).await
+        }
         Route::TraceSetting | Route::Model(ModelRoute::TraceSetting) => Err(api::unimplemented("trace")),
         Route::SharedMemory(kind, action) => {
             shared_memory(server, options, kind, action, params.region.as_deref(), req).await
@@ -448,14 +449,67 @@ async fn repository_index(
         .index(ready)
         .into_iter()
         .map(|m| {
-            let mut v = json!({"name": m.name, "state": m.state, "reason": m.reason});
+            // As tritonserver: the name alone for a model never loaded; no empty reason.
+            let mut v = json!({"name": m.name});
             if !m.version.is_empty() {
                 v["version"] = json!(m.version);
+            }
+            if !m.state.is_empty() {
+                v["state"] = json!(m.state);
+            }
+            if !m.reason.is_empty() {
+                v["reason"] = json!(m.reason);
             }
             v
         })
         .collect();
     Ok(json_reply(&serde_json::Value::Array(index)))
+}
+
+/// `POST /v2/repository/models/{model}/load` and `…/unload`: the body, if any, is
+/// `{"parameters": {…}}`; a `file:<path>` parameter's value is the file in base64.
+async fn repository_control(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    load: bool,
+    name: String,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
+    use crate::api::repository::{self as repo, RepoParam};
+    use base64::Engine as _;
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, options).await?;
+    let mut params = Vec::new();
+    if !body.is_empty() {
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+        if let Some(map) = v.get("parameters").and_then(|p| p.as_object()) {
+            for (key, value) in map {
+                let value = match value {
+                    serde_json::Value::String(s) if key.starts_with("file:") => RepoParam::Bytes(
+                        base64::engine::general_purpose::STANDARD
+                            .decode(s)
+                            .map_err(|e| InferError::invalid(format!("parameter '{key}' is not base64: {e}")))?,
+                    ),
+                    serde_json::Value::String(s) => RepoParam::Text(s.clone()),
+                    serde_json::Value::Bool(b) => RepoParam::Bool(*b),
+                    serde_json::Value::Number(n) if n.is_i64() => RepoParam::Int(n.as_i64().unwrap_or_default()),
+                    _ => return Err(InferError::invalid(format!("parameter '{key}' has an unsupported type"))),
+                };
+                params.push((key.clone(), value));
+            }
+        }
+    }
+    let server = server.clone();
+    let outcome = if load {
+        let overrides = repo::load_overrides(params)?;
+        tokio::task::spawn_blocking(move || server.load_model(&name, &overrides)).await
+    } else {
+        let dependents = repo::unload_dependents(params)?;
+        tokio::task::spawn_blocking(move || server.unload_model(&name, dependents)).await
+    };
+    outcome.map_err(|e| InferError::internal(format!("the repository operation failed: {e}")))??;
+    Ok(empty(StatusCode::OK))
 }
 
 /// `POST /v2/models/{model}[/versions/{version}]/infer`.

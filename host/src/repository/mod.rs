@@ -1,5 +1,9 @@
 //! The model repository: finding models and their versions on disk and loading them. A model whose
 //! configuration or backend is unusable becomes UNAVAILABLE with the reason; the others load.
+//! Which models load when, and how a loaded one is replaced, is `crate::control`'s business.
+pub mod fingerprint;
+pub mod overrides;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +31,16 @@ pub enum VersionState {
     Unavailable(LoadError),
 }
 
+impl VersionState {
+    /// The version when it is loaded and healthy.
+    pub fn ready(&self) -> Option<&Arc<ModelVersion>> {
+        match self {
+            VersionState::Ready(m) if m.health.is_ready() => Some(m),
+            _ => None,
+        }
+    }
+}
+
 /// One model of the repository.
 pub struct ModelEntry {
     pub name: String,
@@ -36,11 +50,57 @@ pub struct ModelEntry {
     pub versions: BTreeMap<i64, VersionState>,
     /// Why the model as a whole is unavailable (bad config, no versions, …).
     pub reason: Option<LoadError>,
+    /// The temporary folder of a load request's override files, when the model was loaded from
+    /// them; removed when the entry goes.
+    pub override_files: Option<Arc<overrides::OverrideDir>>,
 }
 
 impl ModelEntry {
-    fn unavailable(name: &str, dir: &Path, reason: LoadError) -> Self {
-        ModelEntry { name: name.into(), dir: dir.into(), config: None, versions: BTreeMap::new(), reason: Some(reason) }
+    pub fn unavailable(name: &str, dir: &Path, reason: LoadError) -> Self {
+        ModelEntry {
+            name: name.into(),
+            dir: dir.into(),
+            config: None,
+            versions: BTreeMap::new(),
+            reason: Some(reason),
+            override_files: None,
+        }
+    }
+
+    /// Whether some version is loaded and healthy.
+    pub fn has_ready(&self) -> bool {
+        self.versions.values().any(|v| v.ready().is_some())
+    }
+
+    /// Whether the model was unloaded on request (every version "unloaded"): it no longer counts
+    /// against the server's readiness, as in tritonserver.
+    pub fn is_unloaded(&self) -> bool {
+        let unloaded = |v: &VersionState| matches!(v, VersionState::Unavailable(LoadError::Unloaded));
+        match &self.reason {
+            Some(reason) => matches!(reason, LoadError::Unloaded),
+            None => !self.versions.is_empty() && self.versions.values().all(unloaded),
+        }
+    }
+
+    /// Why loading failed, as tritonserver's load API words it: the model's reason, or each
+    /// version that is not ready (`version 1 is at UNAVAILABLE state: …;`). `None` when every
+    /// version loaded.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(reason) = &self.reason {
+            return Some(reason.to_string());
+        }
+        let failed: String = self
+            .versions
+            .iter()
+            .filter_map(|(v, state)| match state {
+                VersionState::Ready(m) if m.health.is_ready() => None,
+                VersionState::Ready(m) => {
+                    Some(format!("version {v} is at UNAVAILABLE state: {};", m.health.reason().unwrap_or_default()))
+                }
+                VersionState::Unavailable(r) => Some(format!("version {v} is at UNAVAILABLE state: {r};")),
+            })
+            .collect();
+        (!failed.is_empty()).then_some(failed)
     }
 
     /// Whether every version the policy selected is ready (and at least one exists).
@@ -163,6 +223,19 @@ pub fn scan(roots: &[PathBuf]) -> ScanResult {
     (models, errors)
 }
 
+/// The names of every model folder in the repositories (the repository index lists them all,
+/// loaded or not).
+pub fn folder_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
+    roots
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|name| !name.starts_with('.'))
+        .collect()
+}
+
 /// Numeric version folders; names that are not numbers, or that start with "0", are ignored.
 fn version_dirs(dir: &Path) -> Vec<i64> {
     let mut versions: Vec<i64> = std::fs::read_dir(dir)
@@ -200,27 +273,42 @@ fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, 
 
 /// Reads and validates `<dir>/config.pbtxt` as it is (no auto-complete).
 pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, LoadError> {
-    read_config_with(name, dir, gpu_count, None)
+    read_config_with(name, dir, gpu_count, None, None)
 }
 
-/// Reads `<dir>/config.pbtxt`, lets the model's backend auto-complete it from the model where
-/// `backends` are given (a backend may then claim a folder with no `config.pbtxt` at all), and
-/// validates it.
+/// Reads `<dir>/config.pbtxt` (or takes `given`, a load request's override), lets the model's
+/// backend auto-complete it from the model where `backends` are given (a backend may then claim a
+/// folder with no `config.pbtxt` at all, or a configuration naming no backend), and validates it.
 fn read_config_with(
     name: &str,
     dir: &Path,
     gpu_count: usize,
     backends: Option<&Backends>,
+    given: Option<ModelConfig>,
 ) -> Result<ModelConfig, LoadError> {
     let path = dir.join("config.pbtxt");
     let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
-    let (mut config, lines) = match std::fs::read_to_string(&path) {
-        Ok(text) => parse_pbtxt_with_lines(&text).map_err(LoadError::Parse)?,
-        Err(source) => match backends.and_then(|b| b.native().find_map(|f| f.claim(&folder))) {
-            Some(claimed) => (claimed, Default::default()),
-            None => return Err(LoadError::Unreadable { path, source }),
+    let claim = || backends.and_then(|b| b.native().find_map(|f| f.claim(&folder)));
+    let (mut config, lines) = match given {
+        Some(config) => (config, Default::default()),
+        None => match std::fs::read_to_string(&path) {
+            Ok(text) => parse_pbtxt_with_lines(&text).map_err(LoadError::Parse)?,
+            Err(source) => match claim() {
+                Some(claimed) => (claimed, Default::default()),
+                None => return Err(LoadError::Unreadable { path, source }),
+            },
         },
     };
+    // A configuration that names neither backend nor platform takes them from the backend that
+    // recognises the model's files, as Triton's auto-complete does (`model.onnx`: onnxruntime).
+    if config.backend.is_empty()
+        && config.platform.is_empty()
+        && crate::config::ensemble_scheduling(&config).is_none()
+        && let Some(claimed) = claim()
+    {
+        config.backend = claimed.backend;
+        config.platform = claimed.platform;
+    }
     let factory: Option<Arc<dyn BackendFactory>> =
         backends.and_then(|b| backend_name(&config).ok().map(|name| b.factory(&name)));
     if let Some(factory) = &factory {
@@ -249,8 +337,9 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
 
 /// Loads one model: its configuration, then each version the policy selects, with the backend
 /// the configuration names.
-pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
-    let config = match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends)) {
+/// `given` is a load request's configuration, used instead of the folder's `config.pbtxt`.
+pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<ModelConfig>) -> ModelEntry {
+    let config = match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends), given) {
         Ok(c) => c,
         Err(reason) => return ModelEntry::unavailable(name, dir, reason),
     };
@@ -306,7 +395,14 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext) -> ModelEntry {
         };
         versions.insert(version, state);
     }
-    ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
+    ModelEntry {
+        name: name.into(),
+        dir: dir.into(),
+        config: Some(config),
+        versions,
+        reason: None,
+        override_files: None,
+    }
 }
 
 /// Loads one version with its backend and starts its scheduler.
@@ -364,5 +460,12 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
             (version, VersionState::Ready(Arc::new(model)))
         })
         .collect();
-    ModelEntry { name: name.into(), dir: dir.into(), config: Some(config), versions, reason: None }
+    ModelEntry {
+        name: name.into(),
+        dir: dir.into(),
+        config: Some(config),
+        versions,
+        reason: None,
+        override_files: None,
+    }
 }

@@ -1,0 +1,527 @@
+//! Model control: which models load when, and how a loaded model is replaced or removed while
+//! requests keep flowing — tritonserver's model control modes NONE, POLL and EXPLICIT, and its
+//! repository extension's load and unload.
+//!
+//! A load builds the new model beside the serving one and then swaps it into the model table in
+//! one step: requests that had found the old version finish on it, new ones go to the new. A load
+//! that fails leaves what served serving, and is all or nothing across versions (as Triton: the
+//! versions that did load are let go). A replaced or unloaded version is *retired*: once nothing
+//! can reach it any more — the table no longer names it and the last request that had resolved it
+//! is queued — its scheduler drains what is queued and finalises its instances. Retiring runs on a
+//! thread of its own; an unload request waits for it up to the unload timeout.
+//!
+//! One load, unload or poll runs at a time (`ops`); inference never waits for them, it reads the
+//! table for a moment. At start-up the models load on `--model-load-thread-count` threads.
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::config::ModelConfig;
+use crate::error::InferError;
+use crate::load_error::LoadError;
+use crate::model::ModelVersion;
+use crate::proto::inference::repository_index_response::ModelIndex;
+use crate::repository::fingerprint::Fingerprint;
+use crate::repository::overrides::{LoadOverrides, OverrideDir};
+use crate::repository::{self, LoadContext, ModelEntry, VersionState};
+
+/// tritonserver's `--model-control-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlMode {
+    /// Load every model at start-up; the repository API's load and unload are refused.
+    None,
+    /// As `None`, and look at the repositories every `interval` for added, changed and removed
+    /// models.
+    Poll { interval: Duration },
+    /// Load the `--load-model` models at start-up; then load and unload on request.
+    Explicit,
+}
+
+/// What a model is doing now, as the repository index shows it beside its versions' states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Busy {
+    Loading,
+    Unloading,
+}
+
+/// Why a load failed: before the model's own load (its configuration, its folder) or during it.
+enum Failed {
+    /// Triton's "poll" stage: the configuration or folder could not be read.
+    Config(String),
+    /// A version failed to load.
+    Load(String),
+}
+
+/// The repository's models and the operations that change which are loaded.
+pub struct ModelControl {
+    mode: ControlMode,
+    repositories: Vec<PathBuf>,
+    backend_dir: Option<PathBuf>,
+    ctx: LoadContext,
+    /// Held through every load, unload and poll: one at a time.
+    ops: Mutex<()>,
+    /// Shared with the threads that retire versions, which clear an UNLOADING mark when done.
+    busy: Arc<Mutex<BTreeMap<String, Busy>>>,
+    /// The folder fingerprint each model's last load attempt read; none after an override (the
+    /// next plain load reloads, undoing it) or an unload.
+    attempted: Mutex<HashMap<String, Fingerprint>>,
+    /// How long an unload request waits for the model's in-flight requests.
+    unload_timeout: Duration,
+}
+
+/// The message tritonserver answers load and unload requests with outside EXPLICIT mode.
+const NOT_EXPLICIT: &str = "explicit model load / unload is not allowed if polling is enabled";
+
+impl ModelControl {
+    pub fn new(
+        mode: ControlMode,
+        repositories: Vec<PathBuf>,
+        backend_dir: Option<PathBuf>,
+        ctx: LoadContext,
+        unload_timeout: Duration,
+    ) -> Self {
+        ModelControl {
+            mode,
+            repositories,
+            backend_dir,
+            ctx,
+            ops: Mutex::new(()),
+            busy: Arc::default(),
+            attempted: Mutex::new(HashMap::new()),
+            unload_timeout,
+        }
+    }
+
+    pub fn mode(&self) -> ControlMode {
+        self.mode
+    }
+
+    /// Loads what the mode loads at start-up: every model, or in EXPLICIT mode the
+    /// `--load-model` ones (`*` alone: every model). Models that fail are UNAVAILABLE with the
+    /// reason; only a wrong `--load-model` list is an error.
+    pub fn start(&self, load_models: &[String], threads: usize) -> Result<(), String> {
+        if self.mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
+            if self.mode == ControlMode::Explicit && load_models.len() > 1 {
+                return Err("Wildcard model name '*' must be the ONLY startup model if specified at all.".into());
+            }
+            self.load_all(threads);
+            return Ok(());
+        }
+        for name in load_models {
+            if let Err(e) = self.load(name, &LoadOverrides::default()) {
+                tracing::error!("{e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads every model of the repositories: the others on `threads` threads at once, then the
+    /// ensembles after the models they compose.
+    fn load_all(&self, threads: usize) {
+        let _ops = self.ops.lock();
+        let (found, conflicts) = repository::scan(&self.repositories);
+        for (name, reason) in conflicts {
+            tracing::error!("model '{name}' is unavailable: {reason}");
+            self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
+        }
+        let (mut ensembles, plain): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
+        let queue = Mutex::new(plain);
+        std::thread::scope(|scope| {
+            for i in 0..threads.max(1) {
+                let queue = &queue;
+                let worker = std::thread::Builder::new().name(format!("nereus-load-{i}"));
+                let spawned = worker.spawn_scoped(scope, move || {
+                    while let Some((name, dir)) = queue.lock().pop() {
+                        let _ = self.load_from(&name, &dir, None, None);
+                    }
+                });
+                if let Err(e) = spawned {
+                    tracing::warn!("cannot start a model load thread ({e}); loading on fewer");
+                }
+            }
+        });
+        // Whatever no thread took (none could start): load here.
+        for (name, dir) in queue.into_inner() {
+            let _ = self.load_from(&name, &dir, None, None);
+        }
+        while !ensembles.is_empty() {
+            let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
+            let ready = ensembles.iter().position(|(name, dir)| {
+                repository::ensemble_steps(name, dir).iter().all(|m| !waiting.contains(m) || m == name)
+            });
+            // A cycle between ensembles: load the first anyway; it reports the missing model.
+            let (name, dir) = ensembles.remove(ready.unwrap_or(0));
+            let _ = self.load_from(&name, &dir, None, None);
+        }
+    }
+
+    /// The repository extension's load: loads `name` (and, for an ensemble, the models it
+    /// composes), or reloads it when its folder changed or `overrides` are given. EXPLICIT mode
+    /// only. Blocks while the model loads.
+    pub fn load(&self, name: &str, overrides: &LoadOverrides) -> Result<(), InferError> {
+        if self.mode != ControlMode::Explicit {
+            return Err(InferError::unavailable(NOT_EXPLICIT));
+        }
+        if !is_plain_name(name) {
+            return Err(InferError::invalid(format!("failed to load '{name}': invalid model name")));
+        }
+        let _ops = self.ops.lock();
+        let loaded = self.load_locked(name, overrides, &mut HashSet::from([name.to_string()]));
+        // A failed load of the model itself is logged where it fails; one that never reached it
+        // (its folder or configuration) is logged here.
+        if let Err(e) = &loaded
+            && e.kind == crate::error::ErrorKind::Internal
+        {
+            tracing::error!("{e}");
+        }
+        loaded
+    }
+
+    fn load_locked(
+        &self,
+        name: &str,
+        overrides: &LoadOverrides,
+        visited: &mut HashSet<String>,
+    ) -> Result<(), InferError> {
+        let poll_failed = |why: &dyn std::fmt::Display| {
+            InferError::internal(format!("failed to load '{name}', failed to poll from model repository: {why}"))
+        };
+        let given = overrides.parsed_config().map_err(|e| poll_failed(&e))?;
+        let files = overrides.materialize(name).map_err(|e| poll_failed(&e))?;
+        let dir = match &files {
+            Some(files) => files.path().to_path_buf(),
+            None => self.find(name).map_err(|e| poll_failed(&e))?,
+        };
+        // An ensemble's steps first, as Triton polls and loads them with it.
+        let ensemble = match &given {
+            Some(config) => config.platform == "ensemble",
+            None => repository::is_ensemble(name, &dir),
+        };
+        if ensemble {
+            let steps = match &given {
+                Some(config) => crate::config::ensemble_scheduling(config)
+                    .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+                    .unwrap_or_default(),
+                None => repository::ensemble_steps(name, &dir),
+            };
+            for step in steps {
+                if visited.insert(step.clone())
+                    && let Err(e) = self.load_locked(&step, &LoadOverrides::default(), visited)
+                {
+                    // The ensemble's own load names the step that is missing.
+                    tracing::error!("{e}");
+                }
+            }
+        }
+        let unchanged = overrides.is_empty()
+            && self.ctx.models.read().get(name).is_some_and(|e| e.has_ready() && e.dir == dir)
+            && self.attempted.lock().get(name) == Some(&self.fingerprint(&dir));
+        if unchanged {
+            return Ok(());
+        }
+        match self.load_from(name, &dir, given, files) {
+            Ok(()) => Ok(()),
+            Err(Failed::Config(why)) => Err(poll_failed(&why)),
+            Err(Failed::Load(why)) => Err(InferError::invalid(format!("load failed for model '{name}': {why}"))),
+        }
+    }
+
+    /// Loads `name` from `dir` beside what serves now, and swaps it in if every version loaded;
+    /// otherwise what served keeps serving (or, if nothing did, the model is UNAVAILABLE with the
+    /// reasons). The caller holds `ops`, or is one of start-up's load threads.
+    fn load_from(
+        &self,
+        name: &str,
+        dir: &Path,
+        given: Option<ModelConfig>,
+        files: Option<OverrideDir>,
+    ) -> Result<(), Failed> {
+        let overridden = given.is_some() || files.is_some();
+        let fingerprint = self.fingerprint(dir);
+        self.busy.lock().insert(name.to_string(), Busy::Loading);
+        let started = Instant::now();
+        let mut entry = repository::load_model(name, dir, &self.ctx, given);
+        self.busy.lock().remove(name);
+        entry.override_files = files.map(Arc::new);
+        if overridden {
+            self.attempted.lock().remove(name);
+        } else {
+            self.attempted.lock().insert(name.to_string(), fingerprint);
+        }
+        let Some(failure) = entry.failure() else {
+            let versions: Vec<&i64> = entry.versions.keys().collect();
+            tracing::info!("successfully loaded '{name}' version(s) {versions:?} in {:.0?}", started.elapsed());
+            self.replace(name, entry);
+            return Ok(());
+        };
+        let stage_config = entry.config.is_none();
+        tracing::error!("failed to load '{name}': {failure}");
+        // All or nothing: the versions that did load go again.
+        let loaded: Vec<Arc<ModelVersion>> = entry.versions.values().filter_map(|v| v.ready().cloned()).collect();
+        let serving = self.ctx.models.read().get(name).is_some_and(|e| e.has_ready());
+        if serving {
+            tracing::warn!("'{name}' keeps serving its previous version(s)");
+        } else {
+            for state in entry.versions.values_mut() {
+                if state.ready().is_some() {
+                    *state = VersionState::Unavailable(LoadError::Unloaded);
+                }
+            }
+            self.replace(name, entry);
+        }
+        self.retire(loaded, None);
+        Err(if stage_config { Failed::Config(failure) } else { Failed::Load(failure) })
+    }
+
+    /// The repository extension's unload: the model's versions stop taking requests at once, and
+    /// the call returns once their in-flight requests are answered (at most the unload timeout;
+    /// the rest then finish in the background). With `dependents`, the ensembles that use the
+    /// model, directly or through other ensembles, are unloaded too. EXPLICIT mode only.
+    pub fn unload(&self, name: &str, dependents: bool) -> Result<(), InferError> {
+        if self.mode != ControlMode::Explicit {
+            return Err(InferError::unavailable(NOT_EXPLICIT));
+        }
+        let _ops = self.ops.lock();
+        let mut names = vec![name.to_string()];
+        if dependents {
+            names.extend(self.dependents_of(name));
+        }
+        let done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        let deadline = Instant::now() + self.unload_timeout;
+        for finished in done {
+            if finished.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+                tracing::warn!("unloading '{name}': in-flight requests still running after {:?}", self.unload_timeout);
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `name`'s versions unloaded in the table and retires what was serving; the receiver
+    /// hears when that is finalised. `None` when the model is not in the table.
+    fn unload_locked(&self, name: &str) -> Option<crossbeam_channel::Receiver<()>> {
+        let old = self.ctx.models.read().get(name).cloned()?;
+        let unloaded = ModelEntry {
+            versions: old.versions.keys().map(|v| (*v, VersionState::Unavailable(LoadError::Unloaded))).collect(),
+            reason: old.versions.is_empty().then_some(LoadError::Unloaded),
+            config: old.config.clone(),
+            ..ModelEntry::unavailable(name, &old.dir, LoadError::Unloaded)
+        };
+        self.attempted.lock().remove(name);
+        self.busy.lock().insert(name.to_string(), Busy::Unloading);
+        let serving: Vec<Arc<ModelVersion>> = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
+        drop(old);
+        self.ctx.models.write().insert(name.to_string(), Arc::new(unloaded));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.retire(serving, Some((name.to_string(), tx)));
+        Some(rx)
+    }
+
+    /// The loaded ensembles whose steps use `name`, directly or through other ensembles.
+    fn dependents_of(&self, name: &str) -> Vec<String> {
+        let table = self.ctx.models.read();
+        let steps_of = |entry: &ModelEntry| -> Vec<String> {
+            entry
+                .config
+                .as_ref()
+                .and_then(|c| crate::config::ensemble_scheduling(c))
+                .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+                .unwrap_or_default()
+        };
+        let mut found: Vec<String> = Vec::new();
+        let mut frontier = vec![name.to_string()];
+        while let Some(model) = frontier.pop() {
+            for (other, entry) in table.iter() {
+                if !found.contains(other) && other != name && steps_of(entry).contains(&model) {
+                    found.push(other.clone());
+                    frontier.push(other.clone());
+                }
+            }
+        }
+        found
+    }
+
+    /// One look at the repositories (POLL mode): loads added models, reloads changed ones (a
+    /// failed reload keeps the old serving), and unloads those whose folder is gone.
+    pub fn poll(&self) {
+        let _ops = self.ops.lock();
+        let (found, conflicts) = repository::scan(&self.repositories);
+        let present: BTreeSet<&String> = found.iter().map(|(n, _)| n).chain(conflicts.iter().map(|(n, _)| n)).collect();
+        let gone: Vec<String> = self.ctx.models.read().keys().filter(|n| !present.contains(n)).cloned().collect();
+        for name in gone {
+            tracing::info!("model '{name}' is no longer in the repository: unloading it");
+            let old = self.ctx.models.write().remove(&name);
+            self.attempted.lock().remove(&name);
+            if let Some(old) = old {
+                let serving = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
+                self.retire(serving, None);
+            }
+        }
+        for (name, reason) in conflicts {
+            if self.ctx.models.read().get(&name).is_some_and(|e| matches!(e.reason, Some(LoadError::Duplicate { .. })))
+            {
+                continue;
+            }
+            tracing::error!("model '{name}' is unavailable: {reason}");
+            self.attempted.lock().remove(&name);
+            self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
+        }
+        let (ensembles, plain): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
+        for (name, dir) in plain.into_iter().chain(ensembles) {
+            let changed = self.attempted.lock().get(&name) != Some(&self.fingerprint(&dir))
+                || self.ctx.models.read().get(&name).is_none_or(|e| e.dir != dir);
+            if changed {
+                let _ = self.load_from(&name, &dir, None, None);
+            }
+        }
+    }
+
+    /// Unloads every model (shutdown): ensembles first, as their requests still need the models
+    /// they compose. Blocks until each version's in-flight requests are answered.
+    pub fn unload_all(&self) {
+        let _ops = self.ops.lock();
+        // The table keeps its entries until every version is unloaded, so that a shutdown whose
+        // exit timeout expires can still say what was in flight.
+        let models: Vec<Arc<ModelEntry>> = self.ctx.models.read().values().cloned().collect();
+        let (ensembles, plain): (Vec<_>, Vec<_>) =
+            models.iter().partition(|e| e.config.as_ref().is_some_and(|c| c.platform == "ensemble"));
+        for entry in ensembles.into_iter().chain(plain) {
+            for state in entry.versions.values() {
+                if let VersionState::Ready(m) = state {
+                    m.unload();
+                }
+            }
+        }
+        drop(models);
+        self.ctx.models.write().clear();
+    }
+
+    /// The repository index: every model folder of the repositories, with its versions' states
+    /// and reasons where it has been loaded (or tried), and its name alone where it has not.
+    pub fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
+        let names = repository::folder_names(&self.repositories);
+        let table = self.ctx.models.read();
+        let busy = self.busy.lock();
+        let mut out = Vec::new();
+        let row = |name: &str, version: String, state: &str, reason: String| ModelIndex {
+            name: name.to_string(),
+            version,
+            state: state.to_string(),
+            reason,
+        };
+        for name in names {
+            let busy = busy.get(&name).copied();
+            let Some(entry) = table.get(&name) else {
+                if !ready_only {
+                    let state = if busy == Some(Busy::Loading) { "LOADING" } else { "" };
+                    out.push(row(&name, String::new(), state, String::new()));
+                }
+                continue;
+            };
+            if busy == Some(Busy::Loading) && !entry.has_ready() {
+                if !ready_only {
+                    out.push(row(&name, String::new(), "LOADING", String::new()));
+                }
+                continue;
+            }
+            if entry.versions.is_empty() {
+                if !ready_only {
+                    let reason = entry.reason.as_ref().map(ToString::to_string).unwrap_or_default();
+                    out.push(row(&name, String::new(), "UNAVAILABLE", reason));
+                }
+                continue;
+            }
+            for (v, state) in &entry.versions {
+                let (state, reason) = match state {
+                    VersionState::Ready(m) if m.health.is_ready() => ("READY", String::new()),
+                    VersionState::Ready(m) => ("UNAVAILABLE", m.health.reason().unwrap_or_default()),
+                    VersionState::Unavailable(LoadError::Unloaded) if busy == Some(Busy::Unloading) => {
+                        ("UNLOADING", String::new())
+                    }
+                    VersionState::Unavailable(r) => ("UNAVAILABLE", r.to_string()),
+                };
+                if !ready_only || state == "READY" {
+                    out.push(row(&name, v.to_string(), state, reason));
+                }
+            }
+        }
+        out
+    }
+
+    /// Puts `entry` in the table and retires the versions it replaces.
+    fn replace(&self, name: &str, entry: ModelEntry) {
+        let old = self.ctx.models.write().insert(name.to_string(), Arc::new(entry));
+        if let Some(old) = old {
+            let serving = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
+            drop(old);
+            self.retire(serving, None);
+        }
+    }
+
+    /// Unloads `versions` on a thread of its own once nothing else holds them (or after the
+    /// unload timeout), then clears `name`'s UNLOADING mark and says so on `done`, if given.
+    fn retire(&self, versions: Vec<Arc<ModelVersion>>, done: Option<(String, crossbeam_channel::Sender<()>)>) {
+        if versions.is_empty() && done.is_none() {
+            return;
+        }
+        let timeout = self.unload_timeout;
+        let busy = self.busy.clone();
+        let retired = move || {
+            let deadline = Instant::now() + timeout;
+            for version in versions {
+                // Only this handle left: the table no longer names the version and no request is
+                // between resolving it and queueing on it.
+                while Arc::strong_count(&version) > 1 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                version.unload();
+                tracing::info!("successfully unloaded '{}' version {}", version.name, version.version);
+            }
+            if let Some((name, tx)) = done {
+                let mut busy = busy.lock();
+                if busy.get(&name) == Some(&Busy::Unloading) {
+                    busy.remove(&name);
+                }
+                drop(busy);
+                let _ = tx.send(());
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("nereus-unload".into()).spawn(retired) {
+            tracing::error!("cannot start a thread to unload retired model versions: {e}");
+        }
+    }
+
+    /// `name`'s folder in the repositories: exactly one must have it.
+    fn find(&self, name: &str) -> Result<PathBuf, String> {
+        let dirs: Vec<PathBuf> = self.repositories.iter().map(|r| r.join(name)).filter(|d| d.is_dir()).collect();
+        match dirs.as_slice() {
+            [] => Err("model not found in any model repository".into()),
+            [dir] => Ok(dir.clone()),
+            _ => Err("not unique across all model repositories".into()),
+        }
+    }
+
+    /// The fingerprint of a model folder, with the backend directory's folder of the backend its
+    /// `config.pbtxt` names (a component replaced there reloads the model too).
+    fn fingerprint(&self, dir: &Path) -> Fingerprint {
+        let backend = std::fs::read_to_string(dir.join("config.pbtxt"))
+            .ok()
+            .and_then(|text| crate::config::parse_pbtxt(&text).ok())
+            .map(|c| c.backend)
+            .filter(|b| is_plain_name(b));
+        match (&self.backend_dir, backend) {
+            (Some(backends), Some(backend)) => Fingerprint::of(dir, &[&backends.join(backend)]),
+            _ => Fingerprint::of(dir, &[]),
+        }
+    }
+}
+
+/// A model (or backend) name usable as one folder name: not empty, no separators, not `..`.
+fn is_plain_name(name: &str) -> bool {
+    let mut parts = Path::new(name).components();
+    matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none() && !name.contains('/')
+}
