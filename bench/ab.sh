@@ -3,6 +3,8 @@
 #   bench/ab.sh BIN_A BIN_B [ROUNDS] [http|grpc] [CONCURRENCY]     (defaults: 12 rounds, http, 4)
 #   ARGS_A / ARGS_B add server flags (e.g. ARGS_B="--busy-poll-us 0"); PERF_INTERVAL_MS (1500) the window;
 #   MODEL (simple) the model A and B serve (e.g. simple_dyna; the ceiling always adds the numbers itself).
+#   Both serve metrics, as by default (on the port after gRPC's); ARGS_B="--allow-metrics=false" measures
+#   what they cost.
 # All three serve `simple` at once; each round runs perf_analyzer against each, in an order rotated
 # round by round, and records the server's CPU time (user+system, all threads) per request served.
 # On this noisy 2-vCPU machine the throughput of all three moves together from one minute to the
@@ -18,7 +20,7 @@ log=$(mktemp -d)
 start() {  # binary port flags...
   local bin=$1 port=$2; shift 2
   "$bin" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port "$port" \
-    --grpc-address 127.0.0.1 --grpc-port $((port + 1)) --allow-metrics=false "$@" >"$log/$port.log" 2>&1 &
+    --grpc-address 127.0.0.1 --grpc-port $((port + 1)) --metrics-port $((port + 2)) "$@" >"$log/$port.log" 2>&1 &
   echo $!
 }
 # shellcheck disable=SC2086

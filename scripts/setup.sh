@@ -46,8 +46,8 @@ fi
 # Triton's Python clients and what the Python tests compare against. Kept outside the clone when
 # NEREUS_TEST_VENV says where, else in the target folder.
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-packages=('tritonclient[http,grpc]' numpy onnx onnxruntime)
-check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime'
+packages=('tritonclient[http,grpc]' numpy onnx onnxruntime prometheus-client)
+check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime, prometheus_client'
 if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
   say "Python test environment: $venv"
 else

@@ -24,21 +24,23 @@ scripts/cli-reference.sh --check "$target/release/nereus"
 echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
 scripts/fuzz.sh ci
 
-# Starts nereus on a repository (extra flags after it) and sets $pid, $port and $grpc_port; its log
+# Starts nereus on a repository (extra flags after it) and sets $pid, $port, $grpc_port and
+# $metrics_port; its log
 # (standard output and error) goes to a file, which must hold no terminal escape byte.
 start_nereus() {
   local log
   log=$(mktemp)
   logs+=("$log")
   "$target/release/nereus" serve --model-repository "$1" --http-address 127.0.0.1 --http-port 0 \
-    --grpc-address 127.0.0.1 --grpc-port 0 --allow-metrics=false "${@:2}" >"$log" 2>&1 &
+    --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 "${@:2}" >"$log" 2>&1 &
   pid=$!
   pids+=("$pid")
-  port= grpc_port=
+  port= grpc_port= metrics_port=
   for _ in $(seq 1 600); do
     if grep -q 'Nereus is ready' "$log"; then
       port=$(sed -n 's/.*Started HTTPService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
       grpc_port=$(sed -n 's/.*Started GRPCInferenceService at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+      metrics_port=$(sed -n 's/.*Started Metrics Service at .*:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
       if grep -q $'\x1b' "$log"; then echo "the log written to a file has terminal escapes:"; cat -v "$log"; exit 1; fi
       return 0
     fi
@@ -62,6 +64,7 @@ start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_image_classifier.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_system_shm.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+"$venv/bin/python" tests/python/test_metrics.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "127.0.0.1:$metrics_port"
 stop_nereus
 
 echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"

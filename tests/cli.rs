@@ -33,6 +33,8 @@ impl Started {
                 "127.0.0.1",
                 "--grpc-port",
                 "0",
+                "--metrics-port",
+                "0",
             ])
             .args(["--disable-component-cache", "--strict-readiness=false"])
             .args(extra)
@@ -205,7 +207,16 @@ fn an_unusable_log_file_is_refused() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
         .args(["serve", "--model-repository"])
         .arg(repo.path())
-        .args(["--http-port", "0", "--grpc-port", "0", "--log-file", "/nonexistent/dir/server.log"])
+        .args([
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--log-file",
+            "/nonexistent/dir/server.log",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -208,7 +208,7 @@ fn http_stream_of_requests_while_the_owner_truncates() {
         && std::time::Instant::now() < deadline
         && !senders.iter().any(|t| t.is_finished())
     {
-        let which = if round % 2 == 0 { &input } else { &output };
+        let which = if round.is_multiple_of(2) { &input } else { &output };
         which.truncate(round % 7 * 8);
         std::thread::yield_now();
         which.truncate(128);
@@ -224,7 +224,7 @@ fn http_stream_of_requests_while_the_owner_truncates() {
     }
     // Both outcomes happened (a shrunk object was met, and a whole one), and nothing else did.
     assert!(total.values().sum::<usize>() >= 1500, "{total:?}");
-    assert!(total.get(&200).is_some() && total.get(&400).is_some(), "{total:?} in {round} rounds");
+    assert!(total.contains_key(&200) && total.contains_key(&400), "{total:?} in {round} rounds");
     still_serving(&s);
     let r = s.post_json("/v2/models/simple/infer", &shm_request("sin", "sout"));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -152,12 +152,30 @@ pub struct ServeArgs {
     /// Serve the gRPC endpoint.
     #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set)]
     pub allow_grpc: bool,
-    /// Accepted for tritonserver compatibility; the metrics endpoint is not in this build yet.
+    /// Port of the Prometheus metrics endpoint (`GET /metrics`); 0 picks a free one (the log says
+    /// which).
     #[arg(long = "metrics-port", default_value_t = 8002)]
     pub metrics_port: u16,
-    /// Accepted for tritonserver compatibility; with `true` a warning says metrics are not served yet.
+    /// Address the metrics endpoint listens on (default: `--http-address`).
+    #[arg(long = "metrics-address")]
+    pub metrics_address: Option<String>,
+    /// Serve Prometheus metrics, with tritonserver's names.
     #[arg(long = "allow-metrics", default_value_t = true, action = ArgAction::Set)]
     pub allow_metrics: bool,
+    /// Report the CPU utilisation and memory gauges (`nv_cpu_*`).
+    #[arg(long = "allow-cpu-metrics", default_value_t = true, action = ArgAction::Set)]
+    pub allow_cpu_metrics: bool,
+    /// Accepted for tritonserver compatibility: GPU gauges are not reported yet.
+    #[arg(long = "allow-gpu-metrics", default_value_t = true, action = ArgAction::Set)]
+    pub allow_gpu_metrics: bool,
+    /// How often the CPU and memory gauges are sampled at most, in ms.
+    #[arg(long = "metrics-interval-ms", default_value_t = 2000)]
+    pub metrics_interval_ms: u64,
+    /// A metrics setting, as tritonserver's: `summary_latencies=true` adds the
+    /// `nv_inference_*_summary_us` quantiles (a lock per request), `summary_quantiles=0.5:0.05,0.9:0.01`
+    /// chooses them. Repeatable.
+    #[arg(long = "metrics-config", value_name = "SETTING=VALUE")]
+    pub metrics_config: Vec<String>,
     /// Ready only when every model is ready (tritonserver's default).
     #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
     pub strict_readiness: bool,
@@ -211,6 +229,22 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The metrics settings from the flags; `None` with `--allow-metrics=false`.
+    pub fn metrics(&self) -> Result<Option<crate::metrics::MetricsOptions>, String> {
+        if !self.allow_metrics {
+            return Ok(None);
+        }
+        let mut options = crate::metrics::MetricsOptions {
+            interval: std::time::Duration::from_millis(self.metrics_interval_ms),
+            cpu: self.allow_cpu_metrics,
+            ..Default::default()
+        };
+        for setting in &self.metrics_config {
+            options.apply(setting)?;
+        }
+        Ok(Some(options))
+    }
+
     /// `--model-control-mode` with its polling interval.
     pub fn control_mode(&self) -> crate::control::ControlMode {
         use crate::control::ControlMode;

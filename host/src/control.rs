@@ -254,7 +254,13 @@ impl ModelControl {
         }
         let Some(failure) = entry.failure() else {
             let versions: Vec<&i64> = entry.versions.keys().collect();
-            tracing::info!("successfully loaded '{name}' version(s) {versions:?} in {:.0?}", started.elapsed());
+            let took = started.elapsed();
+            tracing::info!("successfully loaded '{name}' version(s) {versions:?} in {took:.0?}");
+            if let Some(metrics) = &self.ctx.metrics {
+                for version in entry.versions.keys() {
+                    metrics.loaded(name, *version, took);
+                }
+            }
             self.replace(name, entry);
             return Ok(());
         };

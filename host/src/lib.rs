@@ -20,6 +20,7 @@ pub mod frontend;
 pub mod gpu;
 pub mod load_error;
 pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod proto;
 pub mod repository;

@@ -41,6 +41,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?,
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
+    let metrics = args.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
     // The I/O threads first: the server's models are told how many there are (inline execution).
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
     let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
@@ -67,13 +68,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         inline_under: std::time::Duration::from_micros(args.inline_execution_us),
         busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
         busy_poll_min_spare_cpus: args.busy_poll_min_spare_cpus,
+        metrics,
     })?;
-    if args.allow_metrics {
-        tracing::warn!(
-            "the metrics endpoint is not part of this build yet; --metrics-port {} is not served",
-            args.metrics_port
-        );
-    }
     runtime.block_on(async {
         let mut tasks = Vec::new();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -125,6 +121,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     }
                 }));
             }
+        }
+        if args.allow_metrics {
+            let address = args.metrics_address.as_deref().unwrap_or(args.http_address.as_str());
+            let listener = tokio::net::TcpListener::bind((address, args.metrics_port)).await?;
+            tracing::info!("Started Metrics Service at {}", listener.local_addr()?);
+            let mut stop = stop_rx.clone();
+            tasks.push(tokio::spawn(nereus::frontend::metrics::serve(listener, server.clone(), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })));
         }
         announce_ready(&server, http_addr);
         shutdown_signal().await;

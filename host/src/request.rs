@@ -257,6 +257,11 @@ impl ResponseSender {
     }
 
     fn finish(&mut self, last: Final) -> bool {
+        self.finish_as(last, None)
+    }
+
+    /// Completes the request; a failure counts as `reason` when given, else by its error's kind.
+    fn finish_as(&mut self, last: Final, reason: Option<crate::metrics::FailureReason>) -> bool {
         if self.is_complete() {
             return false;
         }
@@ -264,13 +269,16 @@ impl ResponseSender {
             self.held = Some(last);
             return true;
         }
-        let ok = !matches!(last, Final::Outcome(Err(_)));
+        let outcome = match &last {
+            Final::Outcome(Err(e)) => Err(reason.unwrap_or(crate::metrics::FailureReason::of(e.kind))),
+            _ => Ok(()),
+        };
         self.count_response(match last {
             Final::Outcome(Ok(_)) => ResponseKind::Success,
             Final::Outcome(Err(_)) => ResponseKind::Fail,
             Final::FlagOnly => ResponseKind::Empty,
         });
-        self.stats.record_outcome(ok, self.arrived.elapsed());
+        self.stats.record_outcome(outcome, self.arrived.elapsed());
         self.held = Some(last);
         true
     }
@@ -279,6 +287,12 @@ impl ResponseSender {
     /// request was already complete.
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
         self.finish(Final::Outcome(outcome))
+    }
+
+    /// Fails the request as rejected by its scheduler (a full queue, a queue timeout): it never
+    /// executed, and counts as `REJECTED`. Returns `false` when it was already complete.
+    pub fn reject(&mut self, error: InferError) -> bool {
+        self.finish_as(Final::Outcome(Err(error)), Some(crate::metrics::FailureReason::Rejected))
     }
 
     /// Completes the request without a response (TRITONSERVER_RESPONSE_COMPLETE_FINAL alone).
@@ -358,5 +372,10 @@ impl Job {
     /// Fails the request unless it is already complete.
     pub fn fail(&mut self, error: InferError) {
         self.sender.send_final(Err(error));
+    }
+
+    /// Fails the request as rejected by its scheduler, unless it is already complete.
+    pub fn reject(&mut self, error: InferError) {
+        self.sender.reject(error);
     }
 }

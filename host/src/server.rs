@@ -10,6 +10,7 @@ use crate::backend::registry::{BackendOptions, Backends};
 use crate::backend::wasm::WasmRuntime;
 use crate::control::{ControlMode, ModelControl};
 use crate::error::InferError;
+use crate::metrics::Metrics;
 use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
 use crate::repository::overrides::LoadOverrides;
@@ -73,6 +74,8 @@ pub struct ServerOptions {
     pub busy_poll: std::time::Duration,
     /// The spare CPU under which the spinner rests (`--busy-poll-min-spare-cpus`).
     pub busy_poll_min_spare_cpus: f64,
+    /// Prometheus metrics (`--allow-metrics`, default on); `None` turns them off.
+    pub metrics: Option<crate::metrics::MetricsOptions>,
 }
 
 pub struct Server {
@@ -86,6 +89,7 @@ pub struct Server {
     /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
+    metrics: Option<Arc<Metrics>>,
     _runtime: Arc<WasmRuntime>,
 }
 
@@ -99,6 +103,10 @@ impl Server {
     /// kept as UNAVAILABLE with their reason.
     pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
         let runtime = WasmRuntime::new(options.cache_directory.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let metrics = match &options.metrics {
+            Some(o) => Some(Arc::new(Metrics::new(o).map_err(|e| anyhow::anyhow!("metrics: {e}"))?)),
+            None => None,
+        };
         let models = Arc::new(ModelTable::default());
         for device in crate::gpu::describe_devices() {
             tracing::info!("{device}");
@@ -117,6 +125,7 @@ impl Server {
             io_threads: Arc::new(IoThreads::new(options.io_threads)),
             models: models.clone(),
             test_hooks: options.test_hooks,
+            metrics: metrics.clone(),
         };
         let control = Arc::new(ModelControl::new(
             options.control_mode,
@@ -141,6 +150,7 @@ impl Server {
             shutting_down: AtomicBool::new(false),
             abandoned: AtomicU64::new(0),
             busy_poll,
+            metrics,
             _runtime: runtime,
         }))
     }
@@ -154,6 +164,23 @@ impl Server {
     /// unexecuted if it still waits for an instance.
     pub fn count_abandoned(&self) {
         self.abandoned.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.abandoned();
+        }
+    }
+
+    /// The metrics endpoint's text (`None` with `--allow-metrics=false`).
+    pub fn metrics_text(&self) -> Option<String> {
+        let metrics = self.metrics.as_ref()?;
+        let mut pending = Vec::new();
+        for entry in self.models.read().values() {
+            for state in entry.versions.values() {
+                if let Some(m) = state.ready() {
+                    pending.push((m.name.to_string(), m.version, m.queued() as u64));
+                }
+            }
+        }
+        Some(metrics.render(&pending))
     }
 
     /// Requests whose client went away before their answer, since the server started.

@@ -1,10 +1,12 @@
 //! Per model-version statistics in the shape of Triton's statistics extension. Request outcomes are
 //! recorded by the response sender (the one place every request ends); queue and compute times by
-//! the instance worker that executed the batch.
+//! the instance worker that executed the batch. The Prometheus metrics (`crate::metrics`) are
+//! counted in the same places, through the version's metric handles.
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::metrics::{FailureReason, ModelMetrics};
 use crate::proto::inference as pb;
 use parking_lot::Mutex;
 
@@ -82,12 +84,32 @@ pub struct ModelStats {
     /// Requests dropped before they executed because their client had gone (they count as
     /// failures too, as tritonserver counts a cancelled request).
     cancelled: AtomicU64,
+    /// The version's Prometheus metrics (none with `--allow-metrics=false`).
+    metrics: Option<ModelMetrics>,
 }
 
 impl ModelStats {
-    /// A request finished, successfully or not, `total` after it arrived.
-    pub fn record_outcome(&self, ok: bool, total: Duration) {
-        if ok { &self.success } else { &self.fail }.record(total);
+    /// Statistics that also count into `metrics`.
+    pub fn new(metrics: Option<ModelMetrics>) -> Self {
+        ModelStats { metrics, ..Default::default() }
+    }
+
+    /// A request finished, successfully or failed for a reason, `total` after it arrived.
+    pub fn record_outcome(&self, outcome: Result<(), FailureReason>, total: Duration) {
+        match outcome {
+            Ok(()) => {
+                self.success.record(total);
+                if let Some(m) = &self.metrics {
+                    m.succeeded(total);
+                }
+            }
+            Err(reason) => {
+                self.fail.record(total);
+                if let Some(m) = &self.metrics {
+                    m.failed(reason);
+                }
+            }
+        }
     }
 
     /// The `index`-th response of a decoupled model's request, `took` after the previous one (or
@@ -109,6 +131,9 @@ impl ModelStats {
     /// A request dropped unexecuted because its client had gone.
     pub fn record_cancelled(&self) {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.dropped_client_gone();
+        }
     }
 
     /// Requests dropped unexecuted because their client had gone.
@@ -118,6 +143,9 @@ impl ModelStats {
 
     pub fn record_queue(&self, waited: Duration) {
         self.queue.record(waited);
+        if let Some(m) = &self.metrics {
+            m.queued(waited);
+        }
     }
 
     /// One execution of `requests` requests totalling `batch_size` inferences.
@@ -127,6 +155,9 @@ impl ModelStats {
         self.compute_input.record_n(requests, times.input);
         self.compute_infer.record_n(requests, times.infer);
         self.compute_output.record_n(requests, times.output);
+        if let Some(m) = &self.metrics {
+            m.executed(requests, batch_size, times.input, times.infer, times.output);
+        }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
         self.last_inference_ms.store(now, Ordering::Relaxed);
         let mut batches = self.batches.lock();

@@ -123,7 +123,7 @@ impl Server {
             .arg("--model-repository")
             .arg(repo)
             .args(["--http-port", "0", "--http-address", "127.0.0.1", "--test-hooks"])
-            .args(["--grpc-port", "0", "--grpc-address", "127.0.0.1"])
+            .args(["--grpc-port", "0", "--grpc-address", "127.0.0.1", "--metrics-port", "0"])
             .arg("--cache-directory")
             .arg(cache_dir())
             .args(extra)
@@ -170,6 +170,25 @@ impl Server {
             }
         }
         Server { child, port: port.unwrap_or_default(), grpc_port: grpc_port.unwrap_or_default(), log }
+    }
+
+    /// The metrics endpoint's port, from the server's log line `Started Metrics Service at …`.
+    pub fn metrics_port(&self) -> u16 {
+        let marker = "Started Metrics Service at ";
+        let port = || {
+            let log = self.log();
+            let line = log.lines().find(|l| l.contains(marker))?.to_string();
+            line.split(marker).nth(1)?.trim().trim_end_matches('"').rsplit(':').next()?.parse().ok()
+        };
+        self.wait_until("the metrics endpoint", || port().is_some());
+        port().unwrap_or_default()
+    }
+
+    /// `GET /metrics`: the metrics endpoint's text.
+    pub fn metrics(&self) -> String {
+        let r = http(self.metrics_port(), "GET", "/metrics", &[], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
     }
 
     /// The server's process id.
@@ -393,7 +412,7 @@ pub fn refused_start(repo: &Path, extra: &[&str]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
         .args(["serve", "--model-repository"])
         .arg(repo)
-        .args(["--http-port", "0", "--grpc-port", "0"])
+        .args(["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

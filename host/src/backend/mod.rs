@@ -78,6 +78,9 @@ pub struct VersionLoad<'a> {
     pub health: &'a Arc<Health>,
     /// The version's test hooks (`--test-hooks` only), e.g. to refuse instance rebuilds.
     pub hooks: Option<&'a Arc<TestHooks>>,
+    /// The version's Prometheus metrics, where a backend counts what only it sees (faults,
+    /// rebuilds).
+    pub metrics: Option<&'a crate::metrics::ModelMetrics>,
 }
 
 /// A loaded version's instances, and what to finalise after them.

@@ -1,5 +1,6 @@
 //! Frontends.
 pub mod grpc;
 pub mod http;
+pub mod metrics;
 pub mod restricted;
 pub mod tls;

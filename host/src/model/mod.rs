@@ -41,6 +41,8 @@ pub struct SchedulerSetup {
     pub io_threads: Arc<IoThreads>,
     /// The version's test hooks (`--test-hooks` only).
     pub hooks: Option<Arc<TestHooks>>,
+    /// The version's Prometheus metrics (none with `--allow-metrics=false`).
+    pub metrics: Option<crate::metrics::ModelMetrics>,
 }
 
 pub struct ModelVersion {
@@ -71,9 +73,9 @@ impl ModelVersion {
         setup: SchedulerSetup,
     ) -> Self {
         let probe = Arc::new(ExecutionProbe::default());
-        let stats = Arc::new(ModelStats::default());
         use crate::config::schema::model_config::SchedulingChoice;
-        let SchedulerSetup { instance_poll, inline_under, sequence, io_threads, hooks } = setup;
+        let SchedulerSetup { instance_poll, inline_under, sequence, io_threads, hooks, metrics } = setup;
+        let stats = Arc::new(ModelStats::new(metrics));
         let ctx = WorkerContext {
             probe: probe.clone(),
             stats: stats.clone(),

@@ -179,12 +179,19 @@ pub struct LoadContext {
     pub models: Arc<ModelTable>,
     /// Give every version test hooks (`--test-hooks`).
     pub test_hooks: bool,
+    /// The server's Prometheus metrics (none with `--allow-metrics=false`).
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl LoadContext {
     /// A version's test hooks: `Some` only with `--test-hooks`.
     fn hooks(&self) -> Option<Arc<TestHooks>> {
         self.test_hooks.then(|| Arc::new(TestHooks::default()))
+    }
+
+    /// A version's metric handles: `Some` unless metrics are off.
+    fn metrics(&self, name: &str, version: i64) -> Option<crate::metrics::ModelMetrics> {
+        self.metrics.as_ref().map(|m| m.model(name, version))
     }
 }
 
@@ -369,12 +376,14 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     let mut versions = BTreeMap::new();
     for version in selected {
         let hooks = ctx.hooks();
+        let metrics = ctx.metrics(name, version);
         let setup = SchedulerSetup {
             instance_poll: ctx.instance_poll,
             inline_under,
             sequence: sequence.clone(),
             io_threads: ctx.io_threads.clone(),
             hooks: hooks.clone(),
+            metrics: metrics.clone(),
         };
         let load = VersionLoad {
             backend: &backend,
@@ -385,6 +394,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
             instances: &instances,
             health: &Arc::new(Health::default()),
             hooks: hooks.as_ref(),
+            metrics: metrics.as_ref(),
         };
         let state = match load_version(factory.as_ref(), &load, setup) {
             Ok(m) => VersionState::Ready(Arc::new(m)),
@@ -446,7 +456,7 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
     let versions = selected
         .into_iter()
         .map(|version| {
-            let stats = Arc::new(ModelStats::default());
+            let stats = Arc::new(ModelStats::new(ctx.metrics(name, version)));
             let scheduler =
                 EnsembleScheduler { ensemble: ensemble.clone(), version, models: models.clone(), stats: stats.clone() };
             let model = ModelVersion::with_scheduler(

@@ -199,7 +199,7 @@ impl Schedule for DynamicBatcher {
         let deadline_before = state.queues.next_deadline();
         if let Err(mut job) = state.queues.push(job, batch_size, now) {
             drop(state);
-            job.fail(InferError::unavailable(QUEUE_FULL));
+            job.reject(InferError::unavailable(QUEUE_FULL));
             return Ok(());
         }
         // Wake an idle worker only when the arrival changes what it would do: the queue was empty
@@ -271,7 +271,7 @@ impl Shared {
 
 fn reject(rejected: Vec<Queued>) {
     for mut q in rejected {
-        q.job.fail(InferError::unavailable(TIMEOUT_EXPIRED));
+        q.job.reject(InferError::unavailable(TIMEOUT_EXPIRED));
     }
 }
 

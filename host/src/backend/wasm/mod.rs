@@ -74,10 +74,13 @@ impl BackendFactory for WasmBackends {
                 },
                 component::Source::Bundled(bytes) => bytes.into(),
             };
-        let compiled = self
+        let (compiled, source) = self
             .runtime
             .load(&bytes)
             .map_err(|error| LoadError::NotAComponent { backend: v.backend.to_string(), error })?;
+        if let Some(m) = v.metrics {
+            m.component_loaded(source);
+        }
         if policy.grant_model_dir {
             policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
         }
@@ -95,6 +98,7 @@ impl BackendFactory for WasmBackends {
             instances: v.instances,
             health: v.health.clone(),
             hooks: v.hooks.cloned(),
+            metrics: v.metrics.cloned(),
         })?;
         Ok(LoadedVersion { instances: loaded.instances, teardown: Some(Box::new(loaded.teardown)) })
     }
@@ -217,6 +221,7 @@ struct WasmLoad<'a> {
     pub instances: &'a [InstanceDesc],
     pub health: Arc<Health>,
     pub hooks: Option<Arc<TestHooks>>,
+    pub metrics: Option<crate::metrics::ModelMetrics>,
 }
 
 /// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), model, then
@@ -282,6 +287,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
                 version: params.version,
                 health: params.health.clone(),
                 hooks: params.hooks.clone(),
+                metrics: params.metrics.clone(),
                 rebuild_pending: false,
             })),
             Err(e) => {
@@ -304,6 +310,8 @@ struct WasmInstance {
     version: i64,
     health: Arc<Health>,
     hooks: Option<Arc<TestHooks>>,
+    /// The version's metrics: faults and rebuilds.
+    metrics: Option<crate::metrics::ModelMetrics>,
     /// The store was dropped during an inline execution; the worker rebuilds it (building runs
     /// the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
@@ -359,7 +367,12 @@ impl WasmInstance {
             self.factory.build(&self.info).map_err(|e| e.to_string())
         };
         match built {
-            Ok(sandbox) => self.sandbox = Some(sandbox),
+            Ok(sandbox) => {
+                self.sandbox = Some(sandbox);
+                if let Some(m) = &self.metrics {
+                    m.rebuilt();
+                }
+            }
             Err(e) => {
                 let reason = format!("instance '{}' could not be rebuilt after a fault: {e}", self.info.name);
                 tracing::error!("model '{}': {reason}", self.factory.model_info.name);
@@ -422,10 +435,13 @@ impl BackendInstance for WasmInstance {
                 );
                 (None, true)
             }
-            Executed::HostPanicked(message) => (
-                Some(InferError::internal(format!("model '{model}': the host failed while executing: {message}"))),
-                true,
-            ),
+            Executed::HostPanicked(message) => {
+                if let Some(m) = &self.metrics {
+                    m.fault(crate::metrics::FaultKind::Other);
+                }
+                let error = format!("model '{model}': the host failed while executing: {message}");
+                (Some(InferError::internal(error)), true)
+            }
             // The usual outcome: nothing to say (and no message to format per request).
             Executed::Returned(Ok(())) if batch.jobs.iter().all(|j| j.sender.is_complete()) => (None, false),
             Executed::Returned(Ok(())) if self.factory.decoupled => (
@@ -440,7 +456,12 @@ impl BackendInstance for WasmInstance {
             Executed::Returned(Err(message)) => {
                 (Some(InferError::internal(format!("model '{model}' failed to execute: {message}"))), false)
             }
-            Executed::Faulted(fault) => (Some(InferError::internal(fault.0)), true),
+            Executed::Faulted(fault) => {
+                if let Some(m) = &self.metrics {
+                    m.fault(fault.kind);
+                }
+                (Some(InferError::internal(fault.message)), true)
+            }
         };
         if let Some(error) = &error {
             for job in &mut batch.jobs {

@@ -18,6 +18,7 @@ use super::bindings::{Backend, BackendPre};
 use super::io_guard::GuardedIo;
 use super::policy::MAX_MEMORY_BYTES;
 use super::state::SandboxState;
+use crate::metrics::ComponentSource;
 use wasmtime_wasi::p2::bindings::sync::io::{poll, streams};
 
 /// How often the epoch advances; execution deadlines are counted in these ticks.
@@ -118,7 +119,8 @@ impl WasmRuntime {
 
     /// Compiles (or fetches from the caches) the component in `bytes` and type-checks it against the
     /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
-    pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<Arc<CompiledComponent>> {
+    /// Also says where the compiled code came from.
+    pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
         // The two commonest mistakes, said plainly before the parser's own words.
         if !bytes.starts_with(b"\0asm") {
             wasmtime::bail!("not a WebAssembly binary (it does not start with the \\0asm header)");
@@ -128,19 +130,19 @@ impl WasmRuntime {
         }
         let digest = hex(&Sha256::digest(bytes));
         if let Some(hit) = self.compiled.lock().get(&digest) {
-            return Ok(hit.clone());
+            return Ok((hit.clone(), ComponentSource::Memory));
         }
-        let component = self.compile_cached(&digest, bytes)?;
+        let (component, source) = self.compile_cached(&digest, bytes)?;
         let instance_pre = self.linker.instantiate_pre(&component)?;
         let pre = BackendPre::new(instance_pre)?;
         let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre });
         self.compiled.lock().insert(digest, compiled.clone());
-        Ok(compiled)
+        Ok((compiled, source))
     }
 
-    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> wasmtime::Result<Component> {
+    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> wasmtime::Result<(Component, ComponentSource)> {
         let Some(dir) = &self.cache_dir else {
-            return Component::new(&self.engine, bytes);
+            return Ok((Component::new(&self.engine, bytes)?, ComponentSource::Compiled));
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.engine.precompile_compatibility_hash().hash(&mut h);
@@ -151,7 +153,7 @@ impl WasmRuntime {
             // compatibility hash; wasmtime additionally checks the artifact's header.
             #[allow(unsafe_code)]
             match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(component) => return Ok(component),
+                Ok(component) => return Ok((component, ComponentSource::Disk)),
                 Err(e) => {
                     tracing::warn!("ignoring unusable cached component {}: {e}", path.display())
                 }
@@ -165,9 +167,8 @@ impl WasmRuntime {
         }
         #[allow(unsafe_code)]
         // SAFETY: `serialized` was produced just above by this engine.
-        unsafe {
-            Component::deserialize(&self.engine, &serialized)
-        }
+        let component = unsafe { Component::deserialize(&self.engine, &serialized)? };
+        Ok((component, ComponentSource::Compiled))
     }
 }
 

@@ -13,6 +13,7 @@ use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
 pub use super::state::{ActiveBatch, SandboxState};
 use crate::load_error::PluginError;
+use crate::metrics::FaultKind;
 
 /// One finalisation export of the component, called with its store.
 type FinalizeCall = fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<()>;
@@ -20,7 +21,18 @@ type FinalizeCall = fn(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<(
 /// A failure of the sandbox itself (trap, deadline, memory cap), as opposed to an error the
 /// plugin returned. The sandbox must not be used again after one.
 #[derive(Debug, Clone)]
-pub struct Fault(pub String);
+pub struct Fault {
+    /// What the client and the log are told: the sandbox and the limit.
+    pub message: String,
+    /// Which limit, for `nereus_sandbox_faults{kind}`.
+    pub kind: FaultKind,
+}
+
+impl Fault {
+    fn other(message: String) -> Fault {
+        Fault { message, kind: FaultKind::Other }
+    }
+}
 
 /// How an `execute` call ended.
 #[derive(Debug)]
@@ -58,7 +70,7 @@ fn log_guest_backtrace(fault: &Fault, e: &wasmtime::Error) {
     if backtrace.is_none() && e.downcast_ref::<Trap>().is_none() {
         return;
     }
-    let mut log = fault.0.clone();
+    let mut log = fault.message.clone();
     match backtrace.map(WasmBacktrace::frames).filter(|frames| !frames.is_empty()) {
         None => log.push_str("; no guest backtrace"),
         Some(frames) => {
@@ -133,7 +145,7 @@ pub enum CallError {
 
 impl From<Fault> for PluginError {
     fn from(fault: Fault) -> Self {
-        PluginError::Fault(fault.0)
+        PluginError::Fault(fault.message)
     }
 }
 
@@ -177,14 +189,14 @@ impl Sandbox {
         let mut wasi = WasiCtx::builder();
         if let Some(dir) = &policy.model_dir {
             wasi.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly)
-                .map_err(|e| Fault(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
+                .map_err(|e| Fault::other(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
         }
         let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, label);
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(Self::deadline_ticks(policy));
-        store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault(e.to_string()))?;
+        store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault::other(e.to_string()))?;
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
         Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh, faulted: false })
     }
@@ -197,18 +209,21 @@ impl Sandbox {
     /// backtrace (see [`log_guest_backtrace`]): the message is the client's, the log the author's.
     fn fault_of(store: &Store<SandboxState>, policy: &SandboxPolicy, e: wasmtime::Error) -> Fault {
         let data = store.data();
-        let what = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-            format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis())
+        let (kind, what) = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            (
+                FaultKind::Deadline,
+                format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis()),
+            )
         } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
-            format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX))
+            (FaultKind::Fuel, format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX)))
         } else if data.limiter.denied_memory {
-            format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20)
+            (FaultKind::Memory, format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20))
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
-            format!("trapped: {trap}")
+            (FaultKind::Trap, format!("trapped: {trap}"))
         } else {
-            format!("failed: {}", e.root_cause())
+            (FaultKind::Other, format!("failed: {}", e.root_cause()))
         };
-        let fault = Fault(format!("{} {what}", data.label));
+        let fault = Fault { message: format!("{} {what}", data.label), kind };
         log_guest_backtrace(&fault, &e);
         fault
     }
@@ -297,7 +312,7 @@ impl Sandbox {
         ];
         for (level, step) in steps {
             if self.level >= level
-                && let Err(Fault(e)) = self.lifecycle(step)
+                && let Err(Fault { message: e, .. }) = self.lifecycle(step)
             {
                 tracing::warn!("{label}: finalisation failed: {e}");
                 return;
