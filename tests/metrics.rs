@@ -93,16 +93,15 @@ dynamic_batching { default_queue_policy { max_queue_size: 1 } }"#,
     }
     // queue: one executing (held), one queued, one rejected.
     s.gate("queue", false);
-    let held = {
+    // One after the other: sent together, the two could make one batch.
+    let send = || {
         let port = s.port;
         let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [1]}]});
-        (0..2)
-            .map(|_| {
-                let body = body.to_string();
-                std::thread::spawn(move || http(port, "POST", "/v2/models/queue/infer", &[], body.as_bytes()))
-            })
-            .collect::<Vec<_>>()
+        std::thread::spawn(move || http(port, "POST", "/v2/models/queue/infer", &[], body.to_string().as_bytes()))
     };
+    let mut held = vec![send()];
+    s.wait_until("one executing", || s.executions("queue").0 == 1);
+    held.push(send());
     s.wait_until("one executing, one queued", || s.executions("queue").0 == 1 && s.queued("queue") == 1);
     let during = scrape(&s);
     assert_eq!(model_value(&during, "nv_inference_pending_request_count", "queue"), 1.0);
@@ -148,6 +147,74 @@ dynamic_batching { default_queue_policy { max_queue_size: 1 } }"#,
 
     // Other paths on the metrics port are not found.
     assert_eq!(http(s.metrics_port(), "GET", "/v2", &[], b"").status, 404);
+}
+
+/// `nereus_wasm_memory_bytes` follows the linear memory of a model's sandboxes: it grows with
+/// what a plugin allocates, gives back what a faulted instance held, and falls to 0
+/// when the model is unloaded.
+#[test]
+fn wasm_memory_follows_the_sandboxes() {
+    let repo = Repo::new();
+    let one_instance = r#"instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters [ { key: "sandbox.memory_limit_mb" value: { string_value: "64" } } ]"#;
+    let dir = repo.model("faults", &faults_config("faults", one_instance), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &["--model-control-mode", "explicit", "--load-model", "faults"]);
+    let memory = || model_value(&scrape(&s), "nereus_wasm_memory_bytes", "faults");
+    let loaded = memory();
+    assert!(loaded > 0.0, "the model and instance sandboxes have linear memory: {loaded}");
+
+    let mut big = faults_request("huge_output");
+    big["parameters"]["count"] = json!(4 << 20);
+    let r = s.post_json("/v2/models/faults/infer", &big);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let grown = memory();
+    assert!(grown >= loaded + (16 << 20) as f64, "a 16 MiB output grew the instance's memory: {loaded} -> {grown}");
+
+    let r = s.post_json("/v2/models/faults/infer", &faults_request("oom"));
+    assert!(r.error().contains("exceeded its memory limit of 64 MiB"), "{}", r.text());
+    // The faulted store is dropped before the answer goes out (its rebuild may come later).
+    let after_fault = memory();
+    assert!(after_fault < grown, "the faulted instance's memory was given back: {grown} -> {after_fault}");
+
+    let r = s.post_json("/v2/repository/models/faults/unload", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(memory(), 0.0, "an unloaded model holds no sandbox memory");
+}
+
+/// The GPU gauges, labelled by each CUDA device's UUID, where the machine has GPUs (and nothing of
+/// them where it has none, as a tritonserver without GPUs).
+#[test]
+fn gpu_gauges_for_each_cuda_device() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--metrics-interval-ms", "50"]);
+    let gauges = ["nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes", "nv_gpu_power_limit"];
+    let samples = scrape(&s);
+    let devices = nereus::gpu::device_count();
+    if devices == 0 {
+        for g in gauges.iter().chain(&["nv_gpu_power_usage", "nv_energy_consumption"]) {
+            assert!(samples.iter().all(|x| x.metric != *g), "no GPU, no {g}");
+        }
+        eprintln!("no CUDA device here: checked only that no GPU gauge is reported");
+        return;
+    }
+    for ordinal in 0..devices {
+        let uuid = nereus::gpu::device_uuid(ordinal).expect("the device's UUID");
+        assert!(uuid.starts_with("GPU-"), "{uuid}");
+        let get = |samples: &[prometheus_parse::Sample], g: &str| {
+            value(samples, g, &[("gpu_uuid", uuid.as_str())]).unwrap_or_else(|| panic!("no {g} for {uuid}"))
+        };
+        let total = get(&samples, "nv_gpu_memory_total_bytes");
+        assert!(total > (1u64 << 30) as f64, "a GPU has more than 1 GiB: {total}");
+        let used = get(&samples, "nv_gpu_memory_used_bytes");
+        assert!((0.0..=total).contains(&used), "{used} of {total}");
+        let utilization = get(&samples, "nv_gpu_utilization");
+        assert!((0.0..=1.0).contains(&utilization), "{utilization}");
+        assert!(get(&samples, "nv_gpu_power_limit") > 0.0);
+        let energy = get(&samples, "nv_energy_consumption");
+        s.wait_until("the energy counter to grow", || get(&scrape(&s), "nv_energy_consumption") > energy);
+    }
 }
 
 /// Counters belong to the model and version, not to a loaded instance of it: a reload keeps them.

@@ -165,10 +165,11 @@ pub struct ServeArgs {
     /// Report the CPU utilisation and memory gauges (`nv_cpu_*`).
     #[arg(long = "allow-cpu-metrics", default_value_t = true, action = ArgAction::Set)]
     pub allow_cpu_metrics: bool,
-    /// Accepted for tritonserver compatibility: GPU gauges are not reported yet.
+    /// Report the GPU gauges (utilization, memory, power, energy) of the CUDA devices, through
+    /// NVML.
     #[arg(long = "allow-gpu-metrics", default_value_t = true, action = ArgAction::Set)]
     pub allow_gpu_metrics: bool,
-    /// How often the CPU and memory gauges are sampled at most, in ms.
+    /// How often the CPU, memory and GPU gauges are sampled at most, in ms.
     #[arg(long = "metrics-interval-ms", default_value_t = 2000)]
     pub metrics_interval_ms: u64,
     /// A metrics setting, as tritonserver's: `summary_latencies=true` adds the
@@ -237,6 +238,7 @@ impl ServeArgs {
         let mut options = crate::metrics::MetricsOptions {
             interval: std::time::Duration::from_millis(self.metrics_interval_ms),
             cpu: self.allow_cpu_metrics,
+            gpu: self.allow_gpu_metrics,
             ..Default::default()
         };
         for setting in &self.metrics_config {

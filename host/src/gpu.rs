@@ -63,6 +63,19 @@ pub fn describe_devices() -> Vec<String> {
         .collect()
 }
 
+/// The UUID of the CUDA device `ordinal`, as NVML and tritonserver's `gpu_uuid` label spell it
+/// (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`); `None` if the driver cannot tell.
+pub fn device_uuid(ordinal: usize) -> Option<String> {
+    if ordinal >= device_count() {
+        return None;
+    }
+    let device = result::device::get(ordinal as i32).ok()?;
+    let uuid = result::device::get_uuid(device).ok()?;
+    let b: Vec<u8> = uuid.bytes.iter().map(|c| *c as u8).collect();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    Some(format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16)))
+}
+
 /// Page-locked host memory owned by one instance, grown on demand and never shrunk.
 struct Pinned {
     ctx: Arc<CudaContext>,

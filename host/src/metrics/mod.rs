@@ -1,5 +1,5 @@
 //! Prometheus metrics, with tritonserver's names, labels and meanings (`nv_inference_*`,
-//! `nv_model_load_duration_secs`, `nv_cpu_*`), and Nereus's own (`nereus_*`: sandbox faults,
+//! `nv_model_load_duration_secs`, `nv_cpu_*`, `nv_gpu_*`), and Nereus's own (`nereus_*`: sandbox faults,
 //! instance rebuilds, the component cache, requests whose client left), in the text format
 //! tritonserver serves on `--metrics-port`.
 //!
@@ -9,6 +9,7 @@
 //! to the loaded version, so counters carry on across reloads as a Prometheus counter must (and
 //! as tritonserver's do). Gauges that describe the present (pending requests, CPU, memory) are read
 //! when the endpoint is scraped.
+pub mod gpu;
 pub mod summary;
 pub mod system;
 
@@ -17,7 +18,8 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Counter, CounterVec, Encoder, GaugeVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use crate::error::ErrorKind;
@@ -128,6 +130,8 @@ pub struct MetricsOptions {
     pub interval: Duration,
     /// `--allow-cpu-metrics`.
     pub cpu: bool,
+    /// `--allow-gpu-metrics` (reported when the server has CUDA devices and NVML loads).
+    pub gpu: bool,
 }
 
 impl Default for MetricsOptions {
@@ -137,6 +141,7 @@ impl Default for MetricsOptions {
             summary_quantiles: vec![0.5, 0.9, 0.95, 0.99],
             interval: Duration::from_millis(2000),
             cpu: true,
+            gpu: true,
         }
     }
 }
@@ -188,9 +193,11 @@ pub struct Metrics {
     rebuilds: IntCounterVec,
     cancelled: IntCounterVec,
     component_loads: IntCounterVec,
+    wasm_memory: IntGaugeVec,
     abandoned: IntCounter,
     summaries: Option<Arc<LatencySummaries>>,
     system: Option<SystemGauges>,
+    gpu: Option<gpu::GpuGauges>,
 }
 
 /// The labels of a model version's metrics, as tritonserver's.
@@ -285,6 +292,16 @@ impl Metrics {
                     &["model", "version", "source"],
                 )?,
             )?,
+            wasm_memory: add(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "nereus_wasm_memory_bytes",
+                        "Linear memory of the model's sandboxes (its instances and its model sandbox), in bytes",
+                    ),
+                    MODEL_LABELS,
+                )?,
+            )?,
             abandoned: add(
                 &registry,
                 IntCounter::new(
@@ -296,6 +313,7 @@ impl Metrics {
                 .summary_latencies
                 .then(|| Arc::new(LatencySummaries::new(options.summary_quantiles.clone()))),
             system: options.cpu.then(|| SystemGauges::new(&registry, options.interval)).transpose()?,
+            gpu: if options.gpu { gpu::GpuGauges::new(&registry, options.interval)? } else { None },
             registry,
         })
     }
@@ -321,6 +339,7 @@ impl Metrics {
             cancelled: self.cancelled.with_label_values(&labels),
             component_loads: [ComponentSource::Memory, ComponentSource::Disk, ComponentSource::Compiled]
                 .map(|s| with_kind(&self.component_loads, s.label())),
+            wasm_memory: self.wasm_memory.with_label_values(&labels),
             summaries: self.summaries.as_ref().map(|s| s.model(name, version)),
         }
     }
@@ -344,6 +363,9 @@ impl Metrics {
         }
         if let Some(system) = &self.system {
             system.sample();
+        }
+        if let Some(gpu) = &self.gpu {
+            gpu.sample();
         }
         let mut families = self.registry.gather();
         if let Some(summaries) = &self.summaries {
@@ -372,6 +394,7 @@ pub struct ModelMetrics {
     rebuilds: IntCounter,
     cancelled: IntCounter,
     component_loads: [IntCounter; 3],
+    wasm_memory: IntGauge,
     summaries: Option<Arc<summary::ModelSummaries>>,
 }
 
@@ -432,6 +455,12 @@ impl ModelMetrics {
     /// The version's backend component was loaded (once per version, at load).
     pub fn component_loaded(&self, source: ComponentSource) {
         self.component_loads[source as usize].inc();
+    }
+
+    /// The gauge of the version's sandboxes' linear memory, which they add to and take from as
+    /// it grows and as they go.
+    pub fn wasm_memory(&self) -> IntGauge {
+        self.wasm_memory.clone()
     }
 
     /// A sandboxed instance was rebuilt after a fault.

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
-use sandbox::{ActiveBatch, Executed, Sandbox};
+use sandbox::{ActiveBatch, Executed, MemoryMeter, Sandbox};
 
 use super::{
     BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad,
@@ -124,8 +124,8 @@ impl BackendRegistry {
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox =
-            Sandbox::new(runtime, component, &SandboxPolicy::default(), label).map_err(PluginError::from)?;
+        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), MemoryMeter::default(), label)
+            .map_err(PluginError::from)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
             return Err(LoadError::BackendInit { backend: backend_name.to_string(), source: e.into() });
@@ -158,12 +158,14 @@ struct InstanceFactory {
     model_info: bindings::ModelInfo,
     io: Arc<IoSpec>,
     decoupled: bool,
+    /// The version's Wasm memory gauge, which every sandbox of the model counts on.
+    memory: MemoryMeter,
 }
 
 impl InstanceFactory {
     fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, PluginError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
-        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, label)?;
+        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, self.memory.clone(), label)?;
         let result = sandbox
             .initialize_backend(&self.backend_name)
             .and_then(|_| sandbox.initialize_model(&self.model_info))
@@ -235,16 +237,18 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         config_json: params.config_json,
     };
     let label: Arc<str> = format!("model '{}'", params.model_name).into();
-    let model_sandbox =
-        Sandbox::new(params.runtime, &params.component, &params.policy, label).map_err(PluginError::from).and_then(
-            |mut s| match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
+    let memory = MemoryMeter::new(params.metrics.as_ref().map(|m| m.wasm_memory()));
+    let model_sandbox = Sandbox::new(params.runtime, &params.component, &params.policy, memory.clone(), label)
+        .map_err(PluginError::from)
+        .and_then(|mut s| {
+            match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
                 Ok(()) => Ok(s),
                 Err(e) => {
                     s.finalize();
                     Err(PluginError::from(e))
                 }
-            },
-        );
+            }
+        });
     let teardown = WasmModelTeardown {
         model_sandbox: None,
         registry: params.registry.clone(),
@@ -267,6 +271,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         model_info,
         io: params.io,
         decoupled: params.decoupled,
+        memory,
     });
     let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
     for desc in params.instances {

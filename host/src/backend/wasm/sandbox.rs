@@ -11,7 +11,7 @@ use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
 use super::io_guard::WouldBlock;
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
-pub use super::state::{ActiveBatch, SandboxState};
+pub use super::state::{ActiveBatch, MemoryMeter, SandboxState};
 use crate::load_error::PluginError;
 use crate::metrics::FaultKind;
 
@@ -177,11 +177,13 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Instantiates `component` in a new store with `policy`'s limits.
+    /// Instantiates `component` in a new store with `policy`'s limits, its linear memory counted
+    /// on `meter`.
     pub fn new(
         runtime: &WasmRuntime,
         component: &CompiledComponent,
         policy: &SandboxPolicy,
+        meter: MemoryMeter,
         label: Arc<str>,
     ) -> Result<Self, Fault> {
         // Deny by default: no environment, arguments, network or stdio, and no directory unless
@@ -191,7 +193,7 @@ impl Sandbox {
             wasi.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly)
                 .map_err(|e| Fault::other(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
         }
-        let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, label);
+        let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, meter, label);
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();

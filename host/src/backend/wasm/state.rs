@@ -13,23 +13,71 @@ use crate::request::Job;
 use crate::validate::IoSpec;
 
 /// Caps a sandbox's linear memory and tables, remembering whether it refused a growth so that a
-/// resulting trap can be reported as the memory limit it is.
+/// resulting trap can be reported as the memory limit it is, and counts the linear memory it let
+/// the sandbox have on its model version's [`MemoryMeter`] (given back when the store goes).
 pub struct Limiter {
     memory_limit: usize,
     pub(super) denied_memory: bool,
+    meter: MemoryMeter,
+    /// Linear memory this store holds, in bytes, as counted on `meter`.
+    in_use: usize,
+    /// The growth just counted, taken back if wasmtime then fails it.
+    last_growth: usize,
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.denied_memory = true;
             return Ok(false);
         }
+        // Beyond the memory's own maximum the growth fails without a word to the limiter.
+        if maximum.is_none_or(|m| desired <= m) {
+            self.last_growth = desired.saturating_sub(current);
+            self.in_use += self.last_growth;
+            self.meter.add(self.last_growth);
+        }
         Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.in_use -= self.last_growth;
+        self.meter.sub(self.last_growth);
+        self.last_growth = 0;
+        Ok(())
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.meter.sub(self.in_use);
+    }
+}
+
+/// Where the sandboxes of one model version count their linear memory: its
+/// `nereus_wasm_memory_bytes` gauge, or nowhere (metrics off; the backends' own sandboxes).
+#[derive(Clone, Default)]
+pub struct MemoryMeter(Option<prometheus::IntGauge>);
+
+impl MemoryMeter {
+    pub fn new(gauge: Option<prometheus::IntGauge>) -> Self {
+        MemoryMeter(gauge)
+    }
+
+    fn add(&self, bytes: usize) {
+        if let Some(g) = &self.0 {
+            g.add(bytes as i64);
+        }
+    }
+
+    fn sub(&self, bytes: usize) {
+        if let Some(g) = &self.0 {
+            g.sub(bytes as i64);
+        }
     }
 }
 
@@ -68,12 +116,13 @@ impl WasiView for SandboxState {
 }
 
 impl SandboxState {
-    /// A fresh store's state: `wasi` as the policy built it, memory capped at `memory_limit` bytes.
-    pub fn new(wasi: WasiCtx, memory_limit: usize, label: Arc<str>) -> Self {
+    /// A fresh store's state: `wasi` as the policy built it, memory capped at `memory_limit` bytes
+    /// and counted on `meter`.
+    pub fn new(wasi: WasiCtx, memory_limit: usize, meter: MemoryMeter, label: Arc<str>) -> Self {
         SandboxState {
             wasi,
             table: ResourceTable::new(),
-            limiter: Limiter { memory_limit, denied_memory: false },
+            limiter: Limiter { memory_limit, denied_memory: false, meter, in_use: 0, last_growth: 0 },
             label,
             batch: None,
             may_block: true,
