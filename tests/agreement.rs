@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::*;
 use nereus::proto::inference as pb;
 use pb::infer_parameter::ParameterChoice;
-use pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use pb::model_infer_request::InferRequestedOutputTensor;
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -51,21 +51,12 @@ fn param(v: ParameterChoice) -> pb::InferParameter {
 
 /// A `simple` request over gRPC with INPUT0 = 0..16, INPUT1 = 1s, and the given changes.
 fn grpc_simple(model: &str, version: &str, parameters: HashMap<String, pb::InferParameter>) -> pb::ModelInferRequest {
-    let input = |name: &str| InferInputTensor {
-        name: name.into(),
-        datatype: "INT32".into(),
-        shape: vec![1, 16],
-        parameters: Default::default(),
-        contents: None,
-    };
     pb::ModelInferRequest {
         model_name: model.into(),
         model_version: version.into(),
         id: "agree".into(),
         parameters,
-        inputs: vec![input("INPUT0"), input("INPUT1")],
-        raw_input_contents: vec![Bytes::from(le_i32(&(0..16).collect::<Vec<_>>())), Bytes::from(le_i32(&[1; 16]))],
-        ..Default::default()
+        ..grpc_simple_request(1)
     }
 }
 

@@ -28,6 +28,7 @@ pub mod request;
 pub mod scheduler;
 pub mod server;
 pub mod shm;
+pub mod shutdown;
 pub mod stats;
 pub mod tensor;
 pub mod test_hooks;

@@ -8,6 +8,7 @@ use nereus::frontend::http::{self, HttpOptions};
 use nereus::frontend::restricted::Restrictions;
 use nereus::frontend::tls::TlsFiles;
 use nereus::server::{Server, ServerOptions};
+use nereus::shutdown::{self, OpenConnections, Outcome};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -71,8 +72,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics,
     })?;
     runtime.block_on(async {
-        let mut tasks = Vec::new();
+        // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (_stop_metrics, stop_metrics_rx) = tokio::sync::watch::channel(false);
+        let connections = OpenConnections::default();
         let mut http_addr = None;
         if args.allow_http {
             let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
@@ -86,9 +89,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 body_timeout: std::time::Duration::from_millis(args.http_body_timeout_ms.max(1)),
             };
             let mut stop = stop_rx.clone();
-            tasks.push(tokio::spawn(http::serve(listener, server.clone(), options, async move {
+            let http_connections = connections.http.clone();
+            tokio::spawn(http::serve(listener, server.clone(), options, http_connections, async move {
                 let _ = stop.wait_for(|s| *s).await;
-            })));
+            }));
         }
         if args.allow_grpc {
             let listener = tokio::net::TcpListener::bind((args.grpc_address.as_str(), args.grpc_port)).await?;
@@ -104,60 +108,49 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             for i in 0..grpc_threads {
                 let listener = listener.try_clone()?;
                 let (server, options, mut stop) = (server.clone(), options.clone(), stop_rx.clone());
+                let grpc_connections = connections.grpc.clone();
                 let thread = std::thread::Builder::new().name(format!("nereus-grpc-{i}")).spawn(move || {
                     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                     runtime.block_on(async move {
                         let listener = tokio::net::TcpListener::from_std(listener)?;
-                        grpc::serve(listener, server, options, async move {
+                        grpc::serve(listener, server, options, grpc_connections, async move {
                             let _ = stop.wait_for(|s| *s).await;
                         })
                         .await;
                         anyhow::Ok(())
                     })
                 })?;
-                tasks.push(tokio::task::spawn_blocking(move || {
+                tokio::task::spawn_blocking(move || {
                     if let Ok(Err(e)) = thread.join() {
                         tracing::error!("gRPC I/O thread failed: {e}");
                     }
-                }));
+                });
             }
         }
         if args.allow_metrics {
             let address = args.metrics_address.as_deref().unwrap_or(args.http_address.as_str());
             let listener = tokio::net::TcpListener::bind((address, args.metrics_port)).await?;
             tracing::info!("Started Metrics Service at {}", listener.local_addr()?);
-            let mut stop = stop_rx.clone();
-            tasks.push(tokio::spawn(nereus::frontend::metrics::serve(listener, server.clone(), async move {
+            let mut stop = stop_metrics_rx.clone();
+            tokio::spawn(nereus::frontend::metrics::serve(listener, server.clone(), async move {
                 let _ = stop.wait_for(|s| *s).await;
-            })));
+            }));
         }
         announce_ready(&server, http_addr);
         shutdown_signal().await;
-        tracing::info!("Waiting for in-flight requests to complete.");
-        server.begin_shutdown();
-        let _ = stop_tx.send(true);
-        let s: Arc<Server> = server.clone();
-        let drain = async move {
-            for t in tasks {
-                let _ = t.await;
-            }
-            tokio::task::spawn_blocking(move || s.unload_all()).await
-        };
-        // The drain ends at the exit timeout, or at a second signal.
         let timeout = std::time::Duration::from_secs(args.exit_timeout_secs);
+        let stop_listeners = move || {
+            let _ = stop_tx.send(true);
+        };
+        // The shutdown ends when it has drained, at the exit timeout, or at a second signal.
         tokio::select! {
-            drained = tokio::time::timeout(timeout, drain) => match drained {
-                Ok(done) => {
-                    done?;
+            outcome = shutdown::run(server.clone(), &connections, stop_listeners, timeout) => {
+                if outcome == Outcome::Drained {
                     tracing::info!("stopped");
                     return anyhow::Ok(());
                 }
-                Err(_) => tracing::error!("Exit timeout expired. Exiting immediately."),
-            },
-            _ = shutdown_signal() => tracing::error!("Signal received again. Exiting immediately."),
-        }
-        for (model, version, requests) in server.in_flight() {
-            tracing::error!("cut off: model '{model}' version {version} had {requests} request(s) in flight or queued");
+            }
+            _ = shutdown_signal() => shutdown::log_cut_off(&server, "Signal received again. Exiting immediately."),
         }
         std::process::exit(1)
     })

@@ -2,7 +2,7 @@
 //! inference, and orderly shutdown.
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -78,6 +78,17 @@ pub struct ServerOptions {
     pub metrics: Option<crate::metrics::MetricsOptions>,
 }
 
+/// Where the server is in its life. A shutdown goes through tritonserver's two stages: first the
+/// frontends stop taking connections while the open ones are still served (`Draining`), then the
+/// models stop taking requests while those in flight finish (`Stopping`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Serving = 0,
+    Draining = 1,
+    Stopping = 2,
+}
+
 pub struct Server {
     models: Arc<ModelTable>,
     control: Arc<ModelControl>,
@@ -85,7 +96,8 @@ pub struct Server {
     poller: Mutex<Option<crossbeam_channel::Sender<()>>>,
     options: ServerOptions,
     shm: crate::shm::SystemShm,
-    shutting_down: AtomicBool,
+    /// A [`Phase`], as its `u8`.
+    phase: AtomicU8,
     /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
@@ -147,7 +159,7 @@ impl Server {
             poller: Mutex::new(poller),
             options,
             shm,
-            shutting_down: AtomicBool::new(false),
+            phase: AtomicU8::new(Phase::Serving as u8),
             abandoned: AtomicU64::new(0),
             busy_poll,
             metrics,
@@ -188,13 +200,35 @@ impl Server {
         self.abandoned.load(Ordering::Relaxed)
     }
 
-    pub fn is_live(&self) -> bool {
-        true
+    /// Where the server is in its life (see [`Phase`]).
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Serving,
+            1 => Phase::Draining,
+            _ => Phase::Stopping,
+        }
     }
 
-    pub fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::Acquire)
-            && (!self.options.strict_readiness || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))
+    /// `/v2/health/live`: live until the models stop, then tritonserver's "Server exiting".
+    pub fn live(&self) -> Result<bool, InferError> {
+        match self.phase() {
+            Phase::Stopping => Err(InferError::unavailable("Server exiting")),
+            Phase::Serving | Phase::Draining => Ok(true),
+        }
+    }
+
+    /// `/v2/health/ready`: not ready from the moment a shutdown begins (so that probes take the
+    /// server out of rotation while it drains), "Server exiting" once the models stop; otherwise
+    /// ready when every model tried is (`--strict-readiness`, the default) or at once.
+    pub fn ready(&self) -> Result<bool, InferError> {
+        match self.phase() {
+            Phase::Stopping => Err(InferError::unavailable("Server exiting")),
+            Phase::Draining => Ok(false),
+            Phase::Serving => {
+                Ok(!self.options.strict_readiness
+                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))
+            }
+        }
     }
 
     fn entry(&self, name: &str) -> Result<Arc<ModelEntry>, InferError> {
@@ -219,7 +253,7 @@ impl Server {
     }
 
     pub fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        !self.shutting_down.load(Ordering::Acquire) && self.version(name, version).is_ok()
+        self.phase() == Phase::Serving && self.version(name, version).is_ok()
     }
 
     /// Model metadata (the KServe v2 shape; HTTP renders it as JSON).
@@ -323,29 +357,42 @@ impl Server {
         if let Some(poll) = &self.busy_poll {
             poll.touch();
         }
-        if self.shutting_down.load(Ordering::Acquire) {
+        let model = self.version(&request.model_name, request.model_version)?;
+        // Once the models stop, only the rest of a sequence already started gets in (as
+        // tritonserver's sequence batcher lets a sequence finish); everything else is refused.
+        let continues_a_sequence = model.is_sequence_batched() && !request.sequence_start;
+        if self.phase() == Phase::Stopping && !continues_a_sequence {
             return Err(InferError::unavailable(
                 "Server is stopping, scheduler for model has stopped accepting new inference requests",
             ));
         }
-        self.version(&request.model_name, request.model_version)
+        Ok(model)
     }
 
-    /// Marks the server as stopping: readiness turns false and new requests are refused.
+    /// A shutdown's first stage: readiness turns false and the repository poller stops; the
+    /// frontends stop taking connections, and serve those open until they close.
     pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
+        self.phase.fetch_max(Phase::Draining as u8, Ordering::AcqRel);
         self.poller.lock().take();
     }
 
-    /// The model versions with requests executing or queued: `(model, version, requests)`; what a
-    /// shutdown cut off when its exit timeout expired.
+    /// A shutdown's second stage: the models stop taking new requests (but the rest of a started
+    /// sequence) and health answers "Server exiting"; what is in flight is left to finish.
+    pub fn stop_models(&self) {
+        self.phase.fetch_max(Phase::Stopping as u8, Ordering::AcqRel);
+        self.poller.lock().take();
+    }
+
+    /// The model versions with requests in flight (see [`ModelVersion::in_flight`]):
+    /// `(model, version, requests)`, what a shutdown waits for and, when its exit timeout expires,
+    /// cuts off.
     pub fn in_flight(&self) -> Vec<(String, i64, u64)> {
         let table = self.models.read();
         let mut out = Vec::new();
         for entry in table.values() {
             for state in entry.versions.values() {
                 if let VersionState::Ready(m) = state {
-                    let busy = (m.probe.snapshot().0 + m.queued()) as u64;
+                    let busy = m.in_flight() as u64;
                     if busy > 0 {
                         out.push((m.name.to_string(), m.version, busy));
                     }

@@ -214,7 +214,17 @@ impl Server {
 
     /// Sends SIGTERM and waits (bounded) for the process to exit; returns its exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.send_sigterm();
+        self.wait_exit()
+    }
+
+    /// Sends SIGTERM, and returns at once.
+    pub fn send_sigterm(&self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    }
+
+    /// Waits (bounded) for the process to exit; returns its exit status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -351,6 +361,27 @@ pub fn simple_request(b: i32) -> Value {
             {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": vec![b; 16]}
         ]
     })
+}
+
+/// The same over gRPC, with raw contents.
+pub fn grpc_simple_request(b: i32) -> nereus::proto::inference::ModelInferRequest {
+    use nereus::proto::inference::model_infer_request::InferInputTensor;
+    let input = |name: &str| InferInputTensor {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![1, 16],
+        parameters: Default::default(),
+        contents: None,
+    };
+    nereus::proto::inference::ModelInferRequest {
+        model_name: "simple".into(),
+        inputs: vec![input("INPUT0"), input("INPUT1")],
+        raw_input_contents: vec![
+            bytes::Bytes::from(le_i32(&(0..16).collect::<Vec<_>>())),
+            bytes::Bytes::from(le_i32(&[b; 16])),
+        ],
+        ..Default::default()
+    }
 }
 
 /// Little-endian bytes of i32 values.

@@ -41,6 +41,10 @@ impl Schedule for EnsembleScheduler {
         self.ensemble.queued()
     }
 
+    fn in_flight(&self, _executing: usize) -> usize {
+        self.ensemble.in_flight.load(Ordering::Acquire)
+    }
+
     fn shutdown(&self) {
         self.ensemble.drain();
     }

@@ -172,6 +172,19 @@ impl ModelVersion {
         self.scheduler.queued()
     }
 
+    /// Requests in flight as a shutdown waits for them (see [`Schedule::in_flight`]).
+    pub fn in_flight(&self) -> usize {
+        self.scheduler.in_flight(self.probe.snapshot().0)
+    }
+
+    /// Whether the sequence batcher schedules this version's requests.
+    pub fn is_sequence_batched(&self) -> bool {
+        matches!(
+            self.config.scheduling_choice,
+            Some(crate::config::schema::model_config::SchedulingChoice::SequenceBatching(_))
+        )
+    }
+
     fn check_ready(&self) -> Result<(), InferError> {
         if !self.health.is_ready() {
             return Err(InferError::unavailable(format!(

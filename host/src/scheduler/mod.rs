@@ -32,6 +32,13 @@ pub trait Schedule: Send + Sync {
     fn enqueue(&self, job: Job, caller: Caller) -> Result<(), InferError>;
     /// Requests waiting for an instance.
     fn queued(&self) -> usize;
+    /// Requests the model has in flight, as tritonserver counts them when it waits for them at
+    /// shutdown: those waiting plus the `executing` ones by default; a sequence batcher counts
+    /// its sequences instead (a sequence is in flight until its END), an ensemble the requests
+    /// anywhere in its pipeline.
+    fn in_flight(&self, executing: usize) -> usize {
+        self.queued() + executing
+    }
     /// Stops taking requests, runs every queued one, then finalises the instances. Blocks.
     fn shutdown(&self);
 }

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api;
 use crate::error::InferError;
+use crate::frontend::connections::{Connections, Counted};
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
 use crate::proto::health::health_check_response::ServingStatus;
@@ -73,12 +74,12 @@ type GrpcResult<T> = Result<Response<T>, Status>;
 impl GrpcInferenceService for GrpcFrontend {
     async fn server_live(&self, r: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
         allow(&self.restricted, Api::Health, &r)?;
-        Ok(Response::new(pb::ServerLiveResponse { live: self.server.is_live() }))
+        Ok(Response::new(pb::ServerLiveResponse { live: self.server.live().map_err(status)? }))
     }
 
     async fn server_ready(&self, r: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
         allow(&self.restricted, Api::Health, &r)?;
-        Ok(Response::new(pb::ServerReadyResponse { ready: self.server.is_ready() }))
+        Ok(Response::new(pb::ServerReadyResponse { ready: self.server.ready().map_err(status)? }))
     }
 
     async fn model_ready(&self, r: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
@@ -406,16 +407,20 @@ struct HealthService {
 impl Health for HealthService {
     async fn check(&self, r: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
         allow(&self.restricted, Api::Health, &r)?;
-        let status = if self.server.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let status =
+            if self.server.ready().unwrap_or(false) { ServingStatus::Serving } else { ServingStatus::NotServing };
         Ok(Response::new(HealthCheckResponse { status: status as i32 }))
     }
 }
 
-/// Serves gRPC on `listener` until `shutdown` resolves; in-flight calls then finish.
+/// Serves gRPC on `listener` until `shutdown` resolves; then, as tritonserver, stops accepting
+/// connections and new calls (HTTP/2 GOAWAY) and returns when the calls in flight, streams
+/// included, have finished. `connections` counts the open connections.
 pub async fn serve(
     listener: TcpListener,
     server: Arc<Server>,
     options: GrpcOptions,
+    connections: Connections,
     shutdown: impl Future<Output = ()>,
 ) {
     let inference = GrpcInferenceServiceServer::new(GrpcFrontend {
@@ -428,11 +433,11 @@ pub async fn serve(
     // for it per call (tonic honours grpc-accept-encoding), never by default.
     .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
-    let incoming = TcpListenerStream::new(listener).map(|stream| {
-        if let Ok(s) = &stream {
+    let incoming = TcpListenerStream::new(listener).map(move |stream| {
+        stream.map(|s| {
             let _ = s.set_nodelay(true);
-        }
-        stream
+            Counted::new(s, &connections)
+        })
     });
     // Loopback latency halves with nodelay and larger HTTP/2 windows (toolchain facts).
     let mut builder = tonic::transport::Server::builder();

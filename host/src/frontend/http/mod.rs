@@ -9,32 +9,36 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::header::{CONNECTION, HeaderValue};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 pub use router::HttpOptions;
 
-use crate::server::Server;
+use super::connections::Connections;
+use crate::server::{Phase, Server};
 use watchdog::Activity;
 
 /// How long a client may take to finish its TLS handshake; a stalled one is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves HTTP on `listener` (over TLS when `options.tls` is set) until `shutdown` resolves; then
-/// stops accepting and waits for every open connection's in-flight requests to finish.
+/// stops accepting, as tritonserver, and returns when every open connection has closed. Those
+/// connections are served meanwhile; an HTTP/1.1 answer given once a shutdown has begun says
+/// `Connection: close`, so a client with a keep-alive connection takes its next request elsewhere.
+/// `connections` counts the open connections.
 pub async fn serve(
     listener: TcpListener,
     server: Arc<Server>,
     options: HttpOptions,
+    connections: Connections,
     shutdown: impl Future<Output = ()>,
 ) {
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let options = Arc::new(options);
     let routes = Arc::new(router::Routes::default());
-    let graceful = GracefulShutdown::new();
     // No per-request header timer: a connection's watchdog closes it once its client goes quiet.
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
@@ -49,6 +53,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let open = connections.open();
                 // What each request of the connection needs, behind one `Arc` (one clone a request).
                 let connection = Arc::new(Connection {
                     server: server.clone(),
@@ -63,20 +68,26 @@ pub async fn serve(
                     async move {
                         let _in_flight = connection.activity.begin();
                         let Connection { server, options, routes, .. } = &*connection;
-                        Ok::<_, Infallible>(router::handle(server, options, routes, req).await)
+                        let http11 = req.version() == hyper::Version::HTTP_11;
+                        let mut response = router::handle(server, options, routes, req).await;
+                        if http11 && server.phase() != Phase::Serving {
+                            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        Ok::<_, Infallible>(response)
                     }
                 });
-                let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
+                let (builder, acceptor) = (builder.clone(), acceptor.clone());
                 tokio::spawn(async move {
+                    let _open = open;
                     let ended = match acceptor {
                         None => {
-                            let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                            let served = builder.serve_connection(TokioIo::new(stream), service);
                             until_quiet(served, &connection.activity, quiet_period).await
                         }
                         // The handshake runs in the connection's task, bounded, never in the accept loop.
                         Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                             Ok(Ok(tls)) => {
-                                let served = watcher.watch(builder.serve_connection(TokioIo::new(tls), service).into_owned());
+                                let served = builder.serve_connection(TokioIo::new(tls), service);
                                 until_quiet(served, &connection.activity, quiet_period).await
                             }
                             Ok(Err(e)) => {
@@ -98,7 +109,7 @@ pub async fn serve(
         }
     }
     drop(listener);
-    graceful.shutdown().await;
+    connections.all_closed().await;
 }
 
 /// One connection's share of the server, and what its watchdog watches.

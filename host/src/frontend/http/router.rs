@@ -70,6 +70,11 @@ fn empty(status: StatusCode) -> HttpResponse {
     reply(status, None, Bytes::new())
 }
 
+/// A health endpoint's answer: 200 when live (ready), 400 when not, as tritonserver.
+fn health(ok: bool) -> HttpResponse {
+    empty(if ok { StatusCode::OK } else { StatusCode::BAD_REQUEST })
+}
+
 /// The one place an error becomes an HTTP response: Triton's status mapping, `{"error": …}` body.
 pub fn error_reply(e: &InferError) -> HttpResponse {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -347,8 +352,8 @@ async fn route(
             "version": env!("CARGO_PKG_VERSION"),
             "extensions": EXTENSIONS,
         }))),
-        Route::Live => Ok(empty(if server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
-        Route::Ready => Ok(empty(if server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })),
+        Route::Live => Ok(health(server.live()?)),
+        Route::Ready => Ok(health(server.ready()?)),
         Route::Logging => logging_settings(options, post, req).await,
         Route::Statistics => {
             Ok(json_reply(&to_json(&server.statistics(None, None)?, "inference.ModelStatisticsResponse")))

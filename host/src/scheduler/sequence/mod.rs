@@ -201,6 +201,14 @@ impl Schedule for SequenceBatcher {
             + state.backlog.iter().map(|b| b.queue.len()).sum::<usize>()
     }
 
+    /// Sequences started and not yet ended, holding a slot or waiting in the backlog: a shutdown
+    /// waits for them (tritonserver counts the slots' sequences; a backlogged one is as much in
+    /// flight).
+    fn in_flight(&self, _executing: usize) -> usize {
+        let state = self.shared.state.lock();
+        state.active.len() + state.backlog.len()
+    }
+
     /// Stops taking requests; runs what is queued in slots, fails what waits in the backlog (it
     /// would wait for sequences that may never end), then finalises the instances.
     fn shutdown(&self) {

@@ -1,0 +1,187 @@
+//! Stopping the server without losing a request, in tritonserver's order and with its log lines.
+//!
+//! 1. **Connections drain.** Readiness turns false; the HTTP and gRPC listeners stop taking
+//!    connections (a new one is refused), and the open ones are served until they close: an
+//!    HTTP/1.1 answer says `Connection: close`, gRPC sends GOAWAY and finishes the calls in flight.
+//!    Each second the log says what is left ("Timeout 29: Found 1 HTTP service connections").
+//! 2. **Models stop.** New requests are refused ("Server is stopping, …", except the rest of a
+//!    sequence already started) and health answers "Server exiting"; the requests in flight are
+//!    answered ("Timeout 28: Found 1 model versions that have in-flight inferences").
+//! 3. **Models unload** ("All models are stopped, unloading models").
+//!
+//! The three share `--exit-timeout-secs`: what is still running when it expires is cut off, and
+//! logged model by model.
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::frontend::connections::Connections;
+use crate::server::Server;
+
+/// How often the in-flight count is looked at while the models drain.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(10);
+
+/// The frontends' open connections, as a shutdown waits for them.
+#[derive(Clone, Default)]
+pub struct OpenConnections {
+    pub http: Connections,
+    pub grpc: Connections,
+}
+
+/// How a shutdown ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every connection closed, every request was answered and every model unloaded in time.
+    Drained,
+    /// The exit timeout expired first; what was cut off has been logged.
+    TimedOut,
+}
+
+/// Runs a shutdown to its end (see the module's doc). `stop_listeners` tells the frontends to
+/// stop taking connections. Blocks in `spawn_blocking` while the models unload.
+pub async fn run(
+    server: Arc<Server>,
+    connections: &OpenConnections,
+    stop_listeners: impl FnOnce(),
+    exit_timeout: Duration,
+) -> Outcome {
+    let countdown = Countdown::new(exit_timeout);
+    server.begin_shutdown();
+    stop_listeners();
+    if !drain_connections(connections, &countdown).await {
+        return cut_off(&server);
+    }
+    server.stop_models();
+    tracing::info!("Waiting for in-flight requests to complete.");
+    if !drain_requests(&server, &countdown).await {
+        return cut_off(&server);
+    }
+    tracing::info!("All models are stopped, unloading models");
+    let unloading = tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || server.unload_all()
+    });
+    match tokio::time::timeout_at(countdown.deadline, unloading).await {
+        Ok(_) => Outcome::Drained,
+        Err(_) => cut_off(&server),
+    }
+}
+
+/// Stage 1: waits until no connection is open, logging each second what is; false if the
+/// deadline came first.
+async fn drain_connections(connections: &OpenConnections, countdown: &Countdown) -> bool {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let (http, grpc) = (connections.http.count(), connections.grpc.count());
+        if http == 0 && grpc == 0 {
+            return true;
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                let left = countdown.seconds_left();
+                if http > 0 {
+                    tracing::info!("Timeout {left}: Found {http} HTTP service connections");
+                }
+                if grpc > 0 {
+                    tracing::info!("Timeout {left}: Found {grpc} gRPC service connections and inference handlers");
+                }
+            }
+            () = async {
+                connections.http.all_closed().await;
+                connections.grpc.all_closed().await;
+            } => {}
+            () = tokio::time::sleep_until(countdown.deadline) => return false,
+        }
+    }
+}
+
+/// Stage 2: waits until no model version has a request in flight, logging each second which
+/// have; false if the deadline came first.
+async fn drain_requests(server: &Server, countdown: &Countdown) -> bool {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let in_flight = server.in_flight();
+        if in_flight.is_empty() {
+            return true;
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                let left = countdown.seconds_left();
+                tracing::info!("Timeout {left}: Found {} model versions that have in-flight inferences", in_flight.len());
+                for (model, version, requests) in &in_flight {
+                    tracing::info!("Model '{model}' (version {version}) has {requests} in-flight inferences");
+                }
+            }
+            () = tokio::time::sleep(IN_FLIGHT_POLL) => {}
+            () = tokio::time::sleep_until(countdown.deadline) => return false,
+        }
+    }
+}
+
+/// Logs the expiry and, model by model, what was still in flight.
+fn cut_off(server: &Server) -> Outcome {
+    log_cut_off(server, "Exit timeout expired. Exiting immediately.");
+    Outcome::TimedOut
+}
+
+/// Logs why the shutdown ends early and, model by model, what was still in flight.
+pub fn log_cut_off(server: &Server, why: &str) {
+    tracing::error!("{why}");
+    for (model, version, requests) in server.in_flight() {
+        tracing::error!("cut off: model '{model}' version {version} had {requests} request(s) in flight or queued");
+    }
+}
+
+/// The exit timeout's deadline, and the whole seconds left as the log counts them down.
+struct Countdown {
+    deadline: Instant,
+}
+
+impl Countdown {
+    fn new(timeout: Duration) -> Self {
+        Countdown { deadline: Instant::now() + timeout }
+    }
+
+    /// Whole seconds to the deadline, rounded up: the timeout itself at first, as tritonserver
+    /// logs it ("Timeout 30: …" with the default).
+    fn seconds_left(&self) -> u64 {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        left.as_secs() + u64::from(left.subsec_nanos() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_countdown_starts_at_the_timeout_and_rounds_up() {
+        let countdown = Countdown::new(Duration::from_secs(30));
+        assert_eq!(countdown.seconds_left(), 30);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(countdown.seconds_left(), 30);
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(countdown.seconds_left(), 29);
+        tokio::time::advance(Duration::from_secs(40)).await;
+        assert_eq!(countdown.seconds_left(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_drain_when_the_last_one_closes_and_not_after_the_deadline() {
+        let connections = OpenConnections::default();
+        let countdown = Countdown::new(Duration::from_secs(5));
+        let guard = connections.grpc.open();
+        let closer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(guard);
+        });
+        assert!(drain_connections(&connections, &countdown).await);
+        assert!(countdown.seconds_left() >= 2, "drained when the connection closed, not at the deadline");
+        closer.await.unwrap();
+
+        let _stays = connections.http.open();
+        assert!(!drain_connections(&connections, &countdown).await, "a connection that stays open runs out the time");
+        assert_eq!(countdown.seconds_left(), 0);
+    }
+}
