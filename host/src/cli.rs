@@ -224,6 +224,38 @@ pub struct ServeArgs {
     /// time plus its own spinning, sampled every 100 ms); 0 makes it spin whatever the load.
     #[arg(long = "busy-poll-min-spare-cpus", default_value_t = crate::busy_poll::MIN_SPARE_CPUS, value_parser = non_negative_cpus)]
     pub busy_poll_min_spare_cpus: f64,
+    /// The most linear memory a model may give each of its sandboxes (`sandbox.memory_limit_mb`),
+    /// in MiB. Models asking for more are UNAVAILABLE.
+    #[arg(long = "sandbox-max-memory-mb", default_value_t = crate::backend::wasm::MAX_MEMORY_BYTES >> 20,
+          value_parser = clap::value_parser!(u64).range(1..=(crate::backend::wasm::MAX_MEMORY_BYTES >> 20)))]
+    pub sandbox_max_memory_mb: u64,
+    /// The longest execution deadline a model may set (`sandbox.execution_timeout_ms`), in ms.
+    #[arg(long = "sandbox-max-execution-timeout-ms", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sandbox_max_execution_timeout_ms: u64,
+    /// The most output bytes a model may allow one response (`sandbox.max_output_bytes`).
+    #[arg(long = "sandbox-max-output-bytes", default_value_t = 1 << 30)]
+    pub sandbox_max_output_bytes: u64,
+    /// The most instances one sandboxed model may have (its `instance_group` count and
+    /// `sandbox.max_instances`).
+    #[arg(long = "sandbox-max-instances", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sandbox_max_instances: u64,
+    /// Sandboxes of all models together (each model has its instances and one model sandbox); a
+    /// model that does not fit is UNAVAILABLE.
+    #[arg(long = "sandbox-total-instances", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=crate::backend::wasm::MAX_TOTAL_INSTANCES))]
+    pub sandbox_total_instances: u64,
+    /// Wasm linear memory of all sandboxes together, in MiB (default: half the machine's memory).
+    /// A growth past it fails the plugin that asked, with the reason.
+    #[arg(long = "sandbox-total-memory-mb", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sandbox_total_memory_mb: Option<u64>,
+    /// The share of `--sandbox-total-memory-mb` one model's sandboxes may hold together, so that
+    /// no model can starve the others (0 < share <= 1).
+    #[arg(long = "sandbox-model-memory-share", default_value_t = 0.5, value_parser = share)]
+    pub sandbox_model_memory_share: f64,
+    /// Log lines one model's plugin may write a second (and at once); the rest are dropped and
+    /// counted (`nereus_plugin_log_lines_dropped`).
+    #[arg(long = "sandbox-log-lines-per-sec", default_value_t = 100)]
+    pub sandbox_log_lines_per_sec: u32,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
     #[arg(long = "test-hooks", hide = true)]
     pub test_hooks: bool,
@@ -245,6 +277,21 @@ impl ServeArgs {
             options.apply(setting)?;
         }
         Ok(Some(options))
+    }
+
+    /// The operator's sandbox limits (`--sandbox-*`).
+    pub fn sandbox_limits(&self) -> crate::backend::wasm::SandboxLimits {
+        let defaults = crate::backend::wasm::SandboxLimits::default();
+        crate::backend::wasm::SandboxLimits {
+            max_memory_bytes: self.sandbox_max_memory_mb << 20,
+            max_execution_timeout: std::time::Duration::from_millis(self.sandbox_max_execution_timeout_ms),
+            max_output_bytes: self.sandbox_max_output_bytes,
+            max_instances: self.sandbox_max_instances,
+            total_instances: self.sandbox_total_instances,
+            total_memory_bytes: self.sandbox_total_memory_mb.map_or(defaults.total_memory_bytes, |mb| mb << 20),
+            model_memory_share: self.sandbox_model_memory_share,
+            log_lines_per_sec: self.sandbox_log_lines_per_sec,
+        }
     }
 
     /// `--model-control-mode` with its polling interval.
@@ -275,5 +322,12 @@ fn non_negative_cpus(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a number of CPUs (0 or more)")),
+    }
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a share (a number above 0, at most 1)")),
     }
 }

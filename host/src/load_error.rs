@@ -83,6 +83,10 @@ pub enum LoadError {
          (sandbox.max_instances)"
     )]
     TooManyInstances { requested: usize, allowed: u64 },
+    /// The model asks more of its sandboxes than the operator allows, or the server's sandbox
+    /// budget has no room for it (the reason names the parameter and the flag).
+    #[error("{0}")]
+    OverSandboxLimit(String),
     /// The host's own copy of a sandboxed backend failed its `initialize-backend`.
     #[error("backend '{backend}' failed to initialize: {source}")]
     BackendInit {

@@ -70,6 +70,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
         busy_poll_min_spare_cpus: args.busy_poll_min_spare_cpus,
         metrics,
+        sandbox_limits: args.sandbox_limits(),
     })?;
     runtime.block_on(async {
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.

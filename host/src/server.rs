@@ -76,6 +76,8 @@ pub struct ServerOptions {
     pub busy_poll_min_spare_cpus: f64,
     /// Prometheus metrics (`--allow-metrics`, default on); `None` turns them off.
     pub metrics: Option<crate::metrics::MetricsOptions>,
+    /// The operator's sandbox limits (`--sandbox-*`).
+    pub sandbox_limits: crate::backend::wasm::SandboxLimits,
 }
 
 /// Where the server is in its life. A shutdown goes through tritonserver's two stages: first the
@@ -128,6 +130,7 @@ impl Server {
             backend_dir: options.backend_directory.clone(),
             onnxruntime_library: options.onnxruntime_library.clone(),
             autocomplete: options.autocomplete,
+            sandbox: crate::backend::wasm::SandboxBudget::new(options.sandbox_limits.clone()),
         });
         let ctx = LoadContext {
             backends: Arc::new(backends),

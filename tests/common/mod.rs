@@ -118,6 +118,11 @@ fn cache_dir() -> PathBuf {
 impl Server {
     /// Starts `nereus serve` on `repo` with test hooks on and waits until it listens.
     pub fn start(repo: &Path, extra: &[&str]) -> Server {
+        Self::start_with_env(repo, extra, &[])
+    }
+
+    /// The same, with more environment variables.
+    pub fn start_with_env(repo: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
             .arg("serve")
             .arg("--model-repository")
@@ -131,6 +136,7 @@ impl Server {
             // Two I/O threads whatever the machine: inline execution needs a spare one, and the
             // tests should see the same server everywhere.
             .env("TOKIO_WORKER_THREADS", "2")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -257,6 +263,17 @@ impl Server {
         stream.write_all(head.as_bytes()).unwrap();
         stream.write_all(&body).unwrap();
         self.wait_until("the request to start", &mut started);
+    }
+
+    /// `name`'s state and reason in the repository index (its first version's row).
+    pub fn model_state(&self, name: &str) -> (String, String) {
+        let index = self.post_json("/v2/repository/index", &serde_json::json!({})).json();
+        let row = index
+            .as_array()
+            .and_then(|rows| rows.iter().find(|m| m["name"] == name))
+            .unwrap_or_else(|| panic!("{name} is not in the index: {index}"))
+            .clone();
+        (row["state"].as_str().unwrap_or_default().to_string(), row["reason"].as_str().unwrap_or_default().to_string())
     }
 
     /// The test hook's execution counters of `model`: (in flight, max in flight, executions).

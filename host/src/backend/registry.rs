@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::BackendFactory;
 use super::onnx::OnnxBackend;
-use super::wasm::{WasmBackends, WasmRuntime};
+use super::wasm::{SandboxBudget, WasmBackends, WasmRuntime};
 
 /// What the backends need from the server's options.
 pub struct BackendOptions {
@@ -17,6 +17,8 @@ pub struct BackendOptions {
     pub onnxruntime_library: Option<PathBuf>,
     /// Auto-complete configurations from the models.
     pub autocomplete: bool,
+    /// The operator's sandbox limits and the server-wide totals.
+    pub sandbox: Arc<SandboxBudget>,
 }
 
 /// Every backend the server can load models with.
@@ -29,7 +31,10 @@ impl Backends {
     pub fn new(options: BackendOptions) -> Self {
         let mut native: HashMap<&'static str, Arc<dyn BackendFactory>> = HashMap::new();
         native.insert("onnxruntime", Arc::new(OnnxBackend::new(options.onnxruntime_library, options.autocomplete)));
-        Backends { native, sandboxed: Arc::new(WasmBackends::new(options.runtime, options.backend_dir)) }
+        Backends {
+            native,
+            sandboxed: Arc::new(WasmBackends::new(options.runtime, options.backend_dir, options.sandbox)),
+        }
     }
 
     /// The factory of backend `name` (as [`super::backend_name`] reads it from a configuration).

@@ -194,6 +194,7 @@ pub struct Metrics {
     cancelled: IntCounterVec,
     component_loads: IntCounterVec,
     wasm_memory: IntGaugeVec,
+    log_dropped: IntCounterVec,
     abandoned: IntCounter,
     summaries: Option<Arc<LatencySummaries>>,
     system: Option<SystemGauges>,
@@ -302,6 +303,10 @@ impl Metrics {
                     MODEL_LABELS,
                 )?,
             )?,
+            log_dropped: counter(
+                "nereus_plugin_log_lines_dropped",
+                "Log lines of the model's plugin dropped by the rate limit (--sandbox-log-lines-per-sec)",
+            )?,
             abandoned: add(
                 &registry,
                 IntCounter::new(
@@ -340,6 +345,7 @@ impl Metrics {
             component_loads: [ComponentSource::Memory, ComponentSource::Disk, ComponentSource::Compiled]
                 .map(|s| with_kind(&self.component_loads, s.label())),
             wasm_memory: self.wasm_memory.with_label_values(&labels),
+            log_dropped: self.log_dropped.with_label_values(&labels),
             summaries: self.summaries.as_ref().map(|s| s.model(name, version)),
         }
     }
@@ -395,6 +401,7 @@ pub struct ModelMetrics {
     cancelled: IntCounter,
     component_loads: [IntCounter; 3],
     wasm_memory: IntGauge,
+    log_dropped: IntCounter,
     summaries: Option<Arc<summary::ModelSummaries>>,
 }
 
@@ -461,6 +468,11 @@ impl ModelMetrics {
     /// it grows and as they go.
     pub fn wasm_memory(&self) -> IntGauge {
         self.wasm_memory.clone()
+    }
+
+    /// The counter of the version's plugin log lines dropped by the rate limit.
+    pub fn log_lines_dropped(&self) -> IntCounter {
+        self.log_dropped.clone()
     }
 
     /// A sandboxed instance was rebuilt after a fault.

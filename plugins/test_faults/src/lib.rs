@@ -10,7 +10,8 @@
 //! elements), "unknown_output", "wrong_byte_count", "wrong_shape", "missing_output"; for decoupled
 //! models "flood" (`count` responses, then the final flag) and "never_final" (one response, no
 //! final); "until_cancelled" (waits until the client is gone, then fails the request); "nap" (sleeps
-//! 1 ms, a blocking WASI call, then echoes). The model parameter `init_fault` = "model" makes model
+//! 1 ms, a blocking WASI call, then echoes); "huge_parameters", "huge_error" (`count` bytes of
+//! response parameters or of error message) and "log" (`count` log lines of the parameter `text`). The model parameter `init_fault` = "model" makes model
 //! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`).
 use nereus_sdk::{
     Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
@@ -140,6 +141,34 @@ impl Backend for Faults {
                 "never_final" => {
                     let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
                     request.send(Response::new().output(t), false)?;
+                }
+                // What a plugin returns beyond tensors, which the host counts too: response
+                // parameters of `count` bytes, an error message of `count` bytes, or `count` log
+                // lines of the request parameter `text`.
+                "huge_parameters" | "huge_error" | "log" => {
+                    let count = match request.parameter("count") {
+                        Some(ParameterValue::Int64(n)) => *n as usize,
+                        _ => 1 << 20,
+                    };
+                    match fault.as_str() {
+                        "huge_parameters" => {
+                            let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                            let text = ParameterValue::Text("p".repeat(count));
+                            request.respond(Response::new().output(t).parameter("huge", text))?;
+                        }
+                        "huge_error" => request.fail_with(ErrorKind::Internal, &"e".repeat(count))?,
+                        _ => {
+                            let text = match request.parameter("text") {
+                                Some(ParameterValue::Text(s)) => s.clone(),
+                                _ => "a log line".to_string(),
+                            };
+                            for _ in 0..count {
+                                nereus_sdk::log(nereus_sdk::LogLevel::Info, &text);
+                            }
+                            let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                            request.respond(Response::new().output(t))?;
+                        }
+                    }
                 }
                 "nap" => {
                     // Sleeps a millisecond (a blocking WASI call), then echoes.

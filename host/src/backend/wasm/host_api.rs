@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use super::bindings::nereus::backend::{host, types};
 use super::bindings::{ErrorKind, Response, backend_error};
+use super::budget::LogAdmission;
 use super::state::SandboxState;
 use crate::error::InferError;
 use crate::request::{InferenceResponse, Tensor};
@@ -11,6 +12,56 @@ use crate::validate::check_output;
 
 /// Longest log line a plugin may write; the rest is cut, so a plugin cannot flood the log.
 const MAX_LOG_LINE: usize = 4096;
+
+/// Longest error message a plugin may give a request (and less when the model's
+/// `sandbox.max_output_bytes` is smaller): an error is part of what a plugin returns.
+pub(super) const MAX_ERROR_MESSAGE: usize = 16 << 10;
+
+/// `text` cut to at most `limit` bytes (on a character boundary), saying how much was cut.
+pub(super) fn bounded(mut text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let over = text.len() - limit;
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!(" … ({over} more bytes cut)"));
+    text
+}
+
+/// A plugin's log line as the log gets it: control characters (line breaks included) escaped, so
+/// that the line cannot end early and start another that looks like the host's or another
+/// model's.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push('\t'),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The bytes of a response's parameters, as they count against the model's output limit.
+fn parameter_bytes(parameters: &[types::Parameter]) -> u64 {
+    parameters
+        .iter()
+        .map(|p| {
+            p.key.len() as u64
+                + match &p.value {
+                    types::ParameterValue::Text(t) => t.len() as u64,
+                    _ => 8,
+                }
+        })
+        .sum()
+}
 
 impl types::Host for SandboxState {}
 
@@ -38,10 +89,17 @@ impl SandboxState {
             }
         }
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
-        let mut total: u64 = 0;
+        // Parameters count against the output limit as much as tensors do.
+        let mut total: u64 = parameter_bytes(&response.parameters);
         let mut outputs = Vec::with_capacity(response.outputs.len());
-        let mut problem = None;
-        for t in response.outputs {
+        let mut problem = (total > batch.max_output_bytes).then(|| {
+            format!(
+                "response parameters of {total} bytes exceed the model's output limit of {} bytes",
+                batch.max_output_bytes
+            )
+        });
+        let tensors = if problem.is_some() { Vec::new() } else { response.outputs };
+        for t in tensors {
             total = total.saturating_add(t.data.len() as u64);
             if total > batch.max_output_bytes {
                 problem =
@@ -94,15 +152,20 @@ impl SandboxState {
 }
 
 impl host::Host for SandboxState {
-    fn log(&mut self, level: host::LogLevel, mut message: String) {
-        if message.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
+    /// A plugin's log line: rate-limited per model, cut at [`MAX_LOG_LINE`], its control characters
+    /// escaped, and prefixed with the sandbox's label (the model and instance) — a plugin can
+    /// neither flood the log nor write a line that passes for the host's or another model's.
+    fn log(&mut self, level: host::LogLevel, message: String) {
         let label = &self.label;
+        match self.limiter.meter.admit_log_line() {
+            LogAdmission::Drop => return,
+            LogAdmission::Write { dropped: 0 } => {}
+            LogAdmission::Write { dropped } => tracing::warn!(
+                target: "nereus::plugin",
+                "{label}: {dropped} log line(s) dropped (more than --sandbox-log-lines-per-sec)"
+            ),
+        }
+        let message = escaped(&bounded(message, MAX_LOG_LINE));
         match level {
             host::LogLevel::Error => {
                 tracing::error!(target: "nereus::plugin", "{label}: {message}")
@@ -128,7 +191,8 @@ impl host::Host for SandboxState {
         if job.sender.is_complete() {
             return Err(format!("request {request} is already complete"));
         }
-        job.fail(backend_error(kind, message));
+        let limit = MAX_ERROR_MESSAGE.min(usize::try_from(batch.max_output_bytes).unwrap_or(usize::MAX));
+        job.fail(backend_error(kind, bounded(message, limit)));
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! Sandboxed WebAssembly backends: loading a model's lifecycle (backend → model → instances) and
 //! executing batches in an instance's sandbox, rebuilding it after a fault.
 mod bindings;
+mod budget;
 mod component;
 mod host_api;
 mod io_guard;
@@ -16,9 +17,12 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use budget::InstanceReservation;
+pub use budget::{MAX_TOTAL_INSTANCES, SandboxBudget, SandboxLimits};
+pub use policy::MAX_MEMORY_BYTES;
 pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, WasmRuntime};
-use sandbox::{ActiveBatch, Executed, MemoryMeter, Sandbox};
+use sandbox::{ActiveBatch, Executed, ModelMeter, Sandbox};
 
 use super::{
     BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, LoadedVersion, ModelTeardown, VersionLoad,
@@ -38,11 +42,13 @@ pub struct WasmBackends {
     runtime: Arc<WasmRuntime>,
     registry: Arc<BackendRegistry>,
     backend_dir: Option<PathBuf>,
+    /// The operator's limits and the server-wide totals every model's sandboxes count in.
+    budget: Arc<SandboxBudget>,
 }
 
 impl WasmBackends {
-    pub fn new(runtime: Arc<WasmRuntime>, backend_dir: Option<PathBuf>) -> Self {
-        WasmBackends { runtime, registry: Arc::new(BackendRegistry::default()), backend_dir }
+    pub fn new(runtime: Arc<WasmRuntime>, backend_dir: Option<PathBuf>, budget: Arc<SandboxBudget>) -> Self {
+        WasmBackends { runtime, registry: Arc::new(BackendRegistry::default()), backend_dir, budget }
     }
 }
 
@@ -50,7 +56,9 @@ impl BackendFactory for WasmBackends {
     /// The sandbox policy from the configuration's `parameters`, within its own instance limit, and
     /// written back so that the configuration shows the policy in force.
     fn prepare(&self, config: ModelConfig, instances: &[InstanceDesc]) -> Result<ModelConfig, LoadError> {
-        let policy = SandboxPolicy::from_config(&config).map_err(LoadError::SandboxPolicy)?;
+        let defaults = self.budget.limits.default_policy();
+        let policy = SandboxPolicy::from_config_or(&config, defaults).map_err(LoadError::SandboxPolicy)?;
+        self.budget.limits.admit(&policy, instances.len()).map_err(LoadError::OverSandboxLimit)?;
         if instances.len() as u64 > policy.max_instances {
             return Err(LoadError::TooManyInstances { requested: instances.len(), allowed: policy.max_instances });
         }
@@ -87,6 +95,7 @@ impl BackendFactory for WasmBackends {
         let loaded = load(WasmLoad {
             runtime: &self.runtime,
             registry: &self.registry,
+            budget: &self.budget,
             component: compiled,
             backend_name: v.backend,
             model_name: &v.config.name,
@@ -124,7 +133,7 @@ impl BackendRegistry {
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), MemoryMeter::default(), label)
+        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), ModelMeter::default(), label)
             .map_err(PluginError::from)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
@@ -158,8 +167,8 @@ struct InstanceFactory {
     model_info: bindings::ModelInfo,
     io: Arc<IoSpec>,
     decoupled: bool,
-    /// The version's Wasm memory gauge, which every sandbox of the model counts on.
-    memory: MemoryMeter,
+    /// What every sandbox of the model counts its memory and log lines on.
+    memory: ModelMeter,
 }
 
 impl InstanceFactory {
@@ -191,6 +200,8 @@ struct WasmModelTeardown {
     model_sandbox: Option<Sandbox>,
     registry: Arc<BackendRegistry>,
     digest: String,
+    /// The model's sandboxes in the server's total, given back once they are all gone.
+    reservation: InstanceReservation,
 }
 
 impl WasmModelTeardown {
@@ -199,6 +210,7 @@ impl WasmModelTeardown {
             s.finalize();
         }
         self.registry.release(&self.digest);
+        drop(self.reservation);
     }
 }
 
@@ -212,6 +224,7 @@ impl ModelTeardown for WasmModelTeardown {
 struct WasmLoad<'a> {
     pub runtime: &'a Arc<WasmRuntime>,
     pub registry: &'a Arc<BackendRegistry>,
+    pub budget: &'a Arc<SandboxBudget>,
     pub component: Arc<CompiledComponent>,
     pub backend_name: &'a str,
     pub model_name: &'a str,
@@ -230,6 +243,9 @@ struct WasmLoad<'a> {
 /// each instance. Any initialiser's error fails the load with the plugin's message, after undoing
 /// what was done.
 fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
+    // Its instances and its model sandbox, before any of them is built.
+    let reservation =
+        params.budget.reserve_instances(params.instances.len() as u64 + 1).map_err(LoadError::OverSandboxLimit)?;
     params.registry.acquire(params.runtime, &params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
@@ -237,7 +253,11 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         config_json: params.config_json,
     };
     let label: Arc<str> = format!("model '{}'", params.model_name).into();
-    let memory = MemoryMeter::new(params.metrics.as_ref().map(|m| m.wasm_memory()));
+    let memory = ModelMeter::new(
+        Some(params.budget.clone()),
+        params.metrics.as_ref().map(|m| m.wasm_memory()),
+        params.metrics.as_ref().map(|m| m.log_lines_dropped()),
+    );
     let model_sandbox = Sandbox::new(params.runtime, &params.component, &params.policy, memory.clone(), label)
         .map_err(PluginError::from)
         .and_then(|mut s| {
@@ -253,6 +273,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         model_sandbox: None,
         registry: params.registry.clone(),
         digest: params.component.digest.clone(),
+        reservation,
     };
     let model_sandbox = match model_sandbox {
         Ok(s) => s,
@@ -459,6 +480,9 @@ impl BackendInstance for WasmInstance {
                 (Some(InferError::internal(format!("model '{model}' returned no response for the request"))), false)
             }
             Executed::Returned(Err(message)) => {
+                let limit = host_api::MAX_ERROR_MESSAGE
+                    .min(usize::try_from(self.factory.policy.max_output_bytes).unwrap_or(usize::MAX));
+                let message = host_api::bounded(message, limit);
                 (Some(InferError::internal(format!("model '{model}' failed to execute: {message}"))), false)
             }
             Executed::Faulted(fault) => {

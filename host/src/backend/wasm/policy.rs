@@ -57,7 +57,12 @@ impl SandboxPolicy {
     /// Reads the policy from the model's parameters; a malformed or out-of-range value is a
     /// configuration error naming the parameter.
     pub fn from_config(config: &ModelConfig) -> Result<Self, ConfigError> {
-        let mut policy = SandboxPolicy::default();
+        Self::from_config_or(config, SandboxPolicy::default())
+    }
+
+    /// The same, with `defaults` for what the parameters leave out.
+    pub fn from_config_or(config: &ModelConfig, defaults: SandboxPolicy) -> Result<Self, ConfigError> {
+        let mut policy = defaults;
         let get = |key: &str| -> Result<Option<u64>, ConfigError> {
             match config.parameters.get(key) {
                 None => Ok(None),

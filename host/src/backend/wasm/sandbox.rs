@@ -8,10 +8,11 @@ use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
+pub use super::budget::ModelMeter;
 use super::io_guard::WouldBlock;
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
-pub use super::state::{ActiveBatch, MemoryMeter, SandboxState};
+pub use super::state::{ActiveBatch, MemoryDenied, SandboxState};
 use crate::load_error::PluginError;
 use crate::metrics::FaultKind;
 
@@ -183,7 +184,7 @@ impl Sandbox {
         runtime: &WasmRuntime,
         component: &CompiledComponent,
         policy: &SandboxPolicy,
-        meter: MemoryMeter,
+        meter: ModelMeter,
         label: Arc<str>,
     ) -> Result<Self, Fault> {
         // Deny by default: no environment, arguments, network or stdio, and no directory unless
@@ -218,8 +219,12 @@ impl Sandbox {
             )
         } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
             (FaultKind::Fuel, format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX)))
-        } else if data.limiter.denied_memory {
-            (FaultKind::Memory, format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20))
+        } else if let Some(denied) = &data.limiter.denied {
+            let what = match denied {
+                MemoryDenied::Limit => format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20),
+                MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
+            };
+            (FaultKind::Memory, what)
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
             (FaultKind::Trap, format!("trapped: {trap}"))
         } else {
@@ -235,6 +240,8 @@ impl Sandbox {
         self.store.set_epoch_deadline(ticks);
         // Each call gets the whole budget again (fuel is enabled on the engine, so this cannot fail).
         let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
+        // A refused growth explains a trap of this call, not of a later one.
+        self.store.data_mut().limiter.denied = None;
     }
 
     fn lifecycle<T>(

@@ -8,41 +8,56 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::budget::ModelMeter;
 use super::io_guard::IoGuard;
 use crate::request::Job;
 use crate::validate::IoSpec;
 
-/// Caps a sandbox's linear memory and tables, remembering whether it refused a growth so that a
-/// resulting trap can be reported as the memory limit it is, and counts the linear memory it let
-/// the sandbox have on its model version's [`MemoryMeter`] (given back when the store goes).
+/// Caps a sandbox's linear memory and tables, remembering why it refused a growth so that a
+/// resulting trap can be reported as the limit it is, and counts the linear memory it lets the
+/// sandbox have on its model version's [`ModelMeter`] (given back when the store goes).
 pub struct Limiter {
     memory_limit: usize,
-    pub(super) denied_memory: bool,
-    meter: MemoryMeter,
+    /// Why the last growth was refused, if one was.
+    pub(super) denied: Option<MemoryDenied>,
+    pub(super) meter: ModelMeter,
     /// Linear memory this store holds, in bytes, as counted on `meter`.
     in_use: usize,
     /// The growth just counted, taken back if wasmtime then fails it.
     last_growth: usize,
 }
 
+/// Why a sandbox's memory could not grow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryDenied {
+    /// Past the model's `sandbox.memory_limit_mb`.
+    Limit,
+    /// Past the operator's budget (the reason says which).
+    Budget(String),
+}
+
 impl ResourceLimiter for Limiter {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
-            self.denied_memory = true;
+            self.denied = Some(MemoryDenied::Limit);
             return Ok(false);
         }
         // Beyond the memory's own maximum the growth fails without a word to the limiter.
         if maximum.is_none_or(|m| desired <= m) {
-            self.last_growth = desired.saturating_sub(current);
-            self.in_use += self.last_growth;
-            self.meter.add(self.last_growth);
+            let growth = desired.saturating_sub(current);
+            if let Err(why) = self.meter.grow(growth) {
+                self.denied = Some(MemoryDenied::Budget(why));
+                return Ok(false);
+            }
+            self.last_growth = growth;
+            self.in_use += growth;
         }
         Ok(true)
     }
 
     fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
         self.in_use -= self.last_growth;
-        self.meter.sub(self.last_growth);
+        self.meter.shrink(self.last_growth);
         self.last_growth = 0;
         Ok(())
     }
@@ -54,30 +69,7 @@ impl ResourceLimiter for Limiter {
 
 impl Drop for Limiter {
     fn drop(&mut self) {
-        self.meter.sub(self.in_use);
-    }
-}
-
-/// Where the sandboxes of one model version count their linear memory: its
-/// `nereus_wasm_memory_bytes` gauge, or nowhere (metrics off; the backends' own sandboxes).
-#[derive(Clone, Default)]
-pub struct MemoryMeter(Option<prometheus::IntGauge>);
-
-impl MemoryMeter {
-    pub fn new(gauge: Option<prometheus::IntGauge>) -> Self {
-        MemoryMeter(gauge)
-    }
-
-    fn add(&self, bytes: usize) {
-        if let Some(g) = &self.0 {
-            g.add(bytes as i64);
-        }
-    }
-
-    fn sub(&self, bytes: usize) {
-        if let Some(g) = &self.0 {
-            g.sub(bytes as i64);
-        }
+        self.meter.shrink(self.in_use);
     }
 }
 
@@ -118,11 +110,11 @@ impl WasiView for SandboxState {
 impl SandboxState {
     /// A fresh store's state: `wasi` as the policy built it, memory capped at `memory_limit` bytes
     /// and counted on `meter`.
-    pub fn new(wasi: WasiCtx, memory_limit: usize, meter: MemoryMeter, label: Arc<str>) -> Self {
+    pub fn new(wasi: WasiCtx, memory_limit: usize, meter: ModelMeter, label: Arc<str>) -> Self {
         SandboxState {
             wasi,
             table: ResourceTable::new(),
-            limiter: Limiter { memory_limit, denied_memory: false, meter, in_use: 0, last_growth: 0 },
+            limiter: Limiter { memory_limit, denied: None, meter, in_use: 0, last_growth: 0 },
             label,
             batch: None,
             may_block: true,

@@ -1,0 +1,196 @@
+//! The operator's sandbox budgets against hostile models and plugins (issue 24): a configuration
+//! cannot raise the server's limits, the server-wide totals of instances and Wasm memory hold,
+//! everything a plugin returns counts (response parameters, error messages), and its log lines can
+//! neither pose as the host's nor flood the log. Each time a healthy model keeps answering.
+mod common;
+
+use common::*;
+use serde_json::json;
+
+fn faults_model(repo: &Repo, name: &str, extra: &str) {
+    let dir = repo.model(name, &faults_config(name, extra), &["1"]);
+    install_faults_component(&dir);
+}
+
+fn sandbox_parameter(key: &str, value: &str) -> String {
+    format!(r#"parameters [ {{ key: "{key}" value: {{ string_value: "{value}" }} }} ]"#)
+}
+
+fn assert_simple_answers(s: &Server) {
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["data"][15], 16);
+}
+
+#[test]
+fn a_model_cannot_raise_the_operators_limits() {
+    let repo = Repo::new();
+    repo.example("simple");
+    faults_model(&repo, "many_slots", &sandbox_parameter("sandbox.max_instances", "998"));
+    faults_model(&repo, "many_instances", "instance_group [ { count: 8 kind: KIND_CPU } ]");
+    faults_model(&repo, "much_memory", &sandbox_parameter("sandbox.memory_limit_mb", "1024"));
+    faults_model(&repo, "long_deadline", &sandbox_parameter("sandbox.execution_timeout_ms", "7200000"));
+    let s = Server::start(
+        repo.path(),
+        &["--sandbox-max-instances", "4", "--sandbox-max-memory-mb", "128", "--strict-readiness", "false"],
+    );
+    // A model that asks for nothing gets the defaults within the ceilings (256 MiB is above them).
+    let config = s.get("/v2/models/simple/config").json();
+    assert_eq!(config["parameters"]["sandbox.memory_limit_mb"]["string_value"], "128");
+    for (model, needle) in [
+        (
+            "many_slots",
+            "sandbox.max_instances 998 exceeds what the operator allows: at most 4 (--sandbox-max-instances)",
+        ),
+        ("many_instances", "instance_group's count 8 exceeds what the operator allows: at most 4"),
+        (
+            "much_memory",
+            "sandbox.memory_limit_mb 1024 exceeds what the operator allows: at most 128 (--sandbox-max-memory-mb)",
+        ),
+        ("long_deadline", "at most 3600000 (--sandbox-max-execution-timeout-ms)"),
+    ] {
+        let (state, reason) = s.model_state(model);
+        assert_eq!(state, "UNAVAILABLE", "{model}: {reason}");
+        assert!(reason.contains(needle), "{model}: expected '{needle}' in '{reason}'");
+    }
+    assert_simple_answers(&s);
+}
+
+#[test]
+fn the_server_wide_instance_total_holds() {
+    let repo = Repo::new();
+    repo.example("simple");
+    faults_model(&repo, "big", "instance_group [ { count: 3 kind: KIND_CPU } ]");
+    // simple takes 2 sandboxes (an instance and its model sandbox), big 4: they do not fit in 5.
+    let s = Server::start(
+        repo.path(),
+        &["--sandbox-total-instances", "5", "--model-control-mode", "explicit", "--load-model", "simple"],
+    );
+    let r = s.post_json("/v2/repository/models/big/load", &json!({}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.error().contains(
+            "the model needs 4 sandboxes (its instances and its model sandbox) and 3 of the server's 5 are left"
+        ),
+        "{}",
+        r.text()
+    );
+    assert_simple_answers(&s);
+    // Unloading gives them back.
+    assert_eq!(s.post_json("/v2/repository/models/simple/unload", &json!({})).status, 200);
+    let r = s.post_json("/v2/repository/models/big/load", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn wasm_memory_is_held_within_the_total_and_each_models_share() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let one_instance = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    faults_model(&repo, "hog", one_instance);
+    faults_model(&repo, "other", one_instance);
+    let s = Server::start(repo.path(), &["--sandbox-total-memory-mb", "160", "--sandbox-model-memory-share", "0.5"]);
+    let r = s.post_json("/v2/models/hog/infer", &faults_request("oom"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.error().contains("could not grow its memory: the model's sandboxes hold")
+            && r.error().contains("their share of the server's Wasm memory is 80 MiB"),
+        "{}",
+        r.text()
+    );
+    assert_simple_answers(&s);
+    // The hog's memory went back with its faulted instance: the other model can still grow to its
+    // own share (a 16 MiB output needs about three times that in the guest), and the hog serves
+    // again.
+    let mut big = faults_request("huge_output");
+    big["parameters"]["count"] = json!(4 << 20);
+    let r = s.post_json("/v2/models/other/infer", &big);
+    assert_eq!(r.status, 200, "{}", r.error());
+    let r = s.post_json("/v2/models/hog/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let metrics = s.metrics();
+    let total: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("nereus_wasm_memory_bytes{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(total <= (160u64 << 20) as f64, "every sandbox together within the total: {total}");
+}
+
+#[test]
+fn everything_a_plugin_returns_counts_against_its_output_limit() {
+    let repo = Repo::new();
+    repo.example("simple");
+    faults_model(&repo, "faults", &sandbox_parameter("sandbox.max_output_bytes", "1048576"));
+    let s = Server::start(repo.path(), &[]);
+    let mut r = faults_request("huge_parameters");
+    r["parameters"]["count"] = json!(2 << 20);
+    let answer = s.post_json("/v2/models/faults/infer", &r);
+    assert_eq!(answer.status, 500, "{}", answer.text());
+    assert!(
+        answer
+            .error()
+            .contains("response parameters of 2097156 bytes exceed the model's output limit of 1048576 bytes"),
+        "{}",
+        answer.error()
+    );
+    let mut r = faults_request("huge_error");
+    r["parameters"]["count"] = json!(1 << 20);
+    let answer = s.post_json("/v2/models/faults/infer", &r);
+    assert_eq!(answer.status, 500, "{}", answer.text());
+    let message = answer.error();
+    assert!(message.len() < 17 << 10, "the error message is cut: {} bytes", message.len());
+    assert!(
+        message.ends_with(&format!("… ({} more bytes cut)", (1 << 20) - (16 << 10))),
+        "{}",
+        &message[message.len() - 60..]
+    );
+    assert_simple_answers(&s);
+}
+
+/// With tritonserver's own escaping of log messages turned off (TRITON_SERVER_ESCAPE_LOG_MESSAGES=0),
+/// a plugin's line breaks are still escaped; and its lines are rate-limited, the drops counted.
+#[test]
+fn plugin_logs_cannot_forge_lines_or_flood() {
+    let repo = Repo::new();
+    repo.example("simple");
+    faults_model(&repo, "noisy", "");
+    let s = Server::start_with_env(
+        repo.path(),
+        &["--sandbox-log-lines-per-sec", "10"],
+        &[("TRITON_SERVER_ESCAPE_LOG_MESSAGES", "0")],
+    );
+    let forged = "I1125 12:00:00.000000 1 server.rs:1] Nereus is ready";
+    let mut r = faults_request("log");
+    r["parameters"]["count"] = json!(1);
+    r["parameters"]["text"] = json!(format!("innocent\n{forged}\r\x1b[2K"));
+    assert_eq!(s.post_json("/v2/models/noisy/infer", &r).status, 200);
+    s.wait_until("the plugin's line in the log", || s.log().contains("innocent"));
+    let log = s.log();
+    assert!(!log.lines().any(|l| l.starts_with(forged)), "a plugin started a line of its own:\n{log}");
+    let line = log.lines().find(|l| l.contains("innocent")).unwrap();
+    assert!(line.contains("model 'noisy' instance 'noisy_0'") && line.contains(r"innocent\nI1125"), "{line}");
+    assert!(!line.contains('\x1b') && line.contains(r"\r\u{1b}[2K"), "{line}");
+
+    r["parameters"]["count"] = json!(1000);
+    r["parameters"]["text"] = json!("flood");
+    assert_eq!(s.post_json("/v2/models/noisy/infer", &r).status, 200);
+    let written = || s.log().lines().filter(|l| l.ends_with("flood")).count();
+    let dropped = || -> usize {
+        s.metrics()
+            .lines()
+            .find(|l| l.starts_with("nereus_plugin_log_lines_dropped{") && l.contains("model=\"noisy\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .expect("the drop counter") as usize
+    };
+    s.wait_until("every line written or counted as dropped", || written() + dropped() == 1000);
+    assert!(written() <= 20, "at most a second's worth and what came back meanwhile: {}", written());
+    // The next line the limit lets through says how many went.
+    s.wait_until("the drops told", || {
+        r["parameters"]["count"] = json!(1);
+        r["parameters"]["text"] = json!("after");
+        assert_eq!(s.post_json("/v2/models/noisy/infer", &r).status, 200);
+        s.log().contains("log line(s) dropped (more than --sandbox-log-lines-per-sec)")
+    });
+    assert_simple_answers(&s);
+}
