@@ -1,7 +1,8 @@
 //! The operator's sandbox budgets against hostile models and plugins (issue 24): a configuration
 //! cannot raise the server's limits, the server-wide totals of instances and Wasm memory hold,
-//! everything a plugin returns counts (response parameters, error messages), and its log lines can
-//! neither pose as the host's nor flood the log. Each time a healthy model keeps answering.
+//! deadlines and cancellation reach a plugin blocked in a WASI call, everything a plugin returns
+//! counts (response parameters, error messages), and its log lines can neither pose as the host's
+//! nor flood the log. Each time a healthy model keeps answering.
 mod common;
 
 use common::*;
@@ -193,4 +194,59 @@ fn plugin_logs_cannot_forge_lines_or_flood() {
         s.log().contains("log line(s) dropped (more than --sandbox-log-lines-per-sec)")
     });
     assert_simple_answers(&s);
+}
+
+/// A plugin asleep in a blocking WASI call (not running Wasm code, where epoch interruption would
+/// stop it) is stopped at its deadline, in execution and in initialisation, and when its client
+/// goes away; at shutdown the exit timeout holds whatever it does.
+#[test]
+fn deadlines_and_cancellation_reach_a_plugin_blocked_in_wasi() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let one_instance = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    faults_model(
+        &repo,
+        "sleeper",
+        &format!("{one_instance}\n{}", sandbox_parameter("sandbox.execution_timeout_ms", "300")),
+    );
+    faults_model(
+        &repo,
+        "patient",
+        &format!("{one_instance}\n{}", sandbox_parameter("sandbox.execution_timeout_ms", "600000")),
+    );
+    let init = r#"parameters [ { key: "init_fault" value: { string_value: "sleep" } },
+  { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } } ]"#;
+    faults_model(&repo, "sleepy_init", init);
+    let mut s = Server::start(repo.path(), &["--strict-readiness", "false", "--exit-timeout-secs", "1"]);
+
+    let (state, reason) = s.model_state("sleepy_init");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("exceeded its execution deadline of 300 ms"), "{reason}");
+
+    let mut sleep = faults_request("sleep");
+    sleep["parameters"]["sleep_ms"] = json!(120_000);
+    let started = std::time::Instant::now();
+    let r = s.post_json("/v2/models/sleeper/infer", &sleep);
+    let took = started.elapsed();
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.error().contains("exceeded its execution deadline of 300 ms"), "{}", r.error());
+    assert!(took < std::time::Duration::from_secs(30), "stopped at the deadline, not after the 120 s sleep: {took:?}");
+    assert_eq!(s.post_json("/v2/models/sleeper/infer", &faults_request("")).status, 200, "rebuilt and serving");
+
+    // The client hangs up: the sleep ends, and the one instance is free for the next request.
+    s.post_then_hang_up("/v2/models/patient/infer", &sleep, || s.executions("patient").0 == 1);
+    let r = s.post_json("/v2/models/patient/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_simple_answers(&s);
+
+    // Shutdown with the plugin asleep: the exit timeout (1 s) holds.
+    let port = s.port;
+    let body = sleep.to_string();
+    let _asleep = std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| http(port, "POST", "/v2/models/patient/infer", &[], body.as_bytes()));
+    });
+    s.wait_until("the plugin asleep", || s.executions("patient").0 == 1);
+    let status = s.terminate();
+    assert_eq!(status.code(), Some(1), "{}", s.log());
+    assert!(s.log().contains("cut off: model 'patient' version 1 had 1 request(s) in flight or queued"));
 }

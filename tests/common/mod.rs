@@ -109,6 +109,8 @@ pub struct Server {
     pub port: u16,
     pub grpc_port: u16,
     pub log: Arc<Mutex<String>>,
+    /// The threads copying its stdout and stderr into `log`; they end when the process has.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 fn cache_dir() -> PathBuf {
@@ -143,11 +145,12 @@ impl Server {
             .expect("starting nereus");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel::<(bool, u16)>();
+        let mut readers = Vec::new();
         for stream in
             [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
         {
             let (log, tx) = (log.clone(), tx.clone());
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
                     for (grpc, marker) in
                         [(false, "Started HTTPService at "), (true, "Started GRPCInferenceService at ")]
@@ -162,7 +165,7 @@ impl Server {
                     }
                     log.lock().unwrap().push_str(&(line + "\n"));
                 }
-            });
+            }));
         }
         let (mut port, mut grpc_port) = (None, None);
         while port.is_none() || grpc_port.is_none() {
@@ -175,7 +178,7 @@ impl Server {
                 }
             }
         }
-        Server { child, port: port.unwrap_or_default(), grpc_port: grpc_port.unwrap_or_default(), log }
+        Server { child, port: port.unwrap_or_default(), grpc_port: grpc_port.unwrap_or_default(), log, readers }
     }
 
     /// The metrics endpoint's port, from the server's log line `Started Metrics Service at …`.
@@ -229,11 +232,15 @@ impl Server {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
     }
 
-    /// Waits (bounded) for the process to exit; returns its exit status.
+    /// Waits (bounded) for the process to exit, and for its last log lines; returns its exit
+    /// status.
     pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return status;
             }
             assert!(Instant::now() < deadline, "nereus did not exit after SIGTERM:\n{}", self.log());

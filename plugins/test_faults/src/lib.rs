@@ -11,8 +11,10 @@
 //! models "flood" (`count` responses, then the final flag) and "never_final" (one response, no
 //! final); "until_cancelled" (waits until the client is gone, then fails the request); "nap" (sleeps
 //! 1 ms, a blocking WASI call, then echoes); "huge_parameters", "huge_error" (`count` bytes of
-//! response parameters or of error message) and "log" (`count` log lines of the parameter `text`). The model parameter `init_fault` = "model" makes model
-//! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`).
+//! response parameters or of error message), "log" (`count` log lines of the parameter `text`)
+//! and "sleep" (a blocking sleep of `sleep_ms`, default ten minutes). The model parameter `init_fault` = "model" makes model
+//! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`); "sleep"
+//! makes it sleep ten minutes.
 use nereus_sdk::{
     Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
 };
@@ -24,6 +26,11 @@ impl Backend for Faults {
         match config_parameter(model, "init_fault")?.as_deref() {
             Some("model") => Err("test_faults: model initialisation refused as configured".into()),
             Some("trap") => panic_on_request(),
+            // A blocking sleep in initialisation, bounded only by the host's deadline.
+            Some("sleep") => {
+                std::thread::sleep(std::time::Duration::from_secs(600));
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -169,6 +176,17 @@ impl Backend for Faults {
                             request.respond(Response::new().output(t))?;
                         }
                     }
+                }
+                "sleep" => {
+                    // A blocking WASI sleep of `sleep_ms` (a monotonic-clock subscription the guest
+                    // blocks on), then echoes: only the host's deadline or a cancellation cuts it.
+                    let ms = match request.parameter("sleep_ms") {
+                        Some(ParameterValue::Int64(n)) => *n as u64,
+                        _ => 600_000,
+                    };
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    let t = request.take_input("INPUT0")?.renamed("OUTPUT0");
+                    request.respond(Response::new().output(t))?;
                 }
                 "nap" => {
                     // Sleeps a millisecond (a blocking WASI call), then echoes.

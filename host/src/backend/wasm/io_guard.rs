@@ -1,12 +1,30 @@
 //! WASI's I/O interfaces (`wasi:io/poll`, `wasi:io/streams`) as a sandbox sees them: wasmtime-wasi's
-//! own, except where one would block while the sandbox may not. In this synchronous embedding every
-//! `poll`, every wait on a pollable and every blocking stream operation (a print ends in one) enters
-//! the tokio runtime to block on it, which on one of the runtime's own threads — an inline execution
-//! on an I/O thread — cannot be done. There the call traps with a typed [`WouldBlock`] instead, and
-//! the scheduler runs the request again on the instance's own worker, where blocking is allowed.
+//! own, except where one would block. In this synchronous embedding every `poll`, every wait on a
+//! pollable and every blocking stream operation (a print ends in one) enters the tokio runtime to
+//! block on it; here each such wait is bounded:
+//!
+//! - **Not at all inline.** On one of the runtime's own threads — an inline execution on an I/O
+//!   thread — it cannot be done: the call traps with a typed [`WouldBlock`], and the scheduler runs
+//!   the request again on the instance's own worker, where blocking is allowed.
+//! - **By the call's deadline.** Epoch interruption stops a guest only while it runs Wasm code; a
+//!   guest asleep in the host (a `monotonic-clock` subscription it blocks on, a `poll`) would
+//!   outlast it. Each wait here ends at the deadline of the call it is part of
+//!   (`sandbox.execution_timeout_ms`) with a typed [`Interrupted::Deadline`] trap, reported as that
+//!   deadline, exactly as a spinning guest's is.
+//! - **By cancellation.** A wait during an execution whose requests have all been cancelled (their
+//!   clients gone) ends with [`Interrupted::Cancelled`]: nobody waits for its answers.
+use std::time::{Duration, Instant};
+
 use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::p2::bindings::sync::io::{poll, streams};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamError, StreamResult};
+use wasmtime_wasi::runtime::in_tokio;
+use wasmtime_wasi_io::bindings::wasi::io::{poll as async_poll, streams as async_streams};
+
+use super::state::ActiveBatch;
+
+/// How often a wait looks whether its requests have been cancelled.
+const CANCEL_CHECK: Duration = Duration::from_millis(10);
 
 /// The trap of a WASI call that would block where the sandbox may not.
 #[derive(Debug)]
@@ -20,10 +38,51 @@ impl std::fmt::Display for WouldBlock {
 
 impl std::error::Error for WouldBlock {}
 
-/// The sandbox's resource table, and whether its calls may block now.
+/// The trap of a wait cut short.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Interrupted {
+    /// The call's deadline came while the guest waited.
+    Deadline,
+    /// Every request of the execution was cancelled while the guest waited.
+    Cancelled,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interrupted::Deadline => "the call's deadline came during a blocking WASI call",
+            Interrupted::Cancelled => "every request was cancelled during a blocking WASI call",
+        })
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The sandbox's resource table, whether its calls may block now, until when, and the batch whose
+/// cancellation ends a wait.
 pub struct IoGuard<'a> {
     pub table: &'a mut ResourceTable,
     pub may_block: bool,
+    /// The deadline of the call in progress (none between calls).
+    pub deadline: Option<Instant>,
+    pub batch: Option<&'a ActiveBatch>,
+}
+
+/// An error type a trap becomes: itself for `wasi:io/poll`, a stream error for `wasi:io/streams`.
+trait FromTrap {
+    fn from_trap(trap: wasmtime::Error) -> Self;
+}
+
+impl FromTrap for wasmtime::Error {
+    fn from_trap(trap: wasmtime::Error) -> Self {
+        trap
+    }
+}
+
+impl FromTrap for StreamError {
+    fn from_trap(trap: wasmtime::Error) -> Self {
+        StreamError::Trap(trap)
+    }
 }
 
 /// The [`HasData`] under which the guarded interfaces are linked.
@@ -41,12 +100,44 @@ impl IoGuard<'_> {
     fn stream_allowed(&self) -> StreamResult<()> {
         self.allowed().map_err(StreamError::Trap)
     }
+
+    /// Runs the wait `f` on the table until it ends, or until the deadline or the cancellation of
+    /// every request of the batch, which trap with [`Interrupted`].
+    fn wait<T, E: FromTrap>(&mut self, f: impl AsyncFnOnce(&mut ResourceTable) -> Result<T, E>) -> Result<T, E> {
+        self.allowed().map_err(E::from_trap)?;
+        let (deadline, batch) = (self.deadline, self.batch);
+        let cancelled = || batch.is_some_and(|b| !b.jobs.is_empty() && b.jobs.iter().all(|j| j.sender.is_cancelled()));
+        let table = &mut *self.table;
+        in_tokio(async move {
+            let waited = f(table);
+            tokio::pin!(waited);
+            let mut check = tokio::time::interval(CANCEL_CHECK);
+            let expiry = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(expiry);
+            loop {
+                tokio::select! {
+                    biased;
+                    done = &mut waited => return done,
+                    () = &mut expiry => return Err(E::from_trap(wasmtime::Error::new(Interrupted::Deadline))),
+                    _ = check.tick(), if batch.is_some() => {
+                        if cancelled() {
+                            return Err(E::from_trap(wasmtime::Error::new(Interrupted::Cancelled)));
+                        }
+                    }
+                }
+            }
+        })
+    }
 }
 
 impl poll::Host for IoGuard<'_> {
     fn poll(&mut self, pollables: Vec<Resource<DynPollable>>) -> wasmtime::Result<Vec<u32>> {
-        self.allowed()?;
-        poll::Host::poll(self.table, pollables)
+        self.wait(async move |table| async_poll::Host::poll(table, pollables).await)
     }
 }
 
@@ -57,8 +148,7 @@ impl poll::HostPollable for IoGuard<'_> {
     }
 
     fn block(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
-        self.allowed()?;
-        poll::HostPollable::block(self.table, pollable)
+        self.wait(async move |table| async_poll::HostPollable::block(table, pollable).await)
     }
 
     fn drop(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
@@ -89,12 +179,16 @@ impl streams::HostOutputStream for IoGuard<'_> {
 
     fn blocking_write_and_flush(&mut self, stream: Resource<DynOutputStream>, bytes: Vec<u8>) -> StreamResult<()> {
         self.stream_allowed()?;
-        streams::HostOutputStream::blocking_write_and_flush(self.table, stream, bytes)
+        self.wait(async move |table| {
+            async_streams::HostOutputStream::blocking_write_and_flush(table, stream, bytes).await
+        })
     }
 
     fn blocking_write_zeroes_and_flush(&mut self, stream: Resource<DynOutputStream>, len: u64) -> StreamResult<()> {
         self.stream_allowed()?;
-        streams::HostOutputStream::blocking_write_zeroes_and_flush(self.table, stream, len)
+        self.wait(async move |table| {
+            async_streams::HostOutputStream::blocking_write_zeroes_and_flush(table, stream, len).await
+        })
     }
 
     fn subscribe(&mut self, stream: Resource<DynOutputStream>) -> wasmtime::Result<Resource<DynPollable>> {
@@ -111,7 +205,7 @@ impl streams::HostOutputStream for IoGuard<'_> {
 
     fn blocking_flush(&mut self, stream: Resource<DynOutputStream>) -> StreamResult<()> {
         self.stream_allowed()?;
-        streams::HostOutputStream::blocking_flush(self.table, stream)
+        self.wait(async move |table| async_streams::HostOutputStream::blocking_flush(table, stream).await)
     }
 
     fn splice(&mut self, dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
@@ -125,7 +219,7 @@ impl streams::HostOutputStream for IoGuard<'_> {
         len: u64,
     ) -> StreamResult<u64> {
         self.stream_allowed()?;
-        streams::HostOutputStream::blocking_splice(self.table, dst, src, len)
+        self.wait(async move |table| async_streams::HostOutputStream::blocking_splice(table, dst, src, len).await)
     }
 }
 
@@ -141,7 +235,7 @@ impl streams::HostInputStream for IoGuard<'_> {
 
     fn blocking_read(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<Vec<u8>> {
         self.stream_allowed()?;
-        streams::HostInputStream::blocking_read(self.table, stream, len)
+        self.wait(async move |table| async_streams::HostInputStream::blocking_read(table, stream, len).await)
     }
 
     fn skip(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
@@ -150,7 +244,7 @@ impl streams::HostInputStream for IoGuard<'_> {
 
     fn blocking_skip(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
         self.stream_allowed()?;
-        streams::HostInputStream::blocking_skip(self.table, stream, len)
+        self.wait(async move |table| async_streams::HostInputStream::blocking_skip(table, stream, len).await)
     }
 
     fn subscribe(&mut self, stream: Resource<DynInputStream>) -> wasmtime::Result<Resource<DynPollable>> {

@@ -9,7 +9,7 @@ use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
 pub use super::budget::ModelMeter;
-use super::io_guard::WouldBlock;
+use super::io_guard::{Interrupted, WouldBlock};
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
 pub use super::state::{ActiveBatch, MemoryDenied, SandboxState};
@@ -212,7 +212,9 @@ impl Sandbox {
     /// backtrace (see [`log_guest_backtrace`]): the message is the client's, the log the author's.
     fn fault_of(store: &Store<SandboxState>, policy: &SandboxPolicy, e: wasmtime::Error) -> Fault {
         let data = store.data();
-        let (kind, what) = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        let (kind, what) = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
+            || e.downcast_ref::<Interrupted>() == Some(&Interrupted::Deadline)
+        {
             (
                 FaultKind::Deadline,
                 format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis()),
@@ -225,6 +227,8 @@ impl Sandbox {
                 MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
             };
             (FaultKind::Memory, what)
+        } else if e.downcast_ref::<Interrupted>() == Some(&Interrupted::Cancelled) {
+            (FaultKind::Other, "was stopped while it waited: every request of the execution was cancelled".to_string())
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
             (FaultKind::Trap, format!("trapped: {trap}"))
         } else {
@@ -242,6 +246,8 @@ impl Sandbox {
         let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
         // A refused growth explains a trap of this call, not of a later one.
         self.store.data_mut().limiter.denied = None;
+        // A blocking WASI call of this call ends at its deadline too (see `io_guard`).
+        self.store.data_mut().deadline = Some(std::time::Instant::now() + self.policy.execution_timeout);
     }
 
     fn lifecycle<T>(

@@ -99,6 +99,8 @@ pub struct SandboxState {
     pub(super) batch: Option<ActiveBatch>,
     /// Whether WASI calls may block now: not while executing inline on an I/O thread.
     pub(super) may_block: bool,
+    /// The deadline of the call in progress, which a blocking WASI call observes (see `io_guard`).
+    pub(super) deadline: Option<std::time::Instant>,
 }
 
 impl WasiView for SandboxState {
@@ -118,11 +120,17 @@ impl SandboxState {
             label,
             batch: None,
             may_block: true,
+            deadline: None,
         }
     }
 
     /// The resource table as the guarded WASI I/O interfaces see it ([`IoGuard`]).
     pub fn io_guard(&mut self) -> IoGuard<'_> {
-        IoGuard { table: &mut self.table, may_block: self.may_block }
+        IoGuard {
+            table: &mut self.table,
+            may_block: self.may_block,
+            deadline: self.deadline,
+            batch: self.batch.as_ref(),
+        }
     }
 }
