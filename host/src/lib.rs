@@ -31,4 +31,5 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod test_hooks;
+pub mod trace;
 pub mod validate;

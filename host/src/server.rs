@@ -18,6 +18,7 @@ use crate::repository::{LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 use crate::scheduler::Caller;
 use crate::scheduler::inline::IoThreads;
+use crate::trace::Tracer;
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
@@ -29,6 +30,7 @@ pub const EXTENSIONS: &[&str] = &[
     "sequence(string_id)",
     "parameters",
     "statistics",
+    "trace",
     "logging",
     "system_shared_memory",
 ];
@@ -76,6 +78,8 @@ pub struct ServerOptions {
     pub busy_poll_min_spare_cpus: f64,
     /// Prometheus metrics (`--allow-metrics`, default on); `None` turns them off.
     pub metrics: Option<crate::metrics::MetricsOptions>,
+    /// Tracing (`--trace-config`); off by default.
+    pub trace: crate::trace::options::TraceOptions,
 }
 
 pub struct Server {
@@ -90,6 +94,7 @@ pub struct Server {
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
     metrics: Option<Arc<Metrics>>,
+    tracer: Tracer,
     _runtime: Arc<WasmRuntime>,
 }
 
@@ -107,6 +112,7 @@ impl Server {
             Some(o) => Some(Arc::new(Metrics::new(o).map_err(|e| anyhow::anyhow!("metrics: {e}"))?)),
             None => None,
         };
+        let tracer = Tracer::new(options.trace.clone()).map_err(|e| anyhow::anyhow!("--trace-config: {e}"))?;
         let models = Arc::new(ModelTable::default());
         for device in crate::gpu::describe_devices() {
             tracing::info!("{device}");
@@ -151,12 +157,18 @@ impl Server {
             abandoned: AtomicU64::new(0),
             busy_poll,
             metrics,
+            tracer,
             _runtime: runtime,
         }))
     }
 
     pub fn options(&self) -> &ServerOptions {
         &self.options
+    }
+
+    /// The server's tracing: sampling, settings, and where traces go.
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     /// Counts a request whose client went away (an HTTP connection closed, a gRPC call cancelled)
@@ -359,6 +371,8 @@ impl Server {
     /// finalised in that order. Blocks.
     pub fn unload_all(&self) {
         self.control.unload_all();
+        // The requests are answered: their traces are over.
+        self.tracer.shutdown();
     }
 }
 
