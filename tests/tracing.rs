@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,8 @@ struct Collector {
     received: Arc<Mutex<Vec<Received>>>,
     /// Requests it could not take (wrong path, content type, or a body that does not decode).
     refused: Arc<Mutex<Vec<String>>>,
+    /// How many of the next exports to answer 503 (busy), and how many it answered so.
+    busy: Arc<(AtomicUsize, AtomicUsize)>,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -45,22 +48,31 @@ impl Collector {
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
         let refused = Arc::new(Mutex::new(Vec::new()));
-        let (r, f) = (received.clone(), refused.clone());
+        let busy = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let (r, f, b) = (received.clone(), refused.clone(), busy.clone());
         runtime.spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
-                let (r, f) = (r.clone(), f.clone());
+                let (r, f, b) = (r.clone(), f.clone(), b.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        let (r, f) = (r.clone(), f.clone());
-                        async move { Ok::<_, std::convert::Infallible>(receive(req, &r, &f).await) }
+                        let (r, f, b) = (r.clone(), f.clone(), b.clone());
+                        async move {
+                            if b.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                                b.1.fetch_add(1, Ordering::SeqCst);
+                                let mut busy = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
+                                *busy.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                                return Ok::<_, std::convert::Infallible>(busy);
+                            }
+                            Ok(receive(req, &r, &f).await)
+                        }
                     });
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
                 });
             }
         });
-        Collector { port, received, refused, _runtime: runtime }
+        Collector { port, received, refused, busy, _runtime: runtime }
     }
 
     fn url(&self) -> String {
@@ -443,9 +455,13 @@ fn sampling_follows_rate_count_and_per_model_settings_changed_at_run_time() {
     };
     let roots = |c: &Collector| c.own_roots();
 
-    // rate 3: every third request.
+    // rate 3: every third request. Requests for a model that is not there do not count.
     let r = s.post_json("/v2/trace/setting", &json!({"trace_rate": "3"}));
     assert_eq!(r.json()["trace_rate"], "3");
+    for _ in 0..3 {
+        let r = s.post_json("/v2/models/nope/infer", &simple_request(1));
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
     for _ in 0..6 {
         infer_with(&s, "simple", &simple_request(1), &[]);
     }
@@ -668,6 +684,20 @@ fn triton_mode_writes_tritonservers_trace_file() {
     let traces = trace_file(&file);
     assert_eq!(traces.len(), 1);
     assert!(!dir.path().join("trace.json.2").exists());
+}
+
+#[test]
+fn a_busy_collector_gets_the_spans_again() {
+    let collector = Collector::start();
+    // The collector answers the next two exports 503: the exporter tries again (1 s, then 1.5 s).
+    collector.busy.0.store(2, Ordering::SeqCst);
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = otel_server(&repo, &collector, &["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]);
+    let (tp, trace_id, _) = traceparent(70, "01");
+    infer_with(&s, "simple", &simple_request(1), &[("traceparent", &tp)]);
+    collector.trace(&trace_id, 3);
+    assert_eq!(collector.busy.1.load(Ordering::SeqCst), 2);
 }
 
 #[test]

@@ -8,10 +8,16 @@ use crate::trace::update::{self, SettingInput};
 use crate::trace::{Carrier, ReportedSettings, Trace};
 
 /// Samples a request for `model` (see [`crate::trace::Tracer::sample`]): its trace if it is
-/// traced. With tracing off this is one atomic load.
+/// traced. As tritonserver, a request for a model that is not there is refused before it is
+/// sampled: it neither counts towards the rate nor leaves a trace. With tracing off this is one
+/// atomic load.
 #[inline]
-pub fn start(server: &Server, model: &str, carrier: &dyn Carrier) -> Option<Trace> {
-    server.tracer().sample(model, carrier)
+pub fn start(server: &Server, model: &str, version: Option<i64>, carrier: &dyn Carrier) -> Option<Trace> {
+    let tracer = server.tracer();
+    if !tracer.is_active() || server.version(model, version).is_err() {
+        return None;
+    }
+    tracer.sample(model, carrier)
 }
 
 /// `model`'s trace setting ("": the global one), changed first by `update` when the request is an

@@ -3,8 +3,9 @@
 //! OpenTelemetry SDK's `BatchSpanProcessor` semantics and log line), and a thread of its own sends
 //! them in batches of at most `bsp_max_export_batch_size` as `ExportTraceServiceRequest`s
 //! (`application/x-protobuf`) to the collector's `/v1/traces` URL: every `bsp_schedule_delay` ms,
-//! or as soon as a batch is full. A collector that is down costs the spans of that batch and a log
-//! line now and then, nothing else.
+//! or as soon as a batch is full. A collector that is unreachable or busy is tried again a few
+//! times (meanwhile spans queue, and beyond the queue's bound are dropped); one that stays down
+//! costs the spans of that batch and a log line now and then, nothing else.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -180,7 +181,7 @@ fn export_loop(shared: &Shared, mut client: Client, runtime: &tokio::runtime::Ru
         }
         for batch in batches {
             let count = batch.len();
-            if let Err(e) = runtime.block_on(client.export(batch)) {
+            if let Err(e) = runtime.block_on(client.export(batch, &|| shared.spans.lock().closed)) {
                 failures.report(&client.options.url, count, &e);
             }
         }
@@ -216,16 +217,56 @@ struct Client {
     options: ExportOptions,
 }
 
+/// Export attempts of a batch: a transient failure (the collector unreachable, HTTP 429, 502, 503
+/// or 504, no answer in time) is tried again after 1 s, then 1.5 times longer each time up to 5 s,
+/// five attempts in all, as the OpenTelemetry C++ SDK's OTLP/HTTP exporter does; not once shutdown
+/// has begun.
+const ATTEMPTS: u32 = 5;
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A failed export attempt.
+struct Failure {
+    message: String,
+    /// Worth trying again.
+    transient: bool,
+    /// The connection failed (rather than the collector answering).
+    connection: bool,
+}
+
+impl Failure {
+    fn connection(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), transient: true, connection: true }
+    }
+}
+
 impl Client {
-    /// Sends one batch, within the export timeout.
-    async fn export(&mut self, spans: Vec<Span>) -> Result<(), String> {
+    /// Sends one batch, trying again after transient failures unless `closing` says shutdown has
+    /// begun.
+    async fn export(&mut self, spans: Vec<Span>, closing: &dyn Fn() -> bool) -> Result<(), String> {
         let body = Bytes::from(self.request(spans).encode_to_vec());
+        let (mut attempt, mut backoff) = (1, FIRST_BACKOFF);
+        loop {
+            match self.attempt(body.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(f) if f.transient && attempt < ATTEMPTS && !closing() => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 3 / 2).min(MAX_BACKOFF);
+                    attempt += 1;
+                }
+                Err(f) => return Err(f.message),
+            }
+        }
+    }
+
+    /// One attempt, within the export timeout.
+    async fn attempt(&mut self, body: Bytes) -> Result<(), Failure> {
         let timeout = self.options.timeout;
         match tokio::time::timeout(timeout, self.post(body)).await {
             Ok(result) => result,
             Err(_) => {
                 self.sender = None;
-                Err(format!("no answer within {} ms", timeout.as_millis()))
+                Err(Failure::connection(format!("no answer within {} ms", timeout.as_millis())))
             }
         }
     }
@@ -257,21 +298,19 @@ impl Client {
 
     /// POSTs the body; a kept-alive connection the collector closed meanwhile is made again and
     /// the request sent once more.
-    async fn post(&mut self, body: Bytes) -> Result<(), String> {
+    async fn post(&mut self, body: Bytes) -> Result<(), Failure> {
         let reused = self.sender.as_ref().is_some_and(|s| !s.is_closed());
         match self.send(body.clone()).await {
-            Err((_, true)) if reused => self.send(body).await.map_err(|(e, _)| e),
-            result => result.map_err(|(e, _)| e),
+            Err(f) if f.connection && reused => self.send(body).await,
+            result => result,
         }
     }
 
-    /// One attempt; an error says whether the connection failed (rather than the collector
-    /// refusing the spans).
-    async fn send(&mut self, body: Bytes) -> Result<(), (String, bool)> {
+    async fn send(&mut self, body: Bytes) -> Result<(), Failure> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-            self.sender = Some(self.connect().await.map_err(|e| (e, false))?);
+            self.sender = Some(self.connect().await.map_err(Failure::connection)?);
         }
-        let Some(sender) = self.sender.as_mut() else { return Err(("not connected".into(), false)) };
+        let Some(sender) = self.sender.as_mut() else { return Err(Failure::connection("not connected")) };
         let authority = self.uri.authority().map(|a| a.as_str()).unwrap_or_default();
         let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
         let mut request = hyper::Request::post(path)
@@ -281,7 +320,11 @@ impl Client {
         for (k, v) in &self.options.headers {
             request = request.header(k.as_str(), v.as_str());
         }
-        let request = request.body(Full::new(body)).map_err(|e| (e.to_string(), false))?;
+        let request = request.body(Full::new(body)).map_err(|e| Failure {
+            message: e.to_string(),
+            transient: false,
+            connection: false,
+        })?;
         let sent = async {
             sender.ready().await?;
             let response = sender.send_request(request).await?;
@@ -291,12 +334,14 @@ impl Client {
         };
         match sent.await {
             Ok((status, _)) if status.is_success() => Ok(()),
-            Ok((status, body)) => {
-                Err((format!("HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])), false))
-            }
+            Ok((status, body)) => Err(Failure {
+                message: format!("HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])),
+                transient: matches!(status.as_u16(), 429 | 502 | 503 | 504),
+                connection: false,
+            }),
             Err(e) => {
                 self.sender = None;
-                Err((e.to_string(), true))
+                Err(Failure::connection(e.to_string()))
             }
         }
     }

@@ -109,7 +109,10 @@ impl GrpcInferenceService for GrpcFrontend {
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
         // tonic hands the request over read: the wait for it is over when it begins.
-        let trace = api::trace::start(&self.server, &r.get_ref().model_name, r.metadata());
+        let message = r.get_ref();
+        let trace = convert::version(&message.model_version)
+            .ok()
+            .and_then(|v| api::trace::start(&self.server, &message.model_name, v, r.metadata()));
         if let Some(trace) = &trace {
             let now = Instant::now();
             trace.capture(FrontendEvent::GrpcWaitReadStart, now);
@@ -377,7 +380,9 @@ impl StreamStart {
             message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
             Some(ParameterChoice::BoolParam(true))
         );
-        let trace = api::trace::start(server, &message.model_name, context);
+        let trace = convert::version(&message.model_version)
+            .ok()
+            .and_then(|v| api::trace::start(server, &message.model_name, v, context));
         if let (Some(trace), Some((since, arrived))) = (&trace, read) {
             trace.capture(FrontendEvent::GrpcWaitReadStart, since);
             trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);

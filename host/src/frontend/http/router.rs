@@ -582,7 +582,7 @@ async fn infer(
     version: Option<i64>,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
-    let trace = api::trace::start(server, &name, req.headers());
+    let trace = api::trace::start(server, &name, version, req.headers());
     if let Some(trace) = &trace {
         trace.capture(FrontendEvent::HttpRecvStart, Instant::now());
     }
