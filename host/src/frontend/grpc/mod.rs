@@ -109,10 +109,7 @@ impl GrpcInferenceService for GrpcFrontend {
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
         // tonic hands the request over read: the wait for it is over when it begins.
-        let message = r.get_ref();
-        let trace = convert::version(&message.model_version)
-            .ok()
-            .and_then(|v| api::trace::start(&self.server, &message.model_name, v, r.metadata()));
+        let trace = start_trace(&self.server, r.get_ref(), r.metadata());
         if let Some(trace) = &trace {
             let now = Instant::now();
             trace.capture(FrontendEvent::GrpcWaitReadStart, now);
@@ -380,9 +377,7 @@ impl StreamStart {
             message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
             Some(ParameterChoice::BoolParam(true))
         );
-        let trace = convert::version(&message.model_version)
-            .ok()
-            .and_then(|v| api::trace::start(server, &message.model_name, v, context));
+        let trace = start_trace(server, &message, context);
         if let (Some(trace), Some((since, arrived))) = (&trace, read) {
             trace.capture(FrontendEvent::GrpcWaitReadStart, since);
             trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
@@ -395,6 +390,16 @@ impl StreamStart {
         });
         StreamStart { id, empty_final, started, shm_outputs, server: server.clone(), trace }
     }
+}
+
+/// Samples a request for tracing (only a request whose model version reads: others fail anyway).
+#[inline]
+fn start_trace(server: &Server, message: &pb::ModelInferRequest, carrier: &dyn Carrier) -> Option<Trace> {
+    if !server.tracer().is_active() {
+        return None;
+    }
+    let version = convert::version(&message.model_version).ok()?;
+    api::trace::start(server, &message.model_name, version, carrier)
 }
 
 /// A stream's trace context headers, kept for its requests (which tonic hands over without them).
