@@ -1,6 +1,8 @@
 //! Compiles Nereus' protobuf schemas (model configuration, Triton's gRPC protocol, gRPC health) with
 //! protox (no `protoc` needed) into prost types and tonic services, and keeps the descriptor set so
-//! the text-format parser and the JSON renderer can walk the schema by name.
+//! the text-format parser and the JSON renderer can walk the schema by name. Also OpenTelemetry's
+//! OTLP trace messages (`proto/opentelemetry`, the official definitions), for the trace exporter:
+//! messages only, it speaks OTLP over HTTP.
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -15,5 +17,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Tensor buffers (raw_input_contents, raw_output_contents) as `Bytes`: sliced, not copied.
         .bytes(".")
         .compile_fds(fds)?;
+    let otlp = ["proto/opentelemetry/proto/collector/trace/v1/trace_service.proto"];
+    println!("cargo:rerun-if-changed=proto/opentelemetry");
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_fds(protox::compile(otlp, ["proto"])?)?;
     Ok(())
 }

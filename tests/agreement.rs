@@ -317,14 +317,59 @@ fn every_route_both_protocols_have_answers_alike() {
             .await,
         );
         assert_eq!(http_outcome(&http), grpc);
-        for path in ["/v2/trace/setting", "/v2/models/simple/trace/setting"] {
-            let http = s.get(path);
-            let model = if path.contains("simple") { "simple" } else { "" };
+        // The trace extension: the same settings, and the same errors, on both.
+        let trace_update = |settings: &[(&str, Option<&str>)]| pb::TraceSettingRequest {
+            settings: settings
+                .iter()
+                .map(|(k, v)| {
+                    let value = v.iter().map(|v| v.to_string()).collect();
+                    (k.to_string(), pb::trace_setting_request::SettingValue { value })
+                })
+                .collect(),
+            model_name: "simple".into(),
+        };
+        for (body, settings) in [
+            (json!(null), vec![]),
+            (
+                json!({"trace_rate": "7", "log_frequency": "3"}),
+                vec![("trace_rate", Some("7")), ("log_frequency", Some("3"))],
+            ),
+            (json!({"trace_rate": null}), vec![("trace_rate", None)]),
+            (json!({"trace_count": "-5"}), vec![("trace_count", Some("-5"))]),
+            (json!({"trace_rate": "x"}), vec![("trace_rate", Some("x"))]),
+            (json!({"trace_file": "f.json"}), vec![("trace_file", Some("f.json"))]),
+            (json!({"trace_level": ["OFF", "TIMESTAMPS"]}), vec![]),
+        ] {
+            let path = "/v2/models/simple/trace/setting";
+            let http = if body.is_null() { s.get(path) } else { s.post_json(path, &body) };
+            let mut request = trace_update(&settings);
+            if let Some(levels) = body.get("trace_level") {
+                let value = levels.as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+                request.settings.insert("trace_level".into(), pb::trace_setting_request::SettingValue { value });
+            }
+            let (grpc, g) = grpc_outcome(c.trace_setting(request).await);
+            assert_eq!(http_outcome(&http), grpc, "{body}");
+            if let Some(g) = g {
+                let http = http.json();
+                let http = http.as_object().unwrap();
+                assert_eq!(http.len(), g.settings.len(), "{body}");
+                for (key, value) in &g.settings {
+                    let expected = if key == "trace_level" { json!(value.value) } else { json!(value.value[0]) };
+                    assert_eq!(http[key], expected, "{key}");
+                }
+            }
+        }
+        for model in ["", "nope"] {
+            let path = if model.is_empty() {
+                "/v2/trace/setting".to_string()
+            } else {
+                format!("/v2/models/{model}/trace/setting")
+            };
+            let http = s.get(&path);
             let (grpc, _) = grpc_outcome(
                 c.trace_setting(pb::TraceSettingRequest { model_name: model.into(), ..Default::default() }).await,
             );
             assert_eq!(http_outcome(&http), grpc, "{path}");
-            assert!(matches!(grpc, Outcome::Err(Code::Unimplemented, ref m) if m.contains("trace")), "{grpc:?}");
         }
     });
 }

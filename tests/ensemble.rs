@@ -8,23 +8,6 @@ use std::thread::JoinHandle;
 use common::*;
 use serde_json::{Value, json};
 
-/// Triton's `ensemble_add_sub`: two chained `simple` steps, A, B → SUM2 = 2A, DIFF2 = 2B.
-const ADD_SUB_TWICE: &str = r#"name: "add_sub_twice"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "SUM2" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF2" data_type: TYPE_INT32 dims: [ 16 ] } ]
-ensemble_scheduling {
-  step [
-    { model_name: "simple" model_version: -1
-      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
-      output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
-    { model_name: "simple" model_version: -1
-      input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
-      output_map { key: "OUTPUT0" value: "SUM2" } output_map { key: "OUTPUT1" value: "DIFF2" } }
-  ]
-}"#;
-
 fn ab(a: i32, b: i32) -> Value {
     json!({"inputs": [
         {"name": "A", "shape": [1, 16], "datatype": "INT32", "data": vec![a; 16]},

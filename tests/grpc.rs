@@ -146,10 +146,10 @@ fn health_metadata_config_and_repository() {
         // CUDA shared memory: off with the rest of client shared memory
         let e = c.cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest::default()).await.unwrap_err();
         assert_eq!(e.code(), Code::Unimplemented);
-        // not implemented yet: said so, never faked
-        let e = c.trace_setting(pb::TraceSettingRequest::default()).await.unwrap_err();
-        assert_eq!(e.code(), Code::Unimplemented);
-        assert!(e.message().contains("trace"));
+        // The trace extension answers (tracing off by default: its level is OFF).
+        let t = c.trace_setting(pb::TraceSettingRequest::default()).await.unwrap().into_inner();
+        assert_eq!(t.settings["trace_level"].value, ["OFF"]);
+        assert_eq!(t.settings["trace_mode"].value, ["triton"]);
 
         let mut health = HealthClient::connect(format!("http://127.0.0.1:{}", s.grpc_port)).await.unwrap();
         let h = health.check(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();

@@ -177,6 +177,34 @@ pub struct ServeArgs {
     /// chooses them. Repeatable.
     #[arg(long = "metrics-config", value_name = "SETTING=VALUE")]
     pub metrics_config: Vec<String>,
+    /// A tracing setting, as tritonserver's (repeatable): `[<mode>,]<setting>=<value>`. Global
+    /// settings: `level=OFF|TIMESTAMPS|TENSORS` (default OFF), `rate=N` (trace one request in N,
+    /// default 1000), `count=N` (how many to trace; -1, the default: no limit),
+    /// `mode=triton|opentelemetry` (default triton). Triton mode: `triton,file=PATH` (the JSON trace
+    /// file), `triton,log-frequency=N` (write every N traces to PATH.<n>). OpenTelemetry mode:
+    /// `opentelemetry,url=URL` (the collector's OTLP/HTTP traces URL, default
+    /// http://localhost:4318/v1/traces), `opentelemetry,resource=KEY=VALUE` (a resource attribute),
+    /// `opentelemetry,bsp_max_queue_size=N` (2048), `opentelemetry,bsp_schedule_delay=MS` (5000),
+    /// `opentelemetry,bsp_max_export_batch_size=N` (512). The trace extension changes level, rate,
+    /// count and log frequency at run time, globally or per model. See "Tracing" in
+    /// docs/operations.md.
+    #[arg(long = "trace-config", value_name = "[MODE,]SETTING=VALUE")]
+    pub trace_config: Vec<String>,
+    /// Deprecated, as in tritonserver: `--trace-config triton,file=PATH`.
+    #[arg(long = "trace-file", value_name = "PATH")]
+    pub trace_file: Option<String>,
+    /// Deprecated, as in tritonserver: `--trace-config level=LEVEL` (repeatable).
+    #[arg(long = "trace-level", value_name = "LEVEL")]
+    pub trace_level: Vec<String>,
+    /// Deprecated, as in tritonserver: `--trace-config rate=N`.
+    #[arg(long = "trace-rate", value_name = "N")]
+    pub trace_rate: Option<String>,
+    /// Deprecated, as in tritonserver: `--trace-config count=N`.
+    #[arg(long = "trace-count", value_name = "N", allow_hyphen_values = true)]
+    pub trace_count: Option<String>,
+    /// Deprecated, as in tritonserver: `--trace-config triton,log-frequency=N`.
+    #[arg(long = "trace-log-frequency", value_name = "N")]
+    pub trace_log_frequency: Option<String>,
     /// Ready only when every model is ready (tritonserver's default).
     #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
     pub strict_readiness: bool,
@@ -292,6 +320,20 @@ impl ServeArgs {
             model_memory_share: self.sandbox_model_memory_share,
             log_lines_per_sec: self.sandbox_log_lines_per_sec,
         }
+    }
+
+    /// The tracing settings from the flags (and the OpenTelemetry SDK's `OTEL_*` environment
+    /// variables), with the warnings tritonserver prints for deprecated flags.
+    pub fn trace(&self) -> Result<(crate::trace::options::TraceOptions, Vec<String>), String> {
+        let flags = crate::trace::options::TraceFlags {
+            config: self.trace_config.clone(),
+            file: self.trace_file.clone(),
+            level: self.trace_level.clone(),
+            rate: self.trace_rate.clone(),
+            count: self.trace_count.clone(),
+            log_frequency: self.trace_log_frequency.clone(),
+        };
+        crate::trace::options::parse(&flags, &|name| std::env::var(name).ok())
     }
 
     /// `--model-control-mode` with its polling interval.

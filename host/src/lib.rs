@@ -32,4 +32,5 @@ pub mod shutdown;
 pub mod stats;
 pub mod tensor;
 pub mod test_hooks;
+pub mod trace;
 pub mod validate;

@@ -43,6 +43,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
     let metrics = args.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
+    let (trace, warnings) = args.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
     // The I/O threads first: the server's models are told how many there are (inline execution).
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
     let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
@@ -71,6 +75,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         busy_poll_min_spare_cpus: args.busy_poll_min_spare_cpus,
         metrics,
         sandbox_limits: args.sandbox_limits(),
+        trace,
     })?;
     runtime.block_on(async {
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.

@@ -1,5 +1,5 @@
-//! Generated protobuf types: `inference` (model configuration and Triton's gRPC protocol) and
-//! `grpc.health.v1`, plus the descriptor pool and a JSON renderer in Triton's shape.
+//! Generated protobuf types: `inference` (model configuration and Triton's gRPC protocol),
+//! `grpc.health.v1` and OpenTelemetry's OTLP trace messages, plus the descriptor pool and a JSON renderer in Triton's shape.
 use std::sync::LazyLock;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
@@ -12,6 +12,33 @@ pub mod inference {
 #[allow(clippy::all, missing_docs)]
 pub mod health {
     include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
+}
+
+/// OpenTelemetry's OTLP trace messages (`opentelemetry.proto.*`), which the trace exporter sends.
+#[allow(clippy::all, missing_docs)]
+pub mod otlp {
+    pub mod common {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.rs"));
+        }
+    }
+    pub mod resource {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.rs"));
+        }
+    }
+    pub mod trace {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.trace.v1.rs"));
+        }
+    }
+    pub mod collector {
+        pub mod trace {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.collector.trace.v1.rs"));
+            }
+        }
+    }
 }
 
 static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {

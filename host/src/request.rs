@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::InferError;
 use crate::stats::{ModelStats, ResponseKind};
 use crate::tensor::DataType;
+use crate::trace::{Trace, TraceNode};
 
 /// A request or response parameter value (Triton's InferParameter oneof).
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +93,8 @@ pub struct InferenceRequest {
     pub inputs: Vec<Tensor>,
     /// Names of the outputs to return; empty means every output of the model.
     pub requested_outputs: Vec<String>,
+    /// The request's trace, when it was sampled (the model it reaches records into it).
+    pub trace: Option<Trace>,
 }
 
 impl InferenceRequest {
@@ -157,6 +160,8 @@ pub struct ResponseSender {
     /// For decoupled models: responses sent so far and when the last one went, for
     /// `response_stats`.
     responses: Option<(u64, Instant)>,
+    /// The model's trace record of a traced request.
+    trace: Option<TraceNode>,
 }
 
 impl std::fmt::Debug for ResponseSender {
@@ -171,7 +176,17 @@ impl ResponseSender {
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
-        (ResponseSender { sink: Some(Sink::Unary(tx)), held: None, stats, arrived: now, responses: None }, rx)
+        (
+            ResponseSender {
+                sink: Some(Sink::Unary(tx)),
+                held: None,
+                stats,
+                arrived: now,
+                responses: None,
+                trace: None,
+            },
+            rx,
+        )
     }
 
     /// A sender for a streamed request, which may receive several responses when the model is
@@ -180,18 +195,36 @@ impl ResponseSender {
         let (tx, rx) = mpsc::unbounded_channel();
         let now = Instant::now();
         let responses = decoupled.then_some((0, now));
-        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses }, rx)
+        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses, trace: None }, rx)
     }
 
     /// A sender for a padding request the scheduler adds to fill an empty sequence slot: the
     /// backend answers it like any other, the answer is dropped and counted nowhere.
     pub fn discard(stats: Arc<ModelStats>) -> Self {
-        ResponseSender { sink: Some(Sink::Discard), held: None, stats, arrived: Instant::now(), responses: None }
+        ResponseSender {
+            sink: Some(Sink::Discard),
+            held: None,
+            stats,
+            arrived: Instant::now(),
+            responses: None,
+            trace: None,
+        }
     }
 
     /// When the request arrived (the sender was made): the start of its queue time.
     pub fn arrived(&self) -> Instant {
         self.arrived
+    }
+
+    /// Records the request into `trace` (REQUEST_START: when it arrived here, at `model`).
+    pub fn trace_into(&mut self, trace: &Trace, model: &Arc<str>, version: i64, request_id: &str) {
+        self.trace = Some(trace.start(model, version, request_id, self.arrived));
+    }
+
+    /// The request's trace record, when it is traced.
+    #[inline]
+    pub fn trace(&self) -> Option<&TraceNode> {
+        self.trace.as_ref()
     }
 
     /// Whether this is a padding request's sender ([`discard`](Self::discard)).
@@ -327,9 +360,18 @@ impl ResponseSender {
         }
     }
 
-    /// Delivers the final outcome to the frontend, if one was given.
+    /// Delivers the final outcome to the frontend, if one was given. A traced request's record
+    /// ends here (REQUEST_END): its execution is over and recorded, as tritonserver releases a
+    /// request after the backend reported its statistics.
     pub fn flush(&mut self) {
         let Some(last) = self.held.take() else { return };
+        if let Some(trace) = &self.trace {
+            let error = match &last {
+                Final::Outcome(Err(e)) => Some(e.message.as_str()),
+                _ => None,
+            };
+            trace.finished(Instant::now(), error);
+        }
         match self.sink.take() {
             Some(Sink::Unary(tx)) => {
                 let outcome = match last {

@@ -18,6 +18,7 @@ use crate::repository::{LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 use crate::scheduler::Caller;
 use crate::scheduler::inline::IoThreads;
+use crate::trace::Tracer;
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
@@ -29,6 +30,7 @@ pub const EXTENSIONS: &[&str] = &[
     "sequence(string_id)",
     "parameters",
     "statistics",
+    "trace",
     "logging",
     "system_shared_memory",
 ];
@@ -78,6 +80,8 @@ pub struct ServerOptions {
     pub metrics: Option<crate::metrics::MetricsOptions>,
     /// The operator's sandbox limits (`--sandbox-*`).
     pub sandbox_limits: crate::backend::wasm::SandboxLimits,
+    /// Tracing (`--trace-config`); off by default.
+    pub trace: crate::trace::options::TraceOptions,
 }
 
 /// Where the server is in its life. A shutdown goes through tritonserver's two stages: first the
@@ -104,6 +108,7 @@ pub struct Server {
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
     metrics: Option<Arc<Metrics>>,
+    tracer: Tracer,
     _runtime: Arc<WasmRuntime>,
 }
 
@@ -121,6 +126,7 @@ impl Server {
             Some(o) => Some(Arc::new(Metrics::new(o).map_err(|e| anyhow::anyhow!("metrics: {e}"))?)),
             None => None,
         };
+        let tracer = Tracer::new(options.trace.clone()).map_err(|e| anyhow::anyhow!("--trace-config: {e}"))?;
         let models = Arc::new(ModelTable::default());
         for device in crate::gpu::describe_devices() {
             tracing::info!("{device}");
@@ -166,12 +172,18 @@ impl Server {
             abandoned: AtomicU64::new(0),
             busy_poll,
             metrics,
+            tracer,
             _runtime: runtime,
         }))
     }
 
     pub fn options(&self) -> &ServerOptions {
         &self.options
+    }
+
+    /// The server's tracing: sampling, settings, and where traces go.
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     /// Counts a request whose client went away (an HTTP connection closed, a gRPC call cancelled)
@@ -409,6 +421,8 @@ impl Server {
     /// finalised in that order. Blocks.
     pub fn unload_all(&self) {
         self.control.unload_all();
+        // The requests are answered: their traces are over.
+        self.tracer.shutdown();
     }
 }
 

@@ -377,6 +377,23 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Triton's `ensemble_add_sub`: two chained `simple` steps, A, B → SUM2 = 2A, DIFF2 = 2B.
+pub const ADD_SUB_TWICE: &str = r#"name: "add_sub_twice"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM2" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF2" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
+    { model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
+      output_map { key: "OUTPUT0" value: "SUM2" } output_map { key: "OUTPUT1" value: "DIFF2" } }
+  ]
+}"#;
+
 /// The INT32 `simple` request body for INPUT0 = 0..16, INPUT1 = `b` everywhere.
 pub fn simple_request(b: i32) -> Value {
     serde_json::json!({

@@ -3,6 +3,8 @@ use crate::error::InferError;
 use crate::request::InferenceResponse;
 use crate::server::Server;
 use crate::shm::{ShmPlace, SystemShm};
+use crate::trace::FrontendEvent;
+use std::time::Instant;
 
 /// Outputs the client placed in system shared memory: (output name, where it goes).
 pub type ShmOutputs = Vec<(String, ShmPlace)>;
@@ -16,10 +18,14 @@ pub async fn run(
     shm_outputs: &ShmOutputs,
     endpoint: &str,
 ) -> Result<InferenceResponse, InferError> {
+    let trace = request.trace.clone();
     let receiver = server.infer(request, endpoint)?;
     let waiting = Waiting { server, answered: false };
     let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))?;
     waiting.answered();
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::InferResponseComplete, Instant::now());
+    }
     let response = response?;
     write_shm_outputs(server.shm(), &response, shm_outputs)?;
     Ok(response)

@@ -6,6 +6,7 @@
 pub mod infer;
 pub mod params;
 pub mod repository;
+pub mod trace;
 
 use crate::error::InferError;
 

@@ -285,6 +285,8 @@ impl Ensemble {
         let mut contexts = Contexts(vec![root]);
         let mut running: Vec<Running> = Vec::new();
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
+        // A traced request's steps are traced below its record, each on its model.
+        let step_trace = sender.trace().map(|t| t.child());
         let launch = |step: usize, context: usize, contexts: &Contexts, permit: Option<OwnedSemaphorePermit>| {
             let s = &self.steps[step];
             let step_request = InferenceRequest {
@@ -305,6 +307,7 @@ impl Ensemble {
                     })
                     .collect(),
                 requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
+                trace: step_trace.clone(),
             };
             let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
             let answers = if self.decoupled && model.is_decoupled() {

@@ -150,7 +150,8 @@ impl ModelVersion {
         }
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
-        let (sender, receiver) = ResponseSender::unary(self.stats.clone());
+        let (mut sender, receiver) = ResponseSender::unary(self.stats.clone());
+        self.trace(&mut request, &mut sender);
         let enqueued = sender.arrived();
         self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
         Ok(receiver)
@@ -161,10 +162,19 @@ impl ModelVersion {
     pub fn infer_stream(&self, mut request: InferenceRequest, caller: Caller) -> Result<StreamReceiver, InferError> {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
-        let (sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
+        let (mut sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
+        self.trace(&mut request, &mut sender);
         let enqueued = sender.arrived();
         self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
         Ok(receiver)
+    }
+
+    /// Moves a traced request's trace into its sender, which records this model's part of it.
+    #[inline]
+    fn trace(&self, request: &mut InferenceRequest, sender: &mut ResponseSender) {
+        if let Some(trace) = request.trace.take() {
+            sender.trace_into(&trace, &self.name, self.version, &request.id);
+        }
     }
 
     /// Requests waiting for an instance (a test hook reads it to queue work deterministically).

@@ -22,6 +22,7 @@ use crate::model::probe::ExecutionProbe;
 use crate::request::Job;
 use crate::stats::ModelStats;
 use crate::test_hooks::TestHooks;
+use crate::trace::Execution;
 
 /// How a model version's requests reach whatever runs them: its instances (the default, dynamic
 /// and sequence schedulers, chosen by the configuration's `scheduling_choice`), or other models
@@ -100,10 +101,12 @@ impl WorkerContext {
         let now = Instant::now();
         let mut batch_size = 0u64;
         let mut requests = 0u64;
+        let mut traced = false;
         for job in batch.iter().filter(|j| !j.sender.is_padding()) {
             self.stats.record_queue(now - job.enqueued);
             batch_size += job.request.batch_size(self.batching) as u64;
             requests += 1;
+            traced |= job.sender.trace().is_some();
         }
         // A panic in the host's backend code is a bug, but it must cost only this batch: its
         // requests fail (those already answered keep their answers) and the worker lives on.
@@ -118,6 +121,15 @@ impl WorkerContext {
             }
         };
         self.stats.record_execution(requests, batch_size, times);
+        if traced {
+            for job in batch.iter() {
+                if let Some(trace) = job.sender.trace() {
+                    let (input, infer, output) = (times.input, times.infer, times.output);
+                    let queued = job.enqueued;
+                    trace.executed(Execution { queued, start: now, input, infer, output, batch_size, requests });
+                }
+            }
+        }
         self.probe.exit();
     }
 }

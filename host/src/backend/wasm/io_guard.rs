@@ -21,7 +21,7 @@ use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamErro
 use wasmtime_wasi::runtime::in_tokio;
 use wasmtime_wasi_io::bindings::wasi::io::{poll as async_poll, streams as async_streams};
 
-use super::state::ActiveBatch;
+use crate::request::Job;
 
 /// How often a wait looks whether its requests have been cancelled.
 const CANCEL_CHECK: Duration = Duration::from_millis(10);
@@ -58,14 +58,15 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// The sandbox's resource table, whether its calls may block now, until when, and the batch whose
-/// cancellation ends a wait.
+/// The sandbox's resource table, whether its calls may block now, until when, and the requests
+/// whose cancellation ends a wait.
 pub struct IoGuard<'a> {
     pub table: &'a mut ResourceTable,
     pub may_block: bool,
     /// The deadline of the call in progress (none between calls).
     pub deadline: Option<Instant>,
-    pub batch: Option<&'a ActiveBatch>,
+    /// The requests being executed (none outside `execute`).
+    pub jobs: Option<&'a [Job]>,
 }
 
 /// An error type a trap becomes: itself for `wasi:io/poll`, a stream error for `wasi:io/streams`.
@@ -105,8 +106,8 @@ impl IoGuard<'_> {
     /// every request of the batch, which trap with [`Interrupted`].
     fn wait<T, E: FromTrap>(&mut self, f: impl AsyncFnOnce(&mut ResourceTable) -> Result<T, E>) -> Result<T, E> {
         self.allowed().map_err(E::from_trap)?;
-        let (deadline, batch) = (self.deadline, self.batch);
-        let cancelled = || batch.is_some_and(|b| !b.jobs.is_empty() && b.jobs.iter().all(|j| j.sender.is_cancelled()));
+        let (deadline, jobs) = (self.deadline, self.jobs);
+        let cancelled = || jobs.is_some_and(|jobs| !jobs.is_empty() && jobs.iter().all(|j| j.sender.is_cancelled()));
         let table = &mut *self.table;
         in_tokio(async move {
             let waited = f(table);
@@ -124,7 +125,7 @@ impl IoGuard<'_> {
                     biased;
                     done = &mut waited => return done,
                     () = &mut expiry => return Err(E::from_trap(wasmtime::Error::new(Interrupted::Deadline))),
-                    _ = check.tick(), if batch.is_some() => {
+                    _ = check.tick(), if jobs.is_some() => {
                         if cancelled() {
                             return Err(E::from_trap(wasmtime::Error::new(Interrupted::Cancelled)));
                         }

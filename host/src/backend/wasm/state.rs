@@ -130,7 +130,7 @@ impl SandboxState {
             table: &mut self.table,
             may_block: self.may_block,
             deadline: self.deadline,
-            batch: self.batch.as_ref(),
+            jobs: self.batch.as_ref().map(|b| b.jobs.as_slice()),
         }
     }
 }

@@ -5,7 +5,7 @@ pub mod convert;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -23,6 +23,8 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::server::{EXTENSIONS, Server};
+use crate::trace::update::SettingInput;
+use crate::trace::{Carrier, FrontendEvent, Trace};
 use convert::status;
 
 /// Transport settings (tritonserver's `--grpc-*` flags).
@@ -107,9 +109,24 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
-        let (request, shm_outputs) = convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
+        // tonic hands the request over read: the wait for it is over when it begins.
+        let trace = start_trace(&self.server, r.get_ref(), r.metadata());
+        if let Some(trace) = &trace {
+            let now = Instant::now();
+            trace.capture(FrontendEvent::GrpcWaitReadStart, now);
+            trace.capture(FrontendEvent::GrpcWaitReadEnd, now);
+        }
+        let (mut request, shm_outputs) = convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
+        request.trace = trace.clone();
         let response = api::infer::run(&self.server, request, &shm_outputs, "ModelInfer RPC").await.map_err(status)?;
-        Ok(Response::new(convert::response(response, &shm_outputs)))
+        if let Some(trace) = &trace {
+            trace.capture(FrontendEvent::GrpcSendStart, Instant::now());
+        }
+        let response = convert::response(response, &shm_outputs);
+        if let Some(trace) = &trace {
+            trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
+        }
+        Ok(Response::new(response))
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -122,11 +139,16 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         allow(&self.restricted, Api::Inference, &r)?;
+        // The stream's metadata is every one of its requests' trace context.
+        let context = trace_context(r.metadata());
         let mut incoming = r.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
         let server = self.server.clone();
         tokio::spawn(async move {
-            while let Some(message) = incoming.next().await {
+            loop {
+                let waiting = server.tracer().is_active().then(Instant::now);
+                let Some(message) = incoming.next().await else { break };
+                let read = waiting.map(|since| (since, Instant::now()));
                 let message = match message {
                     Ok(m) => m,
                     Err(e) => {
@@ -136,7 +158,7 @@ impl GrpcInferenceService for GrpcFrontend {
                 };
                 // Queued here, in stream order (the requests of a sequence must reach the
                 // scheduler in the order they were sent); answered by a task of their own.
-                let started = StreamStart::new(&server, message);
+                let started = StreamStart::new(&server, message, &context, read);
                 tokio::spawn(stream_one(tx.clone(), started));
             }
         });
@@ -276,7 +298,23 @@ impl GrpcInferenceService for GrpcFrontend {
 
     async fn trace_setting(&self, r: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
         allow(&self.restricted, Api::Trace, &r)?;
-        Err(status(api::unimplemented("trace")))
+        use pb::trace_setting_response::SettingValue;
+        let r = r.into_inner();
+        // A setting without values clears it; a request without settings only reads.
+        let update: Vec<(String, SettingInput)> = r
+            .settings
+            .into_iter()
+            .map(|(k, v)| (k, if v.value.is_empty() { SettingInput::Clear } else { SettingInput::List(v.value) }))
+            .collect();
+        let reported = api::trace::settings(&self.server, &r.model_name, (!update.is_empty()).then_some(&update[..]))
+            .map_err(status)?;
+        let mut settings: std::collections::HashMap<String, SettingValue> = std::collections::HashMap::new();
+        let level = reported.level.iter().map(|l| l.to_string()).collect();
+        settings.insert("trace_level".into(), SettingValue { value: level });
+        for (key, value) in reported.entries {
+            settings.entry(key).or_default().value.push(value);
+        }
+        Ok(Response::new(pb::TraceSettingResponse { settings }))
     }
 
     async fn log_settings(&self, r: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
@@ -322,29 +360,73 @@ struct StreamStart {
     started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
     shm_outputs: api::infer::ShmOutputs,
     server: Arc<Server>,
+    trace: Option<Trace>,
 }
 
 impl StreamStart {
-    fn new(server: &Arc<Server>, message: pb::ModelInferRequest) -> Self {
+    /// `read`: when the stream began waiting for this request and when it arrived (taken while
+    /// tracing is on).
+    fn new(
+        server: &Arc<Server>,
+        message: pb::ModelInferRequest,
+        context: &TraceContext,
+        read: Option<(Instant, Instant)>,
+    ) -> Self {
         use pb::infer_parameter::ParameterChoice;
         let id = message.id.clone();
         let empty_final = matches!(
             message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
             Some(ParameterChoice::BoolParam(true))
         );
+        let trace = start_trace(server, &message, context);
+        if let (Some(trace), Some((since, arrived))) = (&trace, read) {
+            trace.capture(FrontendEvent::GrpcWaitReadStart, since);
+            trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
+        }
         let mut shm_outputs = Vec::new();
-        let started = convert::request(message, server.shm()).and_then(|(req, places)| {
+        let started = convert::request(message, server.shm()).and_then(|(mut req, places)| {
             shm_outputs = places;
+            req.trace = trace.clone();
             server.infer_stream(req)
         });
-        StreamStart { id, empty_final, started, shm_outputs, server: server.clone() }
+        StreamStart { id, empty_final, started, shm_outputs, server: server.clone(), trace }
+    }
+}
+
+/// Samples a request for tracing (only a request whose model version reads: others fail anyway).
+#[inline]
+fn start_trace(server: &Server, message: &pb::ModelInferRequest, carrier: &dyn Carrier) -> Option<Trace> {
+    if !server.tracer().is_active() {
+        return None;
+    }
+    let version = convert::version(&message.model_version).ok()?;
+    api::trace::start(server, &message.model_name, version, carrier)
+}
+
+/// A stream's trace context headers, kept for its requests (which tonic hands over without them).
+type TraceContext = Vec<(String, String)>;
+
+fn trace_context(metadata: &tonic::metadata::MetadataMap) -> TraceContext {
+    let mut headers = Vec::new();
+    for key in ["traceparent", "tracestate"] {
+        for value in Carrier::values(metadata, key) {
+            headers.push((key.to_string(), value.to_string()));
+        }
+    }
+    headers
+}
+
+/// A call's metadata, where the trace extension looks for the caller's `traceparent`.
+impl Carrier for tonic::metadata::MetadataMap {
+    fn values(&self, key: &str) -> Vec<&str> {
+        self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
     }
 }
 
 /// Forwards a streamed request's responses (or its error) to the stream.
 async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
     use pb::infer_parameter::ParameterChoice;
-    let StreamStart { id, empty_final, started, shm_outputs, server } = start;
+    let StreamStart { id, empty_final, started, shm_outputs, server, trace } = start;
     let error_reply = |e: InferError| pb::ModelStreamInferResponse {
         error_message: e.message,
         // The request id lets the client match the error to its request.
@@ -391,7 +473,18 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
             }
             None => break,
         };
-        if tx.send(Ok(reply)).await.is_err() || item.final_ {
+        if let Some(trace) = &trace {
+            let now = Instant::now();
+            if item.final_ {
+                trace.capture(FrontendEvent::InferResponseComplete, now);
+            }
+            trace.capture(FrontendEvent::GrpcSendStart, now);
+        }
+        let sent = tx.send(Ok(reply)).await;
+        if let Some(trace) = &trace {
+            trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
+        }
+        if sent.is_err() || item.final_ {
             break;
         }
     }

@@ -1,4 +1,5 @@
 //! The KServe v2 HTTP/REST frontend (HTTP/1.1 and h2c on one port, or both over TLS), on hyper.
+mod body;
 pub mod codec;
 mod compression;
 mod router;

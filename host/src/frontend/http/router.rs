@@ -1,14 +1,16 @@
 //! Routes of the KServe v2 HTTP/REST protocol (plus Triton's extensions that exist so far) onto the
 //! server core. Handlers only translate: every decision is the server's.
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
+use super::body::ReplyBody;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
 use crate::api;
@@ -19,8 +21,10 @@ use crate::model::ModelVersion;
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
 use crate::test_hooks::TestHooks;
+use crate::trace::update::SettingInput;
+use crate::trace::{Carrier, FrontendEvent, ReportedSettings};
 
-pub type HttpResponse = Response<Full<Bytes>>;
+pub type HttpResponse = Response<ReplyBody>;
 
 /// Settings of the HTTP frontend.
 #[derive(Clone, Debug)]
@@ -54,7 +58,7 @@ impl Default for HttpOptions {
 const HEADER_LEN: &str = "inference-header-content-length";
 
 fn reply(status: StatusCode, content_type: Option<&'static str>, body: Bytes) -> HttpResponse {
-    let mut r = Response::new(Full::new(body));
+    let mut r = Response::new(ReplyBody::new(body));
     *r.status_mut() = status;
     if let Some(ct) = content_type {
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
@@ -362,7 +366,7 @@ async fn route(
         Route::RepositoryLoad | Route::RepositoryUnload => {
             repository_control(server, options, route == Route::RepositoryLoad, params.model().to_string(), req).await
         }
-        Route::TraceSetting | Route::Model(ModelRoute::TraceSetting) => Err(api::unimplemented("trace")),
+        Route::TraceSetting => trace_settings(server, options, "", post, req).await,
         Route::SharedMemory(kind, action) => {
             shared_memory(server, options, kind, action, params.region.as_deref(), req).await
         }
@@ -388,7 +392,9 @@ async fn route(
                 // The request takes the decoded name: no second copy of it.
                 ModelRoute::Infer => infer(server, options, name, version, req).await,
                 ModelRoute::Generate => Err(api::unimplemented("generate")),
-                ModelRoute::TraceSetting => Err(api::unimplemented("trace")),
+                // tritonserver has no versioned trace setting: that path is no endpoint.
+                ModelRoute::TraceSetting if version.is_some() => Err(InferError::not_found("Not Found")),
+                ModelRoute::TraceSetting => trace_settings(server, options, &name, post, req).await,
             }
         }
     }
@@ -433,6 +439,62 @@ async fn logging_settings(
         "log_verbose_level": settings.log_verbose_level,
         "log_format": settings.log_format,
     })))
+}
+
+/// `GET`/`POST /v2/trace/setting` and `/v2/models/{model}/trace/setting`: the trace setting,
+/// changed first by a POST's JSON object (`null` clears a field).
+async fn trace_settings(
+    server: &Arc<Server>,
+    options: &HttpOptions,
+    model: &str,
+    post: bool,
+    req: Request<Incoming>,
+) -> Result<HttpResponse, InferError> {
+    let update = if post {
+        let (parts, body) = req.into_parts();
+        let body = read_body(&parts.headers, body, options).await?;
+        let mut settings = Vec::new();
+        if !body.is_empty() {
+            let v: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+            for (key, value) in v.as_object().into_iter().flatten() {
+                let input = match value {
+                    serde_json::Value::Null => SettingInput::Clear,
+                    serde_json::Value::String(s) => SettingInput::Text(s.clone()),
+                    serde_json::Value::Array(items) => items
+                        .iter()
+                        .map(|i| i.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()
+                        .map_or(SettingInput::Malformed, SettingInput::List),
+                    _ => SettingInput::Malformed,
+                };
+                settings.push((key.clone(), input));
+            }
+        }
+        Some(settings)
+    } else {
+        None
+    };
+    let reported = api::trace::settings(server, model, update.as_deref())?;
+    Ok(reply(StatusCode::OK, Some("application/json"), Bytes::from(settings_json(&reported))))
+}
+
+/// The trace setting's JSON as tritonserver writes it: `trace_level` a list, every other value a
+/// string, a key given twice (`resource`) written twice.
+fn settings_json(settings: &ReportedSettings) -> String {
+    let mut out = format!("{{\"trace_level\":{}", json!(settings.level));
+    for (key, value) in &settings.entries {
+        out.push_str(&format!(",{}:{}", json!(key), json!(value)));
+    }
+    out.push('}');
+    out
+}
+
+/// A request's headers, where the trace extension looks for the caller's `traceparent`.
+impl Carrier for HeaderMap {
+    fn values(&self, key: &str) -> Vec<&str> {
+        self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
+    }
 }
 
 /// `POST /v2/repository/index` (`{"ready": true}` lists only ready models).
@@ -525,6 +587,10 @@ async fn infer(
     version: Option<i64>,
     req: Request<Incoming>,
 ) -> Result<HttpResponse, InferError> {
+    let trace = api::trace::start(server, &name, version, req.headers());
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::HttpRecvStart, Instant::now());
+    }
     let (parts, body) = req.into_parts();
     let accept = parts
         .headers
@@ -539,6 +605,9 @@ async fn infer(
             None => None,
         };
     let body = read_body(&parts.headers, body, options).await?;
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::HttpRecvEnd, Instant::now());
+    }
     let (mut request, output_options): (_, OutputOptions) = codec::decode_request(
         body,
         header_len,
@@ -557,6 +626,7 @@ async fn infer(
     )?;
     request.model_name = name;
     request.model_version = version;
+    request.trace = trace.clone();
     let response = api::infer::run(server, request, &output_options.shm, "HTTP end point").await?;
     let encoded = codec::encode_response(&response, &output_options);
     // tritonserver compresses inference responses and nothing else: clients such as aiohttp
@@ -576,6 +646,9 @@ async fn infer(
     };
     if let Some(enc) = encoding {
         r.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc.name()));
+    }
+    if let Some(trace) = trace {
+        r.body_mut().trace(trace);
     }
     Ok(r)
 }
