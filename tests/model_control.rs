@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::*;
@@ -273,24 +273,24 @@ fn unload_waits_for_in_flight_requests() {
         ));
         let request = json!({"parameters": {"fault": "spin", "spin_ms": spin_ms},
             "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]});
+        // The request cannot end before `sent + spin`: the plugin spins that long once it has it.
+        let sent = Instant::now();
         let slow = {
             let s = s.clone();
-            std::thread::spawn(move || {
-                let r = s.post_json("/v2/models/slow/infer", &request);
-                (r, Instant::now())
-            })
+            std::thread::spawn(move || s.post_json("/v2/models/slow/infer", &request))
         };
         s.wait_until("the slow request to execute", || s.executions("slow").0 == 1);
         let r = unload(&s, "slow", &json!({}));
-        let unloaded_at = Instant::now();
+        let unloaded_after = sent.elapsed();
         assert_eq!(r.status, 200, "{}", r.text());
-        let (answer, answered_at) = slow.join().unwrap();
+        let answer = slow.join().unwrap();
         assert_eq!(answer.status, 200, "{}", answer.text());
         assert_eq!(answer.json()["outputs"][0]["data"], json!([1, 2, 3]));
+        let spin = Duration::from_millis(spin_ms);
         if timeout == "60" {
-            assert!(answered_at <= unloaded_at, "the unload answered before the in-flight request");
+            assert!(unloaded_after >= spin, "the unload answered before the in-flight request: {unloaded_after:?}");
         } else {
-            assert!(unloaded_at < answered_at, "the unload waited past its timeout");
+            assert!(unloaded_after < spin, "the unload waited past its 1 s timeout: {unloaded_after:?}");
         }
         s.wait_until("the version to be unloaded", || rows(&s, "slow")[0].get("reason") == Some(&json!("unloaded")));
     }
