@@ -250,3 +250,90 @@ fn deadlines_and_cancellation_reach_a_plugin_blocked_in_wasi() {
     assert_eq!(status.code(), Some(1), "{}", s.log());
     assert!(s.log().contains("cut off: model 'patient' version 1 had 1 request(s) in flight or queued"));
 }
+
+/// A decoupled plugin streaming to a gRPC client that stops reading waits for it: the responses
+/// the server holds stay bounded (the plugin is never more than the stream's buffer, the gRPC
+/// frontend's and what HTTP/2 holds in flight ahead of the reader), and at its deadline its send
+/// fails. When a client cancels, the plugin's next send fails and its instance is free again.
+#[test]
+fn a_slow_stream_reader_holds_the_plugin_back_and_a_cancel_frees_it() {
+    use nereus::proto::inference as pb;
+    use pb::infer_parameter::ParameterChoice;
+    let repo = Repo::new();
+    let decoupled = |timeout_ms: &str| {
+        format!(
+            r#"model_transaction_policy {{ decoupled: true }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters [ {{ key: "sandbox.max_responses" value: {{ string_value: "10000000" }} }},
+  {{ key: "sandbox.execution_timeout_ms" value: {{ string_value: "{timeout_ms}" }} }} ]"#
+        )
+    };
+    faults_model(&repo, "hurried", &decoupled("1000"));
+    faults_model(&repo, "patient", &decoupled("600000"));
+    let s = Server::start(repo.path(), &[]);
+    let stats = |model: &str| s.get(&format!("/v2/models/{model}/stats")).json()["model_stats"][0].clone();
+    let flood = |model: &str, count: i64, elements: usize| {
+        let mut r = pb::ModelInferRequest {
+            model_name: model.into(),
+            inputs: vec![pb::model_infer_request::InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "INT32".into(),
+                shape: vec![elements as i64],
+                parameters: Default::default(),
+                contents: None,
+            }],
+            raw_input_contents: vec![bytes::Bytes::from(le_i32(&vec![7; elements]))],
+            ..Default::default()
+        };
+        r.parameters.insert(
+            "fault".into(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam("flood".into())) },
+        );
+        r.parameters
+            .insert("count".into(), pb::InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(count)) });
+        r
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = grpc_client(&s).await;
+        // A million responses of 64 KiB; the client reads five, then nothing, until the plugin's
+        // 1 s deadline ends the request.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(flood("hurried", 1_000_000, 1 << 14)).await.unwrap();
+        for _ in 0..5 {
+            let m = tokio::time::timeout(WAIT, stream.message()).await.expect("a response").unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+        }
+        tokio::task::block_in_place(|| {
+            s.wait_until("the request to end at its deadline", || {
+                stats("hurried")["inference_stats"]["fail"]["count"] == 1
+            })
+        });
+        let sent = stats("hurried")["response_stats"].as_object().map_or(0, |r| r.len());
+        // The stream's buffer (64), the gRPC frontend's (64) and what HTTP/2 holds in flight: the
+        // server's 400 KiB send buffer and the client's 2 MiB stream window, 38 responses of 64 KiB.
+        // Unbounded, the plugin sent thousands in its second.
+        assert!(sent <= 5 + 64 + 64 + 64, "the plugin sent {sent} responses to a reader that took 5");
+
+        // The client cancels: the plugin stops at its next send, and the only instance is free.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(flood("patient", 1_000_000, 1 << 14)).await.unwrap();
+        let m = tokio::time::timeout(WAIT, stream.message()).await.expect("a response").unwrap().unwrap();
+        assert!(m.error_message.is_empty(), "{}", m.error_message);
+        drop(stream);
+        drop(tx);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(flood("patient", 2, 4)).await.unwrap();
+        for _ in 0..2 {
+            let m =
+                tokio::time::timeout(WAIT, stream.message()).await.expect("the next request served").unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+        }
+    });
+}

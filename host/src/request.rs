@@ -2,10 +2,11 @@
 //! backend → response sender. Frontends translate at the edge; nothing below them knows which
 //! protocol a request came from.
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::error::InferError;
 use crate::stats::{ModelStats, ResponseKind};
@@ -130,12 +131,93 @@ pub struct StreamItem {
     pub final_: bool,
 }
 
-/// What a frontend reads for a streamed request (gRPC ModelStreamInfer).
-pub type StreamReceiver = mpsc::UnboundedReceiver<StreamItem>;
+/// The most responses a stream holds for a reader that has not taken them yet; past it (or past
+/// [`STREAM_BUFFER_BYTES`]) a decoupled backend's next non-final response waits, within its
+/// deadline, instead of the host buffering without bound. The final response always goes.
+pub const STREAM_BUFFER_RESPONSES: usize = 64;
+
+/// The most bytes of responses a stream holds for its reader (one larger response still goes
+/// when nothing is held).
+pub const STREAM_BUFFER_BYTES: u64 = 64 << 20;
+
+/// What a stream holds between its sender and its reader, and the signal that it has drained.
+#[derive(Default)]
+struct StreamBuffer {
+    responses: AtomicUsize,
+    bytes: AtomicU64,
+    drained: Notify,
+}
+
+impl StreamBuffer {
+    fn put(&self, bytes: u64) {
+        self.responses.fetch_add(1, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    fn take(&self, bytes: u64) {
+        self.responses.fetch_sub(1, Ordering::AcqRel);
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.drained.notify_waiters();
+    }
+
+    /// Whether one more response of `bytes` may be held now.
+    fn has_room(&self, bytes: u64) -> bool {
+        let (held, held_bytes) = (self.responses.load(Ordering::Acquire), self.bytes.load(Ordering::Acquire));
+        held == 0 || (held < STREAM_BUFFER_RESPONSES && held_bytes + bytes <= STREAM_BUFFER_BYTES)
+    }
+}
+
+/// What a frontend reads for a streamed request (gRPC ModelStreamInfer): each of its responses,
+/// as the backend sent them. Taking one makes room for the backend's next.
+pub struct StreamReceiver {
+    rx: mpsc::UnboundedReceiver<(StreamItem, u64)>,
+    buffer: Arc<StreamBuffer>,
+}
+
+impl StreamReceiver {
+    /// The next item, or `None` once the sender is gone.
+    pub async fn recv(&mut self) -> Option<StreamItem> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next item (see [`recv`](Self::recv)).
+    pub fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<StreamItem>> {
+        self.rx.poll_recv(cx).map(|item| {
+            item.map(|(item, bytes)| {
+                self.buffer.take(bytes);
+                item
+            })
+        })
+    }
+}
+
+/// Why a non-final response was not sent.
+#[derive(Debug)]
+pub enum PartialRefused {
+    /// The stream holds as much as it may for its reader: wait until it has
+    /// [`drained`](ResponseSender::drained) enough, and send the response again.
+    Full(InferenceResponse),
+    /// Nobody reads the stream any more: its client cancelled or went away.
+    Cancelled,
+    /// Not a stream that takes this response (a unary request, a complete one).
+    Refused(&'static str),
+}
+
+/// The bytes a response holds a stream's buffer with: its tensors and its parameters.
+fn response_bytes(response: &InferenceResponse) -> u64 {
+    let tensors: usize = response.outputs.iter().map(|t| t.data.len()).sum();
+    let parameters: usize = response
+        .parameters
+        .iter()
+        .map(|(k, v)| k.len() + if let ParamValue::String(s) = v { s.len() } else { 8 })
+        .sum();
+    (tensors + parameters) as u64
+}
 
 enum Sink {
     Unary(oneshot::Sender<Result<InferenceResponse, InferError>>),
-    Stream(mpsc::UnboundedSender<StreamItem>),
+    Stream(mpsc::UnboundedSender<(StreamItem, u64)>, Arc<StreamBuffer>),
+
     /// A padding request's (an empty sequence slot's): whatever it is sent goes nowhere.
     Discard,
 }
@@ -193,9 +275,14 @@ impl ResponseSender {
     /// `decoupled` (whose responses are then counted in `response_stats`).
     pub fn stream(stats: Arc<ModelStats>, decoupled: bool) -> (Self, StreamReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let buffer = Arc::new(StreamBuffer::default());
         let now = Instant::now();
         let responses = decoupled.then_some((0, now));
-        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses, trace: None }, rx)
+        let sink = Some(Sink::Stream(tx, buffer.clone()));
+        (
+            ResponseSender { sink, held: None, stats, arrived: now, responses, trace: None },
+            StreamReceiver { rx, buffer },
+        )
     }
 
     /// A sender for a padding request the scheduler adds to fill an empty sequence slot: the
@@ -260,7 +347,7 @@ impl ResponseSender {
         }
         match &self.sink {
             Some(Sink::Unary(tx)) => tx.is_closed(),
-            Some(Sink::Stream(tx)) => tx.is_closed(),
+            Some(Sink::Stream(tx, _)) => tx.is_closed(),
             Some(Sink::Discard) | None => false,
         }
     }
@@ -273,7 +360,7 @@ impl ResponseSender {
         }
         match &mut self.sink {
             Some(Sink::Unary(tx)) => tx.closed().await,
-            Some(Sink::Stream(tx)) => tx.closed().await,
+            Some(Sink::Stream(tx, _)) => tx.closed().await,
             Some(Sink::Discard) | None => std::future::pending().await,
         }
     }
@@ -332,7 +419,7 @@ impl ResponseSender {
     /// Only streamed requests can end this way.
     pub fn send_final_flag(&mut self) -> Result<(), &'static str> {
         match self.sink {
-            Some(Sink::Stream(_)) if !self.is_complete() => {
+            Some(Sink::Stream(..)) if !self.is_complete() => {
                 self.finish(Final::FlagOnly);
                 Ok(())
             }
@@ -345,18 +432,64 @@ impl ResponseSender {
         }
     }
 
-    /// Sends a non-final response at once (decoupled models on a stream).
-    pub fn send_partial(&mut self, response: InferenceResponse) -> Result<(), &'static str> {
+    /// Sends a non-final response at once (decoupled models on a stream), if the stream has room
+    /// for it (see [`STREAM_BUFFER_RESPONSES`]); otherwise gives it back, to send again once the
+    /// stream has [`drained`](Self::drained).
+    pub fn try_send_partial(&mut self, response: InferenceResponse) -> Result<(), PartialRefused> {
         match (&self.sink, self.held.is_some()) {
-            (Some(Sink::Stream(tx)), false) => {
-                // The client may have gone away; that is not the backend's fault.
-                let _ = tx.send(StreamItem { response: Some(Ok(response)), final_: false });
+            (Some(Sink::Stream(tx, buffer)), false) => {
+                if tx.is_closed() {
+                    return Err(PartialRefused::Cancelled);
+                }
+                let bytes = response_bytes(&response);
+                if !buffer.has_room(bytes) {
+                    return Err(PartialRefused::Full(response));
+                }
+                buffer.put(bytes);
+                if tx.send((StreamItem { response: Some(Ok(response)), final_: false }, bytes)).is_err() {
+                    return Err(PartialRefused::Cancelled);
+                }
                 self.count_response(ResponseKind::Success);
                 Ok(())
             }
             (Some(Sink::Discard), false) => Ok(()),
-            (Some(Sink::Unary(_)), false) => Err("a unary request takes exactly one response"),
-            _ => Err("the request is already complete"),
+            (Some(Sink::Unary(_)), false) => Err(PartialRefused::Refused("a unary request takes exactly one response")),
+            _ => Err(PartialRefused::Refused("the request is already complete")),
+        }
+    }
+
+    /// Resolves once the stream has room for `pending` (its reader has taken enough), or nobody
+    /// reads it any more; at once for anything but a stream: the moment to send a
+    /// [`PartialRefused::Full`] response again.
+    pub async fn drained(&self, pending: &InferenceResponse) {
+        let Some(Sink::Stream(tx, buffer)) = &self.sink else { return };
+        let bytes = response_bytes(pending);
+        loop {
+            // Registered before the buffer is looked at, so that a take in between still wakes it.
+            let drained = buffer.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if buffer.has_room(bytes) || tx.is_closed() {
+                return;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = tx.closed() => return,
+            }
+        }
+    }
+
+    /// Sends a non-final response, waiting while the stream is full (see
+    /// [`try_send_partial`](Self::try_send_partial)).
+    pub async fn send_partial(&mut self, mut response: InferenceResponse) -> Result<(), PartialRefused> {
+        loop {
+            match self.try_send_partial(response) {
+                Err(PartialRefused::Full(back)) => {
+                    response = back;
+                    self.drained(&response).await;
+                }
+                done => return done,
+            }
         }
     }
 
@@ -380,12 +513,18 @@ impl ResponseSender {
                 };
                 let _ = tx.send(outcome);
             }
-            Some(Sink::Stream(tx)) => {
+            Some(Sink::Stream(tx, buffer)) => {
                 let response = match last {
                     Final::Outcome(o) => Some(o),
                     Final::FlagOnly => None,
                 };
-                let _ = tx.send(StreamItem { response, final_: true });
+                // The final response goes whatever the stream holds: it must never be lost.
+                let bytes = match &response {
+                    Some(Ok(r)) => response_bytes(r),
+                    _ => 0,
+                };
+                buffer.put(bytes);
+                let _ = tx.send((StreamItem { response, final_: true }, bytes));
             }
             Some(Sink::Discard) | None => {}
         }

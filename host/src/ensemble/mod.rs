@@ -354,7 +354,7 @@ impl Ensemble {
                 running.push(launch(step, context, &contexts, permit)?);
             }
             if self.decoupled {
-                self.answer_complete_contexts(&mut contexts, &requested_outputs, &id, version, sender);
+                self.answer_complete_contexts(&mut contexts, &requested_outputs, &id, version, sender).await;
             }
             if running.is_empty() && held.queue.is_empty() {
                 break;
@@ -438,7 +438,7 @@ impl Ensemble {
 
     /// Sends one response for each context whose requested outputs have all just become available
     /// (decoupled ensembles).
-    fn answer_complete_contexts(
+    async fn answer_complete_contexts(
         &self,
         contexts: &mut Contexts,
         requested: &[String],
@@ -460,8 +460,9 @@ impl Ensemble {
                 parameters: Vec::new(),
                 outputs,
             };
-            // A client that went away is not the ensemble's error; its steps still finish.
-            let _ = sender.send_partial(response);
+            // Waits while the client reads slowly; a client that went away is not the
+            // ensemble's error, and its steps still finish.
+            let _ = sender.send_partial(response).await;
         }
     }
 }

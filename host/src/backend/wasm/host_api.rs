@@ -7,8 +7,9 @@ use super::bindings::{ErrorKind, Response, backend_error};
 use super::budget::LogAdmission;
 use super::state::SandboxState;
 use crate::error::InferError;
-use crate::request::{InferenceResponse, Tensor};
+use crate::request::{InferenceResponse, PartialRefused, ResponseSender, Tensor};
 use crate::validate::check_output;
+use wasmtime_wasi::runtime::in_tokio;
 
 /// Longest log line a plugin may write; the rest is cut, so a plugin cannot flood the log.
 const MAX_LOG_LINE: usize = 4096;
@@ -66,9 +67,11 @@ fn parameter_bytes(parameters: &[types::Parameter]) -> u64 {
 impl types::Host for SandboxState {}
 
 impl SandboxState {
-    /// Converts and checks a response for request `index`, then sends it as the final one.
+    /// Converts and checks a response for request `index`, then sends it (as the final one or
+    /// not).
     fn deliver(&mut self, index: u32, response: Response, final_: bool) -> Result<(), String> {
         let label = self.label.clone();
+        let deadline = self.deadline;
         let batch = self.batch.as_mut().ok_or("send-response called outside execute")?;
         let i = index as usize;
         let job = batch.jobs.get_mut(i).ok_or_else(|| format!("request index {index} is not in the batch"))?;
@@ -146,7 +149,44 @@ impl SandboxState {
             job.sender.send_final(Ok(response));
             Ok(())
         } else {
-            job.sender.send_partial(response).map_err(str::to_string)
+            send_partial_within(&mut job.sender, response, deadline)
+        }
+    }
+}
+
+/// Sends a decoupled model's non-final response, waiting — on the instance's worker, decoupled
+/// models never run inline — while its stream holds as much as it may for a client that reads
+/// slowly, until the call's deadline. A stream nobody reads any more (the client cancelled or went
+/// away) is an error the plugin sees here, on its next send, and can stop on.
+fn send_partial_within(
+    sender: &mut ResponseSender,
+    mut response: InferenceResponse,
+    deadline: Option<std::time::Instant>,
+) -> Result<(), String> {
+    loop {
+        match sender.try_send_partial(response) {
+            Ok(()) => return Ok(()),
+            Err(PartialRefused::Cancelled) => {
+                return Err("the request was cancelled: nobody reads its responses any more".into());
+            }
+            Err(PartialRefused::Refused(why)) => return Err(why.into()),
+            Err(PartialRefused::Full(back)) => {
+                response = back;
+                let drained = in_tokio(async {
+                    match deadline {
+                        Some(at) => tokio::time::timeout_at(at.into(), sender.drained(&response)).await.is_ok(),
+                        None => {
+                            sender.drained(&response).await;
+                            true
+                        }
+                    }
+                });
+                if !drained {
+                    return Err("the client reads the responses too slowly: the stream stayed full until the \
+                                execution deadline"
+                        .into());
+                }
+            }
         }
     }
 }

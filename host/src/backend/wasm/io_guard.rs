@@ -11,8 +11,11 @@
 //!   outlast it. Each wait here ends at the deadline of the call it is part of
 //!   (`sandbox.execution_timeout_ms`) with a typed [`Interrupted::Deadline`] trap, reported as that
 //!   deadline, exactly as a spinning guest's is.
-//! - **By cancellation.** A wait during an execution whose requests have all been cancelled (their
-//!   clients gone) ends with [`Interrupted::Cancelled`]: nobody waits for its answers.
+//! - **By cancellation.** A `poll` or pollable wait (a sleep ends in one) during an execution whose
+//!   requests have all been cancelled (their clients gone) ends early, as if ready, once per call:
+//!   the plugin gets to its next `is-cancelled` check and can stop as it sees fit (Triton leaves
+//!   the reaction to cancellation to the backend). Later waits run to their end or the deadline,
+//!   so a plugin that ignores cancellation does not spin.
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{HasData, Resource, ResourceTable};
@@ -43,15 +46,12 @@ impl std::error::Error for WouldBlock {}
 pub enum Interrupted {
     /// The call's deadline came while the guest waited.
     Deadline,
-    /// Every request of the execution was cancelled while the guest waited.
-    Cancelled,
 }
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Interrupted::Deadline => "the call's deadline came during a blocking WASI call",
-            Interrupted::Cancelled => "every request was cancelled during a blocking WASI call",
         })
     }
 }
@@ -67,6 +67,8 @@ pub struct IoGuard<'a> {
     pub deadline: Option<Instant>,
     /// The requests being executed (none outside `execute`).
     pub jobs: Option<&'a [Job]>,
+    /// Whether a wait of this call has already ended early for cancellation.
+    pub cancel_told: &'a mut bool,
 }
 
 /// An error type a trap becomes: itself for `wasi:io/poll`, a stream error for `wasi:io/streams`.
@@ -102,13 +104,20 @@ impl IoGuard<'_> {
         self.allowed().map_err(StreamError::Trap)
     }
 
-    /// Runs the wait `f` on the table until it ends, or until the deadline or the cancellation of
-    /// every request of the batch, which trap with [`Interrupted`].
-    fn wait<T, E: FromTrap>(&mut self, f: impl AsyncFnOnce(&mut ResourceTable) -> Result<T, E>) -> Result<T, E> {
+    /// Runs the wait `f` on the table until it ends, or until the deadline, which traps with
+    /// [`Interrupted::Deadline`]. With `on_cancel`, the wait also ends — with that value — when
+    /// every request of the batch has been cancelled, once per call.
+    fn wait<T, E: FromTrap>(
+        &mut self,
+        on_cancel: Option<T>,
+        f: impl AsyncFnOnce(&mut ResourceTable) -> Result<T, E>,
+    ) -> Result<T, E> {
         self.allowed().map_err(E::from_trap)?;
-        let (deadline, jobs) = (self.deadline, self.jobs);
+        let deadline = self.deadline;
+        let jobs = self.jobs.filter(|_| on_cancel.is_some() && !*self.cancel_told);
         let cancelled = || jobs.is_some_and(|jobs| !jobs.is_empty() && jobs.iter().all(|j| j.sender.is_cancelled()));
-        let table = &mut *self.table;
+        let (table, cancel_told) = (&mut *self.table, &mut *self.cancel_told);
+        let mut on_cancel = on_cancel;
         in_tokio(async move {
             let waited = f(table);
             tokio::pin!(waited);
@@ -126,8 +135,9 @@ impl IoGuard<'_> {
                     done = &mut waited => return done,
                     () = &mut expiry => return Err(E::from_trap(wasmtime::Error::new(Interrupted::Deadline))),
                     _ = check.tick(), if jobs.is_some() => {
-                        if cancelled() {
-                            return Err(E::from_trap(wasmtime::Error::new(Interrupted::Cancelled)));
+                        if cancelled() && let Some(value) = on_cancel.take() {
+                            *cancel_told = true;
+                            return Ok(value);
                         }
                     }
                 }
@@ -138,7 +148,9 @@ impl IoGuard<'_> {
 
 impl poll::Host for IoGuard<'_> {
     fn poll(&mut self, pollables: Vec<Resource<DynPollable>>) -> wasmtime::Result<Vec<u32>> {
-        self.wait(async move |table| async_poll::Host::poll(table, pollables).await)
+        // Cancelled, every pollable counts as ready: the plugin looks at its requests again.
+        let all = (0..pollables.len() as u32).collect();
+        self.wait(Some(all), async move |table| async_poll::Host::poll(table, pollables).await)
     }
 }
 
@@ -149,7 +161,7 @@ impl poll::HostPollable for IoGuard<'_> {
     }
 
     fn block(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
-        self.wait(async move |table| async_poll::HostPollable::block(table, pollable).await)
+        self.wait(Some(()), async move |table| async_poll::HostPollable::block(table, pollable).await)
     }
 
     fn drop(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
@@ -180,14 +192,14 @@ impl streams::HostOutputStream for IoGuard<'_> {
 
     fn blocking_write_and_flush(&mut self, stream: Resource<DynOutputStream>, bytes: Vec<u8>) -> StreamResult<()> {
         self.stream_allowed()?;
-        self.wait(async move |table| {
+        self.wait(None, async move |table| {
             async_streams::HostOutputStream::blocking_write_and_flush(table, stream, bytes).await
         })
     }
 
     fn blocking_write_zeroes_and_flush(&mut self, stream: Resource<DynOutputStream>, len: u64) -> StreamResult<()> {
         self.stream_allowed()?;
-        self.wait(async move |table| {
+        self.wait(None, async move |table| {
             async_streams::HostOutputStream::blocking_write_zeroes_and_flush(table, stream, len).await
         })
     }
@@ -206,7 +218,7 @@ impl streams::HostOutputStream for IoGuard<'_> {
 
     fn blocking_flush(&mut self, stream: Resource<DynOutputStream>) -> StreamResult<()> {
         self.stream_allowed()?;
-        self.wait(async move |table| async_streams::HostOutputStream::blocking_flush(table, stream).await)
+        self.wait(None, async move |table| async_streams::HostOutputStream::blocking_flush(table, stream).await)
     }
 
     fn splice(&mut self, dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
@@ -220,7 +232,7 @@ impl streams::HostOutputStream for IoGuard<'_> {
         len: u64,
     ) -> StreamResult<u64> {
         self.stream_allowed()?;
-        self.wait(async move |table| async_streams::HostOutputStream::blocking_splice(table, dst, src, len).await)
+        self.wait(None, async move |table| async_streams::HostOutputStream::blocking_splice(table, dst, src, len).await)
     }
 }
 
@@ -236,7 +248,7 @@ impl streams::HostInputStream for IoGuard<'_> {
 
     fn blocking_read(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<Vec<u8>> {
         self.stream_allowed()?;
-        self.wait(async move |table| async_streams::HostInputStream::blocking_read(table, stream, len).await)
+        self.wait(None, async move |table| async_streams::HostInputStream::blocking_read(table, stream, len).await)
     }
 
     fn skip(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
@@ -245,7 +257,7 @@ impl streams::HostInputStream for IoGuard<'_> {
 
     fn blocking_skip(&mut self, stream: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
         self.stream_allowed()?;
-        self.wait(async move |table| async_streams::HostInputStream::blocking_skip(table, stream, len).await)
+        self.wait(None, async move |table| async_streams::HostInputStream::blocking_skip(table, stream, len).await)
     }
 
     fn subscribe(&mut self, stream: Resource<DynInputStream>) -> wasmtime::Result<Resource<DynPollable>> {

@@ -227,8 +227,6 @@ impl Sandbox {
                 MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
             };
             (FaultKind::Memory, what)
-        } else if e.downcast_ref::<Interrupted>() == Some(&Interrupted::Cancelled) {
-            (FaultKind::Other, "was stopped while it waited: every request of the execution was cancelled".to_string())
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
             (FaultKind::Trap, format!("trapped: {trap}"))
         } else {
@@ -247,7 +245,9 @@ impl Sandbox {
         // A refused growth explains a trap of this call, not of a later one.
         self.store.data_mut().limiter.denied = None;
         // A blocking WASI call of this call ends at its deadline too (see `io_guard`).
-        self.store.data_mut().deadline = Some(std::time::Instant::now() + self.policy.execution_timeout);
+        let state = self.store.data_mut();
+        state.deadline = Some(std::time::Instant::now() + self.policy.execution_timeout);
+        state.cancel_told = false;
     }
 
     fn lifecycle<T>(

@@ -101,6 +101,8 @@ pub struct SandboxState {
     pub(super) may_block: bool,
     /// The deadline of the call in progress, which a blocking WASI call observes (see `io_guard`).
     pub(super) deadline: Option<std::time::Instant>,
+    /// Whether a wait of the call in progress has ended early because its requests were cancelled.
+    pub(super) cancel_told: bool,
 }
 
 impl WasiView for SandboxState {
@@ -121,6 +123,7 @@ impl SandboxState {
             batch: None,
             may_block: true,
             deadline: None,
+            cancel_told: false,
         }
     }
 
@@ -131,6 +134,7 @@ impl SandboxState {
             may_block: self.may_block,
             deadline: self.deadline,
             jobs: self.batch.as_ref().map(|b| b.jobs.as_slice()),
+            cancel_told: &mut self.cancel_told,
         }
     }
 }
