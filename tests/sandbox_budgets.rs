@@ -337,3 +337,53 @@ parameters [ {{ key: "sandbox.max_responses" value: {{ string_value: "10000000" 
         }
     });
 }
+
+/// The server's resident memory (VmRSS), in bytes.
+fn rss(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    kib << 10
+}
+
+/// After a burst that grew every instance's sandbox by hundreds of MiB, the idle instances are
+/// rebuilt and the memory goes back to the operating system: the server's RSS returns to within a
+/// bound of its baseline, and the model still serves.
+#[test]
+fn memory_goes_back_after_a_burst() {
+    let repo = Repo::new();
+    let config = format!(
+        "instance_group [ {{ count: 4 kind: KIND_CPU }} ]\n{}",
+        sandbox_parameter("sandbox.memory_limit_mb", "512")
+    );
+    faults_model(&repo, "burst", &config);
+    let s = Server::start(repo.path(), &[]);
+    assert_eq!(s.post_json("/v2/models/burst/infer", &faults_request("")).status, 200);
+    let baseline = rss(&s);
+    // Four at once, each a 48 MiB output: every instance's sandbox grows by well over 100 MiB.
+    let mut big = faults_request("huge_output");
+    big["parameters"]["count"] = json!(12 << 20);
+    let port = s.port;
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let body = big.to_string();
+            std::thread::spawn(move || http(port, "POST", "/v2/models/burst/infer", &[], body.as_bytes()).status)
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+    let memory = |s: &Server| -> f64 {
+        s.metrics()
+            .lines()
+            .find(|l| l.starts_with("nereus_wasm_memory_bytes{") && l.contains("model=\"burst\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    s.wait_until("the sandboxes' memory given back", || memory(&s) < (64u64 << 20) as f64);
+    s.wait_until("the server's RSS back near its baseline", || rss(&s) < baseline + (96 << 20));
+    assert_eq!(s.post_json("/v2/models/burst/infer", &faults_request("")).status, 200);
+}

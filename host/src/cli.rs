@@ -284,6 +284,12 @@ pub struct ServeArgs {
     /// counted (`nereus_plugin_log_lines_dropped`).
     #[arg(long = "sandbox-log-lines-per-sec", default_value_t = 100)]
     pub sandbox_log_lines_per_sec: u32,
+    /// An instance whose sandbox memory grew more than this many MiB past what it held once
+    /// initialised is rebuilt when it goes idle, which gives the memory back to the operating
+    /// system (a Wasm memory only grows). Not for sequence-batched models, whose plugin keeps
+    /// state.
+    #[arg(long = "sandbox-trim-above-mb", default_value_t = 64)]
+    pub sandbox_trim_above_mb: u64,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
     #[arg(long = "test-hooks", hide = true)]
     pub test_hooks: bool,
@@ -319,6 +325,7 @@ impl ServeArgs {
             total_memory_bytes: self.sandbox_total_memory_mb.map_or(defaults.total_memory_bytes, |mb| mb << 20),
             model_memory_share: self.sandbox_model_memory_share,
             log_lines_per_sec: self.sandbox_log_lines_per_sec,
+            trim_above_bytes: self.sandbox_trim_above_mb << 20,
         }
     }
 

@@ -104,6 +104,9 @@ pub trait BackendInstance: Send + 'static {
     fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes;
     /// Finalises the instance (TRITONBACKEND_ModelInstanceFinalize).
     fn finalize(self: Box<Self>);
+    /// The instance's worker found nothing to do and is about to sleep: the moment for a backend
+    /// to give back what it held for the load that has passed (a sandbox's grown memory).
+    fn idle(&mut self) {}
 }
 
 /// The thread an execution runs on, which decides what a backend may do when it would block.

@@ -231,7 +231,16 @@ impl Worker for QueueWorker {
                 Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < self.pool.ctx.poll => {
                     std::thread::yield_now()
                 }
-                Err(crossbeam_channel::TryRecvError::Empty) => break self.queue.recv().ok()?,
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    // Idle: the instance may give back what it held (not while an I/O thread
+                    // runs it inline).
+                    if let Some(mut guard) = self.instance.try_lock()
+                        && let Some(instance) = guard.as_mut()
+                    {
+                        instance.idle();
+                    }
+                    break self.queue.recv().ok()?;
+                }
             }
         };
         match message {

@@ -233,8 +233,8 @@ impl Schedule for DynamicBatcher {
 impl Shared {
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
-    fn next_batch(&self, poll: Duration) -> Option<(Vec<Job>, u64)> {
-        wait_for_batch(&self.state, &self.work, poll, |state, now| {
+    fn next_batch(&self, poll: Duration, on_park: impl FnMut()) -> Option<(Vec<Job>, u64)> {
+        wait_for_batch(&self.state, &self.work, poll, on_park, |state, now| {
             let mut rejected = Vec::new();
             state.queues.expire(now, &mut rejected);
             if !rejected.is_empty() {
@@ -286,7 +286,8 @@ impl Worker for BatchWorker {
     type Batch = (Vec<Job>, u64);
 
     fn next(&mut self) -> Option<Self::Batch> {
-        self.shared.next_batch(self.ctx.poll)
+        let instance = &mut self.instance;
+        self.shared.next_batch(self.ctx.poll, || instance.idle())
     }
 
     fn run(&mut self, (mut batch, ticket): Self::Batch) {

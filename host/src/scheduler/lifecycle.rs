@@ -99,14 +99,17 @@ pub(super) enum Next<B> {
 /// (which may unlock the guard for a while, e.g. to answer expired requests) what to do, and while
 /// there is nothing, keeps polling — yielding the CPU — for `poll` before it parks. Waking a parked
 /// thread costs tens of microseconds on a loaded VM, as much as a whole small execution, and under
-/// load the next request usually arrives within the window (bench/README.md).
+/// load the next request usually arrives within the window (bench/README.md). Before it first
+/// parks it calls `on_park` (unlocked): the worker's instance may give back what it held.
 pub(super) fn wait_for_batch<S, B>(
     state: &Mutex<S>,
     work: &Condvar,
     poll: Duration,
+    mut on_park: impl FnMut(),
     mut decide: impl FnMut(&mut MutexGuard<'_, S>, Instant) -> Next<B>,
 ) -> Option<B> {
     let idle_since = Instant::now();
+    let mut parked = false;
     let mut guard = state.lock();
     loop {
         let now = Instant::now();
@@ -114,6 +117,11 @@ pub(super) fn wait_for_batch<S, B>(
             Next::Run(batch) => return Some(batch),
             Next::Exit => return None,
             Next::Wait(_) if now < idle_since + poll => MutexGuard::unlocked(&mut guard, std::thread::yield_now),
+            // Then decide again: work may have come meanwhile.
+            Next::Wait(None) if !parked => {
+                parked = true;
+                MutexGuard::unlocked(&mut guard, &mut on_park);
+            }
             Next::Wait(Some(at)) => {
                 work.wait_until(&mut guard, at);
             }

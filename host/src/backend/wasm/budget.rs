@@ -37,6 +37,10 @@ pub struct SandboxLimits {
     /// `--sandbox-log-lines-per-sec`: log lines one model's plugin may write a second (a burst of
     /// as many at once); the rest are dropped and counted.
     pub log_lines_per_sec: u32,
+    /// `--sandbox-trim-above-mb`: an instance whose linear memory grew more than this past what it
+    /// held once initialised is rebuilt when its worker goes idle, giving the memory back (Wasm
+    /// memory only grows). Sequence-batched models are left alone: their plugin keeps state.
+    pub trim_above_bytes: u64,
 }
 
 /// The most sandbox instances the pooling allocator has room for, less a few for the backends'
@@ -54,6 +58,7 @@ impl Default for SandboxLimits {
             total_memory_bytes: default_total_memory(),
             model_memory_share: 0.5,
             log_lines_per_sec: 100,
+            trim_above_bytes: 64 << 20,
         }
     }
 }

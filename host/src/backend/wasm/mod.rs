@@ -104,6 +104,12 @@ impl BackendFactory for WasmBackends {
             policy,
             io: v.io.clone(),
             decoupled: v.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
+            // A sequence-batched plugin keeps its sequences' state in its instances: never trimmed.
+            trim_above: (!matches!(
+                v.config.scheduling_choice,
+                Some(crate::config::schema::model_config::SchedulingChoice::SequenceBatching(_))
+            ))
+            .then_some(self.budget.limits.trim_above_bytes as usize),
             instances: v.instances,
             health: v.health.clone(),
             hooks: v.hooks.cloned(),
@@ -169,6 +175,9 @@ struct InstanceFactory {
     decoupled: bool,
     /// What every sandbox of the model counts its memory and log lines on.
     memory: ModelMeter,
+    /// How much an instance's memory may grow past what it held once built before an idle
+    /// worker rebuilds it (`--sandbox-trim-above-mb`); `None`: never.
+    trim_above: Option<usize>,
 }
 
 impl InstanceFactory {
@@ -233,6 +242,7 @@ struct WasmLoad<'a> {
     pub policy: SandboxPolicy,
     pub io: Arc<IoSpec>,
     pub decoupled: bool,
+    pub trim_above: Option<usize>,
     pub instances: &'a [InstanceDesc],
     pub health: Arc<Health>,
     pub hooks: Option<Arc<TestHooks>>,
@@ -293,6 +303,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         io: params.io,
         decoupled: params.decoupled,
         memory,
+        trim_above: params.trim_above,
     });
     let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
     for desc in params.instances {
@@ -307,6 +318,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         };
         match factory.build(&info) {
             Ok(sandbox) => instances.push(Box::new(WasmInstance {
+                built_with: sandbox.memory_in_use(),
                 sandbox: Some(sandbox),
                 factory: factory.clone(),
                 info,
@@ -341,6 +353,8 @@ struct WasmInstance {
     /// The store was dropped during an inline execution; the worker rebuilds it (building runs
     /// the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
+    /// The linear memory the sandbox held once built (and initialised), in bytes.
+    built_with: usize,
 }
 
 impl WasmInstance {
@@ -394,6 +408,7 @@ impl WasmInstance {
         };
         match built {
             Ok(sandbox) => {
+                self.built_with = sandbox.memory_in_use();
                 self.sandbox = Some(sandbox);
                 if let Some(m) = &self.metrics {
                     m.rebuilt();
@@ -522,6 +537,35 @@ impl BackendInstance for WasmInstance {
     fn finalize(mut self: Box<Self>) {
         if let Some(sandbox) = self.sandbox.take() {
             sandbox.finalize();
+        }
+    }
+
+    /// Gives back what the sandbox grew for a load that has passed: past `--sandbox-trim-above-mb`
+    /// beyond what it held once built, the instance is finalised and built afresh now, while its
+    /// worker has nothing else to do (the dropped store's memory goes back to the operating
+    /// system), so the next request finds it ready.
+    fn idle(&mut self) {
+        let (Some(limit), Some(sandbox)) = (self.factory.trim_above, &self.sandbox) else { return };
+        let held = sandbox.memory_in_use();
+        if held <= self.built_with.saturating_add(limit) {
+            return;
+        }
+        if let Some(sandbox) = self.sandbox.take() {
+            sandbox.finalize();
+        }
+        match self.factory.build(&self.info) {
+            Ok(sandbox) => {
+                tracing::debug!(
+                    "model '{}' instance '{}': rebuilt while idle to give back {} MiB of grown memory",
+                    self.factory.model_info.name,
+                    self.info.name,
+                    (held - self.built_with) >> 20
+                );
+                self.built_with = sandbox.memory_in_use();
+                self.sandbox = Some(sandbox);
+            }
+            // As after a fault: the next execution on the worker tries again.
+            Err(_) => self.rebuild_pending = true,
         }
     }
 }

@@ -204,6 +204,11 @@ impl Sandbox {
         Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh, faulted: false })
     }
 
+    /// The linear memory the sandbox holds now, in bytes.
+    pub fn memory_in_use(&self) -> usize {
+        self.store.data().limiter.in_use
+    }
+
     fn deadline_ticks(policy: &SandboxPolicy) -> u64 {
         (policy.execution_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
     }

@@ -22,7 +22,7 @@ pub struct Limiter {
     pub(super) denied: Option<MemoryDenied>,
     pub(super) meter: ModelMeter,
     /// Linear memory this store holds, in bytes, as counted on `meter`.
-    in_use: usize,
+    pub(super) in_use: usize,
     /// The growth just counted, taken back if wasmtime then fails it.
     last_growth: usize,
 }

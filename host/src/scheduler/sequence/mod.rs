@@ -444,9 +444,14 @@ impl Worker for SlotWorker {
 
     fn next(&mut self) -> Option<Formed> {
         let shared = &*self.shared;
-        wait_for_batch(&shared.state, &shared.work[self.index], self.ctx.poll, |state, now| {
-            shared.next(state, self.index, now)
-        })
+        // Nothing to give back when idle: the plugin holds its sequences' state.
+        wait_for_batch(
+            &shared.state,
+            &shared.work[self.index],
+            self.ctx.poll,
+            || {},
+            |state, now| shared.next(state, self.index, now),
+        )
     }
 
     /// Every request of the batch runs, its client there or not: a sequence's state depends on
