@@ -7,6 +7,7 @@
 //! the sampling position, the trace file's batching) start afresh.
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -112,11 +113,12 @@ pub struct SettingUpdate {
     pub log_frequency: Change<u32>,
 }
 
-/// What a setting counts while traces are taken and written.
+/// What a setting counts while traces are taken and written (but the requests looked at, which
+/// every request adds to: an atomic of their own, [`Setting::looked`]).
 #[derive(Debug, Default)]
 struct Counters {
-    /// Requests looked at while the setting samples (every `rate`-th is traced).
-    sampled: u64,
+    /// Traces taken while `trace_count` counted down (tritonserver's `sampled_`).
+    taken: u64,
     /// `trace_count` left.
     count: i32,
     /// Traces written (Triton mode).
@@ -136,6 +138,11 @@ pub struct Setting {
     /// Why the setting traces nothing by rate ("" when it does, as far as its values go).
     invalid_reason: &'static str,
     counters: Mutex<Counters>,
+    /// Requests looked at while the setting samples (every `rate`-th is traced): counted without
+    /// the lock, which only a traced request takes.
+    looked: AtomicU64,
+    /// `trace_count` has run out (mirrors `counters.count == 0`, read without the lock).
+    exhausted: AtomicBool,
     /// Triton mode: where collected traces are written.
     sink: Option<FileSink>,
 }
@@ -152,10 +159,19 @@ impl Setting {
             ""
         };
         let counters = Counters { count: values.count, ..Default::default() };
-        Setting { values, specified, mode, invalid_reason, counters: Mutex::new(counters), sink }
+        Setting {
+            exhausted: AtomicBool::new(values.count == 0),
+            values,
+            specified,
+            mode,
+            invalid_reason,
+            counters: Mutex::new(counters),
+            looked: AtomicU64::new(0),
+            sink,
+        }
     }
 
-    /// Whether the setting samples by rate: its values allow it and `count` (as it stands) lasts.
+    /// Whether the setting samples by rate: its values allow it and `count` lasts.
     fn valid(&self, count: i32) -> bool {
         self.invalid_reason.is_empty() && count != 0
     }
@@ -173,17 +189,27 @@ impl Setting {
         if rate == 0 {
             return force;
         }
-        let mut c = self.counters.lock();
-        if !force && !self.valid(c.count) {
+        if !force && (!self.invalid_reason.is_empty() || self.exhausted.load(Ordering::Acquire)) {
             return false;
         }
-        c.sampled += 1;
-        let mut hit = c.sampled.is_multiple_of(rate);
-        if hit && c.count > 0 {
-            c.count -= 1;
-        } else if hit && c.count == 0 {
-            hit = false;
+        // Most requests stop here, with one atomic addition: not their turn.
+        let looked = self.looked.fetch_add(1, Ordering::Relaxed) + 1;
+        if !looked.is_multiple_of(rate) {
+            return force;
         }
+        let mut c = self.counters.lock();
+        let hit = match c.count {
+            0 => false,
+            n if n > 0 => {
+                c.count -= 1;
+                c.taken += 1;
+                if c.count == 0 {
+                    self.exhausted.store(true, Ordering::Release);
+                }
+                true
+            }
+            _ => true,
+        };
         hit || force
     }
 
@@ -201,7 +227,7 @@ impl Setting {
         c.collected += 1;
         c.stream.push_str(&records);
         let frequency = self.values.log_frequency;
-        if (c.count == 0 && c.collected == c.sampled) || (frequency != 0 && c.in_stream >= frequency) {
+        if (c.count == 0 && c.collected == c.taken) || (frequency != 0 && c.in_stream >= frequency) {
             c.in_stream = 0;
             let text = std::mem::take(&mut c.stream);
             drop(c);
