@@ -53,6 +53,12 @@ pub struct ServeArgs {
     /// How many models load at once at start-up.
     #[arg(long = "model-load-thread-count", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub model_load_thread_count: u32,
+    /// tritonserver's flag: with `true`, a start-up failure (a model repository that cannot be
+    /// read, a model that fails to load) stops the server with an error. Nereus's default is
+    /// `false`: failed models are UNAVAILABLE with their reason and the others serve; with an
+    /// unreadable repository the server loads nothing and is neither live nor ready.
+    #[arg(long = "exit-on-error", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
+    pub exit_on_error: bool,
     /// How long shutdown waits for in-flight requests before it exits anyway, in seconds; also how
     /// long an unload request waits for the model's in-flight requests.
     #[arg(long = "exit-timeout-secs", default_value_t = 30)]

@@ -101,42 +101,51 @@ impl ModelControl {
 
     /// Loads what the mode loads at start-up: every model, or in EXPLICIT mode the
     /// `--load-model` ones (`*` alone: every model). Models that fail are UNAVAILABLE with the
-    /// reason; only a wrong `--load-model` list is an error.
-    pub fn start(&self, load_models: &[String], threads: usize) -> Result<(), String> {
+    /// reason, and their names returned (`--exit-on-error` decides what becomes of the server);
+    /// only a wrong `--load-model` list is an error.
+    pub fn start(&self, load_models: &[String], threads: usize) -> Result<Vec<String>, String> {
         if self.mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
             if self.mode == ControlMode::Explicit && load_models.len() > 1 {
                 return Err("Wildcard model name '*' must be the ONLY startup model if specified at all.".into());
             }
-            self.load_all(threads);
-            return Ok(());
+            return Ok(self.load_all(threads));
         }
+        let mut failed = Vec::new();
         for name in load_models {
             if let Err(e) = self.load(name, &LoadOverrides::default()) {
                 tracing::error!("{e}");
+                failed.push(name.clone());
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     /// Loads every model of the repositories: the others on `threads` threads at once, then the
-    /// ensembles after the models they compose.
-    fn load_all(&self, threads: usize) {
+    /// ensembles after the models they compose. Returns the names that failed.
+    fn load_all(&self, threads: usize) -> Vec<String> {
         let _ops = self.ops.lock();
         let (found, conflicts) = repository::scan(&self.repositories);
+        let failed = Mutex::new(Vec::new());
         for (name, reason) in conflicts {
             tracing::error!("model '{name}' is unavailable: {reason}");
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
+            failed.lock().push(name);
         }
         let (mut ensembles, plain): (Vec<_>, Vec<_>) =
             found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
         let queue = Mutex::new(plain);
+        let load = |name: &str, dir: &Path| {
+            if self.load_from(name, dir, None, None).is_err() {
+                failed.lock().push(name.to_string());
+            }
+        };
         std::thread::scope(|scope| {
             for i in 0..threads.max(1) {
-                let queue = &queue;
+                let (queue, load) = (&queue, &load);
                 let worker = std::thread::Builder::new().name(format!("nereus-load-{i}"));
                 let spawned = worker.spawn_scoped(scope, move || {
                     while let Some((name, dir)) = queue.lock().pop() {
-                        let _ = self.load_from(&name, &dir, None, None);
+                        load(&name, &dir);
                     }
                 });
                 if let Err(e) = spawned {
@@ -146,7 +155,7 @@ impl ModelControl {
         });
         // Whatever no thread took (none could start): load here.
         for (name, dir) in queue.into_inner() {
-            let _ = self.load_from(&name, &dir, None, None);
+            load(&name, &dir);
         }
         while !ensembles.is_empty() {
             let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
@@ -155,8 +164,9 @@ impl ModelControl {
             });
             // A cycle between ensembles: load the first anyway; it reports the missing model.
             let (name, dir) = ensembles.remove(ready.unwrap_or(0));
-            let _ = self.load_from(&name, &dir, None, None);
+            load(&name, &dir);
         }
+        failed.into_inner()
     }
 
     /// The repository extension's load: loads `name` (and, for an ensemble, the models it

@@ -61,6 +61,11 @@ pub struct ServerOptions {
     pub cache_directory: Option<PathBuf>,
     /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
     pub strict_readiness: bool,
+    /// A start-up failure (a repository that cannot be read, a model that fails to load) stops
+    /// the start with an error, as tritonserver's `--exit-on-error=true`; otherwise the server
+    /// runs: with unreadable repositories it loads nothing and is neither live nor ready (as
+    /// tritonserver "failed to initialize"), with failed models they are UNAVAILABLE.
+    pub exit_on_error: bool,
     /// How long an idle instance worker polls for work before it parks (`--instance-poll-us`).
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
@@ -86,6 +91,9 @@ pub struct Server {
     options: ServerOptions,
     shm: crate::shm::SystemShm,
     shutting_down: AtomicBool,
+    /// False when a model repository could not be read at start-up (with `exit_on_error` off):
+    /// the server answers, but is neither live nor ready.
+    initialized: bool,
     /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
@@ -134,9 +142,28 @@ impl Server {
             ctx,
             options.exit_timeout,
         ));
-        control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let unreadable: Vec<&PathBuf> =
+            options.model_repositories.iter().filter(|root| std::fs::read_dir(root).is_err()).collect();
+        let initialized = unreadable.is_empty();
+        if initialized {
+            let failed =
+                control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !failed.is_empty() && options.exit_on_error {
+                anyhow::bail!("failed to load all models (failed: {})", failed.join(", "));
+            }
+        } else {
+            for root in &unreadable {
+                tracing::error!("model repository {} cannot be read", root.display());
+            }
+            if options.exit_on_error {
+                anyhow::bail!("model repository {} cannot be read", unreadable[0].display());
+            }
+            tracing::error!("the server failed to initialize: no model is loaded, and it is neither live nor ready");
+        }
         let poller = match options.control_mode {
-            ControlMode::Poll { interval } if !interval.is_zero() => Some(start_poller(control.clone(), interval)?),
+            ControlMode::Poll { interval } if initialized && !interval.is_zero() => {
+                Some(start_poller(control.clone(), interval)?)
+            }
             _ => None,
         };
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
@@ -148,6 +175,7 @@ impl Server {
             options,
             shm,
             shutting_down: AtomicBool::new(false),
+            initialized,
             abandoned: AtomicU64::new(0),
             busy_poll,
             metrics,
@@ -188,12 +216,14 @@ impl Server {
         self.abandoned.load(Ordering::Relaxed)
     }
 
+    /// Live once initialized (tritonserver: not while it "failed to initialize").
     pub fn is_live(&self) -> bool {
-        true
+        self.initialized
     }
 
     pub fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::Acquire)
+        self.initialized
+            && !self.shutting_down.load(Ordering::Acquire)
             && (!self.options.strict_readiness || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))
     }
 
