@@ -44,9 +44,6 @@ pub enum LoadError {
     #[error("sequence_batching: {0}")]
     Sequence(#[source] SequenceError),
 
-    /// The version policy names a version that has no folder.
-    #[error("version {0} named by the 'specific' version policy does not exist")]
-    VersionMissing(i64),
     /// The version policy selects no version.
     #[error("at least one version must be available under the version policy of the model")]
     NoVersion,
