@@ -254,6 +254,18 @@ impl ServeArgs {
         Ok(Some(options))
     }
 
+    /// The model repositories, each once: tritonserver keeps them in a set, so naming a folder
+    /// twice is naming it once (its models are not duplicates of themselves).
+    pub fn repositories(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for path in &self.model_repository {
+            if !out.contains(path) {
+                out.push(path.clone());
+            }
+        }
+        out
+    }
+
     /// `--model-control-mode` with its polling interval.
     pub fn control_mode(&self) -> crate::control::ControlMode {
         use crate::control::ControlMode;
@@ -342,6 +354,12 @@ mod tests {
         }
         let err = serve(&["--log-error=yes"]).unwrap_err().to_string();
         assert!(err.contains("invalid value for bool option: yes"), "{err}");
+    }
+
+    #[test]
+    fn a_repository_named_twice_is_one_repository() {
+        let args = serve(&["--model-repository", "other", "--model-repository=m", "--model-store", "other"]).unwrap();
+        assert_eq!(args.repositories(), [PathBuf::from("m"), PathBuf::from("other")]);
     }
 
     #[test]

@@ -48,7 +48,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let server = Server::start(ServerOptions {
         id: args.id.clone(),
         io_threads: runtime.metrics().num_workers() + grpc_threads,
-        model_repositories: args.model_repository.clone(),
+        model_repositories: args.repositories(),
         control_mode: args.control_mode(),
         load_models: args.load_model.clone(),
         model_load_threads: args.model_load_thread_count as usize,
