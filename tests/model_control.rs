@@ -420,4 +420,41 @@ fn poll_mode_follows_the_repository() {
     s.wait_until("the removed model to unload", || s.get("/v2/models/simple/ready").status == 400);
     assert!(rows(&s, "simple").is_empty());
     assert_eq!(s.get("/v2/health/ready").status, 200);
+    // As tritonserver, the removed model stays known, with no available version.
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.error(), "Request for unknown model: 'simple' has no available versions");
+}
+
+/// A version folder removed under POLL: the version is unloaded and stays known ("not at ready
+/// state", UNAVAILABLE "unloaded" in the index), the others keep serving and the server stays
+/// ready; a version folder added loads.
+#[test]
+fn poll_mode_unloads_a_removed_version() {
+    let repo = Repo::new();
+    let dir = repo.model("simple", &add_sub_config("simple", "version_policy: { all { } }"), &["1", "2"]);
+    let s = Server::start(repo.path(), &["--model-control-mode", "poll", "--repository-poll-secs", "1"]);
+    assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 200);
+    std::fs::remove_dir_all(dir.join("1")).unwrap();
+    s.wait_until("version 1 to unload", || s.get("/v2/models/simple/versions/1/ready").status == 400);
+    let r = s.post_json("/v2/models/simple/versions/1/infer", &simple_request(1));
+    assert_eq!(r.error(), "Request for unknown model: 'simple' version 1 is not at ready state");
+    let states: Vec<(String, String, String)> = rows(&s, "simple")
+        .iter()
+        .map(|m| {
+            (
+                m["version"].as_str().unwrap().into(),
+                m["state"].as_str().unwrap().into(),
+                m["reason"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("1".into(), "UNAVAILABLE".into(), "unloaded".into()), ("2".into(), "READY".into(), String::new())]
+    );
+    assert_simple_answers(&s, "simple");
+    assert_eq!(s.get("/v2/health/ready").status, 200);
+    std::fs::create_dir(dir.join("7")).unwrap();
+    s.wait_until("version 7 to load", || s.get("/v2/models/simple/versions/7/ready").status == 200);
+    assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 400);
 }

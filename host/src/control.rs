@@ -271,6 +271,14 @@ impl ModelControl {
                     metrics.loaded(name, *version, took);
                 }
             }
+            // Versions the reload no longer loads stay known as unloaded, as tritonserver's: a
+            // request for one is for a version "not at ready state", not an unknown one.
+            let before = self.ctx.models.read().get(name).cloned();
+            if let Some(before) = before {
+                for v in before.versions.keys() {
+                    entry.versions.entry(*v).or_insert(VersionState::Unavailable(LoadError::Unloaded));
+                }
+            }
             self.replace(name, entry);
             return Ok(());
         };
@@ -320,12 +328,7 @@ impl ModelControl {
     /// hears when that is finalised. `None` when the model is not in the table.
     fn unload_locked(&self, name: &str) -> Option<crossbeam_channel::Receiver<()>> {
         let old = self.ctx.models.read().get(name).cloned()?;
-        let unloaded = ModelEntry {
-            versions: old.versions.keys().map(|v| (*v, VersionState::Unavailable(LoadError::Unloaded))).collect(),
-            reason: old.versions.is_empty().then_some(LoadError::Unloaded),
-            config: old.config.clone(),
-            ..ModelEntry::unavailable(name, &old.dir, LoadError::Unloaded)
-        };
+        let unloaded = old.unloaded();
         self.attempted.lock().remove(name);
         self.busy.lock().insert(name.to_string(), Busy::Unloading);
         let serving: Vec<Arc<ModelVersion>> = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
@@ -366,14 +369,24 @@ impl ModelControl {
         let _ops = self.ops.lock();
         let (found, conflicts) = repository::scan(&self.repositories);
         let present: BTreeSet<&String> = found.iter().map(|(n, _)| n).chain(conflicts.iter().map(|(n, _)| n)).collect();
-        let gone: Vec<String> = self.ctx.models.read().keys().filter(|n| !present.contains(n)).cloned().collect();
+        let gone: Vec<String> = self
+            .ctx
+            .models
+            .read()
+            .iter()
+            .filter(|(n, e)| !present.contains(n) && !e.is_unloaded())
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in gone {
             tracing::info!("model '{name}' is no longer in the repository: unloading it");
-            let old = self.ctx.models.write().remove(&name);
+            // As tritonserver, the model stays known with its versions unloaded: a request for it
+            // "has no available versions" rather than being for an unknown model.
+            let old = self.ctx.models.read().get(&name).cloned();
             self.attempted.lock().remove(&name);
             if let Some(old) = old {
-                let serving = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
-                self.retire(serving, None);
+                let unloaded = old.unloaded();
+                drop(old);
+                self.replace(&name, unloaded);
             }
         }
         for (name, reason) in conflicts {

@@ -103,11 +103,25 @@ impl ModelEntry {
         (!failed.is_empty()).then_some(failed)
     }
 
-    /// Whether every version the policy selected is ready (and at least one exists).
+    /// Whether every version the policy selected is ready (and at least one exists); versions
+    /// unloaded since (a reload that no longer selects them) do not count against it, as in
+    /// tritonserver.
     pub fn is_ready(&self) -> bool {
+        let ready = |v: &VersionState| matches!(v, VersionState::Ready(m) if m.health.is_ready());
         self.reason.is_none()
-            && !self.versions.is_empty()
-            && self.versions.values().all(|v| matches!(v, VersionState::Ready(m) if m.health.is_ready()))
+            && self.versions.values().any(ready)
+            && self.versions.values().all(|v| ready(v) || matches!(v, VersionState::Unavailable(LoadError::Unloaded)))
+    }
+
+    /// This model with every version unloaded (an unload, or its folder gone from the repository):
+    /// known, but with no available version.
+    pub fn unloaded(&self) -> ModelEntry {
+        ModelEntry {
+            versions: self.versions.keys().map(|v| (*v, VersionState::Unavailable(LoadError::Unloaded))).collect(),
+            reason: self.versions.is_empty().then_some(LoadError::Unloaded),
+            config: self.config.clone(),
+            ..ModelEntry::unavailable(&self.name, &self.dir, LoadError::Unloaded)
+        }
     }
 }
 
