@@ -90,17 +90,26 @@ fn explicit_mode_loads_and_unloads_on_request() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["outputs"][0]["data"][0], 3);
 
-    // Unload without dependents: the ensemble stays loaded (and fails at its step).
+    // Unload without dependents: as tritonserver, the ensemble cannot serve without its step and
+    // is unloaded too; it loads again when the step does.
     assert_eq!(unload(&s, "simple", &json!({})).status, 200);
     assert_eq!(
         rows(&s, "simple"),
         vec![json!({"name": "simple", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})]
     );
     assert_eq!(s.get("/v2/models/simple/ready").status, 400);
-    assert_eq!(s.get("/v2/models/pipeline/ready").status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 400);
+    assert_eq!(rows(&s, "pipeline")[0]["reason"], "unloaded");
     assert_eq!(s.get("/v2/health/ready").status, 200, "unloaded models do not count");
-    // Loaded again, then unloaded with its dependents.
     assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 200, "the ensemble is back with its step");
+    // An ensemble unloaded on request stays unloaded when its step loads again.
+    assert_eq!(unload(&s, "pipeline", &json!({})).status, 200);
+    assert_eq!(unload(&s, "simple", &json!({})).status, 200);
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 400);
+    // Loaded again, then unloaded with its dependents.
+    assert_eq!(load(&s, "pipeline", &json!({})).status, 200);
     assert_simple_answers(&s, "simple");
     let r = unload(&s, "simple", &json!({"parameters": {"unload_dependents": true}}));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -70,6 +70,9 @@ pub struct ModelControl {
     attempted: Mutex<HashMap<String, Fingerprint>>,
     /// How long an unload request waits for the model's in-flight requests.
     unload_timeout: Duration,
+    /// Ensembles unloaded because a model they use was unloaded (not on request themselves), by
+    /// folder: as tritonserver, they load again when that model does.
+    orphans: Mutex<BTreeMap<String, PathBuf>>,
 }
 
 /// The message tritonserver answers load and unload requests with outside EXPLICIT mode.
@@ -92,6 +95,7 @@ impl ModelControl {
             busy: Arc::default(),
             attempted: Mutex::new(HashMap::new()),
             unload_timeout,
+            orphans: Mutex::default(),
         }
     }
 
@@ -280,6 +284,7 @@ impl ModelControl {
                 }
             }
             self.replace(name, entry);
+            self.revive_dependents(name);
             return Ok(());
         };
         let stage_config = entry.config.is_none();
@@ -311,10 +316,16 @@ impl ModelControl {
         }
         let _ops = self.ops.lock();
         let mut names = vec![name.to_string()];
+        let others = self.dependents_of(name);
         if dependents {
-            names.extend(self.dependents_of(name));
+            names.extend(others.iter().cloned());
         }
-        let done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        let mut done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        if !dependents {
+            // The ensembles using it cannot serve without it: as tritonserver, they are unloaded
+            // too, and load again when it does (unless unloaded on request meanwhile).
+            done.extend(self.orphan(&others));
+        }
         let deadline = Instant::now() + self.unload_timeout;
         for finished in done {
             if finished.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
@@ -327,6 +338,7 @@ impl ModelControl {
     /// Marks `name`'s versions unloaded in the table and retires what was serving; the receiver
     /// hears when that is finalised. `None` when the model is not in the table.
     fn unload_locked(&self, name: &str) -> Option<crossbeam_channel::Receiver<()>> {
+        self.orphans.lock().remove(name);
         let old = self.ctx.models.read().get(name).cloned()?;
         let unloaded = old.unloaded();
         self.attempted.lock().remove(name);
@@ -337,6 +349,37 @@ impl ModelControl {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.retire(serving, Some((name.to_string(), tx)));
         Some(rx)
+    }
+
+    /// Unloads the loaded ones of `ensembles` (the dependents of a model that went) and remembers
+    /// them, to load them again when it is back.
+    fn orphan(&self, ensembles: &[String]) -> Vec<crossbeam_channel::Receiver<()>> {
+        let mut done = Vec::new();
+        for name in ensembles {
+            let Some(dir) = self.ctx.models.read().get(name).filter(|e| e.has_ready()).map(|e| e.dir.clone()) else {
+                continue;
+            };
+            tracing::info!("unloading '{name}': a model it uses was unloaded");
+            done.extend(self.unload_locked(name));
+            self.orphans.lock().insert(name.clone(), dir);
+        }
+        done
+    }
+
+    /// Loads again the orphaned ensembles that use `name`, now that it loaded.
+    fn revive_dependents(&self, name: &str) {
+        let waiting: Vec<(String, PathBuf)> = self
+            .orphans
+            .lock()
+            .iter()
+            .filter(|(ensemble, dir)| repository::ensemble_steps(ensemble, dir).iter().any(|s| s == name))
+            .map(|(e, d)| (e.clone(), d.clone()))
+            .collect();
+        for (ensemble, dir) in waiting {
+            self.orphans.lock().remove(&ensemble);
+            tracing::info!("loading '{ensemble}' again: '{name}', which it uses, loaded");
+            let _ = self.load_from(&ensemble, &dir, None, None);
+        }
     }
 
     /// The loaded ensembles whose steps use `name`, directly or through other ensembles.
@@ -388,6 +431,8 @@ impl ModelControl {
                 drop(old);
                 self.replace(&name, unloaded);
             }
+            let dependents = self.dependents_of(&name);
+            self.orphan(&dependents);
         }
         for (name, reason) in conflicts {
             if self.ctx.models.read().get(&name).is_some_and(|e| matches!(e.reason, Some(LoadError::Duplicate { .. })))
@@ -401,8 +446,10 @@ impl ModelControl {
         let (ensembles, plain): (Vec<_>, Vec<_>) =
             found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
         for (name, dir) in plain.into_iter().chain(ensembles) {
-            let changed = self.attempted.lock().get(&name) != Some(&self.fingerprint(&dir))
-                || self.ctx.models.read().get(&name).is_none_or(|e| e.dir != dir);
+            // An orphaned ensemble loads again with the model it waits for, not on its own.
+            let changed = !self.orphans.lock().contains_key(&name)
+                && (self.attempted.lock().get(&name) != Some(&self.fingerprint(&dir))
+                    || self.ctx.models.read().get(&name).is_none_or(|e| e.dir != dir));
             if changed {
                 let _ = self.load_from(&name, &dir, None, None);
             }
