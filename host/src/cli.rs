@@ -182,7 +182,8 @@ pub struct ServeArgs {
     pub metrics_interval_ms: u64,
     /// A metrics setting, as tritonserver's: `summary_latencies=true` adds the
     /// `nv_inference_*_summary_us` quantiles (a lock per request), `summary_quantiles=0.5:0.05,0.9:0.01`
-    /// chooses them. Repeatable.
+    /// chooses them; `histogram_latencies=true` adds `nv_inference_first_response_histogram_ms`;
+    /// `counter_latencies=false` leaves out the `*_duration_us` counters. Repeatable.
     #[arg(long = "metrics-config", value_name = "SETTING=VALUE")]
     pub metrics_config: Vec<String>,
     /// Ready only when every model is ready (tritonserver's default).

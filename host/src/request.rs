@@ -157,6 +157,8 @@ pub struct ResponseSender {
     /// For decoupled models: responses sent so far and when the last one went, for
     /// `response_stats`.
     responses: Option<(u64, Instant)>,
+    /// Whether a response has gone out (the first one is timed for the first-response histogram).
+    answered: bool,
 }
 
 impl std::fmt::Debug for ResponseSender {
@@ -171,7 +173,17 @@ impl ResponseSender {
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
-        (ResponseSender { sink: Some(Sink::Unary(tx)), held: None, stats, arrived: now, responses: None }, rx)
+        (
+            ResponseSender {
+                sink: Some(Sink::Unary(tx)),
+                held: None,
+                stats,
+                arrived: now,
+                responses: None,
+                answered: false,
+            },
+            rx,
+        )
     }
 
     /// A sender for a streamed request, which may receive several responses when the model is
@@ -180,13 +192,30 @@ impl ResponseSender {
         let (tx, rx) = mpsc::unbounded_channel();
         let now = Instant::now();
         let responses = decoupled.then_some((0, now));
-        (ResponseSender { sink: Some(Sink::Stream(tx)), held: None, stats, arrived: now, responses }, rx)
+        (
+            ResponseSender {
+                sink: Some(Sink::Stream(tx)),
+                held: None,
+                stats,
+                arrived: now,
+                responses,
+                answered: false,
+            },
+            rx,
+        )
     }
 
     /// A sender for a padding request the scheduler adds to fill an empty sequence slot: the
     /// backend answers it like any other, the answer is dropped and counted nowhere.
     pub fn discard(stats: Arc<ModelStats>) -> Self {
-        ResponseSender { sink: Some(Sink::Discard), held: None, stats, arrived: Instant::now(), responses: None }
+        ResponseSender {
+            sink: Some(Sink::Discard),
+            held: None,
+            stats,
+            arrived: Instant::now(),
+            responses: None,
+            answered: false,
+        }
     }
 
     /// When the request arrived (the sender was made): the start of its queue time.
@@ -208,8 +237,13 @@ impl ResponseSender {
         }
     }
 
-    /// Counts a decoupled model's response in `response_stats`.
+    /// Counts a decoupled model's response in `response_stats`, and times the first response of
+    /// any request (flag-only completions are not responses).
     fn count_response(&mut self, kind: ResponseKind) {
+        if !self.answered && kind != ResponseKind::Empty {
+            self.answered = true;
+            self.stats.record_first_response(self.arrived.elapsed());
+        }
         if let Some((index, last)) = &mut self.responses {
             let now = Instant::now();
             self.stats.record_response(*index, kind, now - *last);
