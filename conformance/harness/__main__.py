@@ -78,7 +78,9 @@ def main() -> int:
         for c in known_fails:
             print(f"  {c.suite} {c.id}: {c.known}")
     skips = skip_list(cases)
-    if skips:
+    if skips and a.quick:
+        print(f"\n{sum(c.status == SKIP for c in cases)} skipped (the full run lists them by reason)")
+    elif skips:
         print("\nSkipped, by reason:")
         print(skips)
     if fixed:

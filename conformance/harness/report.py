@@ -78,24 +78,30 @@ def grouped(cases: list[Case], status: str, key) -> "OrderedDict[str, list[Case]
     return out
 
 
-def skip_list(cases: list[Case]) -> str:
+def _listed(cs: list[Case], limit: int | None) -> str:
+    shown = cs if limit is None or len(cs) <= limit else cs[:limit]
+    text = ", ".join(f"{c.suite} `{c.id}`" for c in shown)
+    if len(shown) < len(cs):
+        text += f", and {len(cs) - len(shown)} more (`conformance/run.sh` lists them all)"
+    return text
+
+
+def skip_list(cases: list[Case], limit: int | None = None) -> str:
     """The skipped cases grouped by reason: `- reason (N): suite case, ...`."""
     lines = []
     for reason, cs in grouped(cases, SKIP, lambda c: c.detail).items():
-        lines.append(f"- **{reason}** ({len(cs)}): " +
-                     ", ".join(f"{c.suite} `{c.id}`" for c in cs))
+        lines.append(f"- **{reason}** ({len(cs)}): " + _listed(cs, limit))
     return "\n".join(lines)
 
 
-def failure_list(cases: list[Case]) -> str:
+def failure_list(cases: list[Case], limit: int | None = None) -> str:
     lines = []
     for cause, cs in grouped(cases, FAIL, lambda c: c.known or "unexpected").items():
-        lines.append(f"- **{cause}** ({len(cs)}): " +
-                     ", ".join(f"{c.suite} `{c.id}`" for c in cs))
+        lines.append(f"- **{cause}** ({len(cs)}): " + _listed(cs, limit))
     return "\n".join(lines)
 
 
 def markdown(cases: list[Case], suites, header: str) -> str:
     return (f"{header}\n\n{table(suites)}\n\n"
-            f"Failing cases, by cause:\n\n{failure_list(cases) or '- none'}\n\n"
-            f"Skipped cases, by reason:\n\n{skip_list(cases) or '- none'}\n")
+            f"Failing cases, by cause:\n\n{failure_list(cases, 8) or '- none'}\n\n"
+            f"Skipped cases, by reason:\n\n{skip_list(cases, 8) or '- none'}\n")
