@@ -67,7 +67,7 @@ def main() -> int:
         load(name).run(suite)
         cases += suite.cases
         n = {k: sum(c.status == k for c in suite.cases) for k in (PASS, FAIL, SKIP)}
-        print(f"   {n[PASS]} passed, {n[FAIL]} failed, {n[SKIP]} skipped "
+        print(f"   {name}: {n[PASS]} passed; {n[FAIL]} failed; {n[SKIP]} skipped "
               f"({time.monotonic() - t:.0f} s)", flush=True)
 
     suites, unexpected, fixed = summarize(cases, known)
@@ -98,8 +98,10 @@ def main() -> int:
     passed = sum(c.status == PASS for c in cases)
     failed = sum(c.status == FAIL for c in cases)
     skipped = sum(c.status == SKIP for c in cases)
-    print(f"\nconformance ({time.monotonic() - started:.0f} s, {len(unexpected)} unexpected)")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    # Not a test runner's "N passed, N failed" line: the known failures are expected, and CI
+    # reads such lines as a runner's verdict.
+    print(f"\nconformance: {passed} passed; {failed - len(unexpected)} failed as known_failures.txt "
+          f"expects, {len(unexpected)} unexpectedly; {skipped} skipped ({time.monotonic() - started:.0f} s)")
     return 1 if unexpected else 0
 
 
