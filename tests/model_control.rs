@@ -467,3 +467,22 @@ fn poll_mode_unloads_a_removed_version() {
     s.wait_until("version 7 to load", || s.get("/v2/models/simple/versions/7/ready").status == 200);
     assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 400);
 }
+
+/// A model folder in two repositories is one UNAVAILABLE row of the index, with tritonserver's
+/// reason, whether a load was tried or not; a load request for it fails.
+#[test]
+fn a_model_in_two_repositories_is_unavailable_in_the_index() {
+    let repo = Repo::new();
+    let other = Repo::new();
+    repo.model("simple", &add_sub_config("simple", ""), &["1"]);
+    other.model("simple", &add_sub_config("simple", ""), &["1"]);
+    other.model("alone", &add_sub_config("alone", ""), &["1"]);
+    let other_path = other.path().display().to_string();
+    let s = Server::start(repo.path(), &["--model-repository", &other_path, "--model-control-mode", "explicit"]);
+    let want =
+        json!([{"name": "simple", "state": "UNAVAILABLE", "reason": "model appears in two or more repositories"}]);
+    assert_eq!(json!(rows(&s, "simple")), want);
+    assert_eq!(load(&s, "simple", &json!({})).status, 500);
+    assert_eq!(json!(rows(&s, "simple")), want);
+    assert_eq!(load(&s, "alone", &json!({})).status, 200);
+}

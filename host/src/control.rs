@@ -131,7 +131,7 @@ impl ModelControl {
         let (found, conflicts) = repository::scan(&self.repositories);
         let failed = Mutex::new(Vec::new());
         for (name, reason) in conflicts {
-            tracing::error!("model '{name}' is unavailable: {reason}");
+            tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
             failed.lock().push(name);
         }
@@ -439,7 +439,7 @@ impl ModelControl {
             {
                 continue;
             }
-            tracing::error!("model '{name}' is unavailable: {reason}");
+            tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
             self.attempted.lock().remove(&name);
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
         }
@@ -480,6 +480,7 @@ impl ModelControl {
     /// and reasons where it has been loaded (or tried), and its name alone where it has not.
     pub fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
         let names = repository::folder_names(&self.repositories);
+        let duplicates = repository::duplicate_names(&self.repositories);
         let table = self.ctx.models.read();
         let busy = self.busy.lock();
         let mut out = Vec::new();
@@ -490,6 +491,15 @@ impl ModelControl {
             reason,
         };
         for name in names {
+            // As tritonserver, a name in several repositories is one UNAVAILABLE row, whether a
+            // load was tried or not.
+            if duplicates.contains(&name) {
+                if !ready_only {
+                    let reason = LoadError::Duplicate { dirs: Vec::new() }.to_string();
+                    out.push(row(&name, String::new(), "UNAVAILABLE", reason));
+                }
+                continue;
+            }
             let busy = busy.get(&name).copied();
             let Some(entry) = table.get(&name) else {
                 if !ready_only {

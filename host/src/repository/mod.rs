@@ -244,6 +244,20 @@ pub fn scan(roots: &[PathBuf]) -> ScanResult {
     (models, errors)
 }
 
+/// The model folder names found in more than one repository (none of them can load).
+pub fn duplicate_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut twice = std::collections::BTreeSet::new();
+    for root in roots {
+        for name in folder_names(std::slice::from_ref(root)) {
+            if !seen.insert(name.clone()) {
+                twice.insert(name);
+            }
+        }
+    }
+    twice
+}
+
 /// The names of every model folder in the repositories (the repository index lists them all,
 /// loaded or not).
 pub fn folder_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
