@@ -1,13 +1,13 @@
 """The known failures list, the per-suite table and the skip list.
 
 conformance/known_failures.txt holds one line per case expected to fail: `SUITE | CASE | CAUSE`,
-CASE a case id or a shell-style pattern of them (`*`, `?`). A run fails when a case fails that no
+CASE a case id or a pattern of them (`*` any text, `?` one character; brackets are literal). A run fails when a case fails that no
 line names, so CI catches regressions but not the gaps already known; a known failure that passes
 is reported, to be taken off the list.
 """
 from __future__ import annotations
 
-import fnmatch
+import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -30,9 +30,15 @@ class KnownFailures:
 
     def cause(self, case: Case) -> str | None:
         for suite, pattern, cause in self.entries:
-            if suite == case.suite and (pattern == case.id or fnmatch.fnmatchcase(case.id, pattern)):
+            if suite == case.suite and (pattern == case.id or _wildcard(pattern).fullmatch(case.id)):
                 return cause
         return None
+
+
+def _wildcard(pattern: str) -> "re.Pattern[str]":
+    """`*` (any text) and `?` (one character) as wildcards; everything else, brackets included
+    (case ids are full of them), literally."""
+    return re.compile(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."))
 
 
 def summarize(cases: list[Case], known: KnownFailures):
