@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the integration tests that drive the real `nereus` binary, each fuzz
 # target briefly, the command-line reference check, and Triton's own Python clients (its client
-# examples unchanged, and scripts of ours using tritonclient) against `nereus`. Works on a fresh
+# examples unchanged, and scripts of ours using tritonclient) against `nereus`, and the quick subset
+# of Triton's own QA suites (conformance/run.sh --quick) where Triton's qa folder is. Works on a fresh
 # machine with rustup's stable toolchain and Python 3: scripts/setup.sh --test installs the rest
 # (the wasm32-wasip2 target, ONNX Runtime's CPU library, cargo-fuzz, a Python environment with
 # tritonclient) and says what it does.
@@ -113,4 +114,14 @@ logs+=("$generated")
 start_nereus "$generated" --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_onnx_vs_ort.py check "$generated" "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 stop_nereus
+
+echo "== Triton's QA suites, the quick subset (conformance/run.sh --quick; docs/conformance.md)"
+# Triton's qa/ folder is read where CI lays it (../shared/triton_server), or where
+# NEREUS_TRITON_QA says; without it this step says so and is skipped.
+qa=${NEREUS_TRITON_QA:-$root/../shared/triton_server}
+if [[ -d $qa/qa/common || -d $qa/common ]]; then
+  NEREUS_BIN="$target/release/nereus" NEREUS_TEST_VENV="$venv" conformance/run.sh --qa "$qa" --quick
+else
+  echo "conformance: skipped: Triton's qa folder not found at $qa (set NEREUS_TRITON_QA to a clone of triton-inference-server/server)"
+fi
 echo "all tests passed"

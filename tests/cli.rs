@@ -199,24 +199,14 @@ fn log_file_format_and_levels_as_tritonserver() {
     }
 }
 
-/// An unusable `--log-file` stops the start with one line naming it.
-#[test]
-fn an_unusable_log_file_is_refused() {
-    let repo = Repo::new();
-    repo.example("simple");
+/// Runs `nereus serve` on `repo` with exactly `args` (no port defaults), expecting it to exit
+/// with a failure at once; returns its standard error.
+fn refused(repo: &Repo, args: &[&str]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
         .args(["serve", "--model-repository"])
         .arg(repo.path())
-        .args([
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--log-file",
-            "/nonexistent/dir/server.log",
-        ])
+        .args(args)
+        .env_remove("NEREUS_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -225,6 +215,18 @@ fn an_unusable_log_file_is_refused() {
     assert!(!status.success());
     let mut err = String::new();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    err
+}
+
+/// An unusable `--log-file` stops the start with one line naming it.
+#[test]
+fn an_unusable_log_file_is_refused() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let err = refused(
+        &repo,
+        &["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--log-file", "/nonexistent/dir/server.log"],
+    );
     assert!(err.contains("/nonexistent/dir/server.log"), "{err}");
 }
 
@@ -237,4 +239,60 @@ fn id_names_the_server() {
     assert_eq!(s.get("/v2").json()["name"], "nereus");
     let s = Server::start(repo.path(), &["--id", "triton"]);
     assert_eq!(s.get("/v2").json()["name"], "triton");
+}
+
+/// `--exit-on-error=true` stops the start at a model that fails to load, with tritonserver's
+/// "failed to load all models"; by default (Nereus's `false`) the server runs and the model is
+/// UNAVAILABLE with its reason while the others serve.
+#[test]
+fn exit_on_error_decides_whether_a_failed_model_stops_the_start() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.model("broken", "backend: \"nowhere\"\nmax_batch_size: 0\n", &["1"]);
+    let err = refused_start(repo.path(), &["--exit-on-error=true"]);
+    assert!(err.contains("failed to load all models (failed: broken)"), "{err}");
+    let s = Server::start(repo.path(), &["--strict-readiness=false"]);
+    assert_eq!(s.get("/v2/models/simple/ready").status, 200);
+    assert_eq!(s.get("/v2/models/broken/ready").status, 400);
+}
+
+/// A model repository that cannot be read: with `--exit-on-error=false` the server answers but is
+/// neither live nor ready, over both protocols, and loads nothing (tritonserver "failed to
+/// initialize"); with `true` it does not start.
+#[test]
+fn an_unreadable_repository_fails_the_initialization() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let missing = repo.path().join("no-such-folder");
+    let missing_text = missing.display().to_string();
+    let err = refused_start(repo.path(), &["--model-repository", &missing_text, "--exit-on-error=true"]);
+    assert!(err.contains(&format!("model repository {missing_text} cannot be read")), "{err}");
+    let s = Server::start(repo.path(), &["--model-repository", &missing_text, "--exit-on-error=false"]);
+    assert_eq!(s.get("/v2/health/live").status, 400);
+    assert_eq!(s.get("/v2/health/ready").status, 400);
+    assert_eq!(s.get("/v2").status, 200, "the metadata is still served");
+    assert_eq!(s.get("/v2/models/simple/ready").status, 400, "no model is loaded");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = grpc_client(&s).await;
+        let live = client.server_live(nereus::proto::inference::ServerLiveRequest {}).await.unwrap();
+        assert!(!live.into_inner().live);
+    });
+    assert!(s.log().contains("the server failed to initialize"), "{}", s.log());
+}
+
+/// A port in use stops the start, and the log says which endpoint and socket, in tritonserver's
+/// words.
+#[test]
+fn a_port_in_use_stops_the_start_with_tritonservers_message() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let err = refused(
+        &repo,
+        &["--grpc-address", "127.0.0.1", "--grpc-port", &port, "--http-port", "0", "--metrics-port", "0"],
+    );
+    let want = format!("failed to start GRPC service: Unavailable - Socket '127.0.0.1:{port}' already in use");
+    assert_eq!(err.matches(&want).count(), 1, "{err}");
 }

@@ -274,3 +274,47 @@ fn metrics_can_be_turned_off() {
     let err = refused_start(repo.path(), &["--metrics-config", "bogus=1"]);
     assert!(err.contains("unknown metrics setting 'bogus'"), "{err}");
 }
+
+/// `--metrics-config counter_latencies=false` leaves out the duration counters, and
+/// `histogram_latencies=true` adds tritonserver's first-response histogram (milliseconds, its
+/// buckets), each request counted once.
+#[test]
+fn latency_counters_and_first_response_histogram_as_configured() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let plain = Server::start(repo.path(), &[]);
+    assert_eq!(plain.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+    let text = plain.metrics();
+    assert!(text.contains("nv_inference_request_duration_us{"), "{text}");
+    assert!(!text.contains("nv_inference_first_response_histogram_ms"), "{text}");
+    drop(plain);
+
+    let args = ["--metrics-config", "counter_latencies=false", "--metrics-config", "histogram_latencies=true"];
+    let s = Server::start(repo.path(), &args);
+    for b in 0..3 {
+        assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(b)).status, 200);
+    }
+    let text = s.metrics();
+    for family in [
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+    ] {
+        assert!(!text.contains(family), "{family} with counter_latencies=false:\n{text}");
+    }
+    assert!(text.contains("nv_inference_request_success{"), "the other counters stay:\n{text}");
+    let samples = scrape(&s);
+    let histogram = samples
+        .iter()
+        .find(|x| x.metric == "nv_inference_first_response_histogram_ms" && x.labels.get("model") == Some("simple"))
+        .expect("the first-response histogram");
+    let prometheus_parse::Value::Histogram(buckets) = &histogram.value else {
+        panic!("not a histogram: {histogram:?}")
+    };
+    let bounds: Vec<f64> = buckets.iter().map(|b| b.less_than).collect();
+    assert_eq!(bounds, [100.0, 500.0, 2000.0, 5000.0, f64::INFINITY]);
+    assert_eq!(buckets.last().map(|b| b.count), Some(3.0));
+    assert_eq!(value(&samples, "nv_inference_first_response_histogram_ms_count", &[("model", "simple")]), Some(3.0));
+}

@@ -90,17 +90,26 @@ fn explicit_mode_loads_and_unloads_on_request() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["outputs"][0]["data"][0], 3);
 
-    // Unload without dependents: the ensemble stays loaded (and fails at its step).
+    // Unload without dependents: as tritonserver, the ensemble cannot serve without its step and
+    // is unloaded too; it loads again when the step does.
     assert_eq!(unload(&s, "simple", &json!({})).status, 200);
     assert_eq!(
         rows(&s, "simple"),
         vec![json!({"name": "simple", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})]
     );
     assert_eq!(s.get("/v2/models/simple/ready").status, 400);
-    assert_eq!(s.get("/v2/models/pipeline/ready").status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 400);
+    assert_eq!(rows(&s, "pipeline")[0]["reason"], "unloaded");
     assert_eq!(s.get("/v2/health/ready").status, 200, "unloaded models do not count");
-    // Loaded again, then unloaded with its dependents.
     assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 200, "the ensemble is back with its step");
+    // An ensemble unloaded on request stays unloaded when its step loads again.
+    assert_eq!(unload(&s, "pipeline", &json!({})).status, 200);
+    assert_eq!(unload(&s, "simple", &json!({})).status, 200);
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(s.get("/v2/models/pipeline/ready").status, 400);
+    // Loaded again, then unloaded with its dependents.
+    assert_eq!(load(&s, "pipeline", &json!({})).status, 200);
     assert_simple_answers(&s, "simple");
     let r = unload(&s, "simple", &json!({"parameters": {"unload_dependents": true}}));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -420,4 +429,60 @@ fn poll_mode_follows_the_repository() {
     s.wait_until("the removed model to unload", || s.get("/v2/models/simple/ready").status == 400);
     assert!(rows(&s, "simple").is_empty());
     assert_eq!(s.get("/v2/health/ready").status, 200);
+    // As tritonserver, the removed model stays known, with no available version.
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.error(), "Request for unknown model: 'simple' has no available versions");
+}
+
+/// A version folder removed under POLL: the version is unloaded and stays known ("not at ready
+/// state", UNAVAILABLE "unloaded" in the index), the others keep serving and the server stays
+/// ready; a version folder added loads.
+#[test]
+fn poll_mode_unloads_a_removed_version() {
+    let repo = Repo::new();
+    let dir = repo.model("simple", &add_sub_config("simple", "version_policy: { all { } }"), &["1", "2"]);
+    let s = Server::start(repo.path(), &["--model-control-mode", "poll", "--repository-poll-secs", "1"]);
+    assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 200);
+    std::fs::remove_dir_all(dir.join("1")).unwrap();
+    s.wait_until("version 1 to unload", || s.get("/v2/models/simple/versions/1/ready").status == 400);
+    let r = s.post_json("/v2/models/simple/versions/1/infer", &simple_request(1));
+    assert_eq!(r.error(), "Request for unknown model: 'simple' version 1 is not at ready state");
+    let states: Vec<(String, String, String)> = rows(&s, "simple")
+        .iter()
+        .map(|m| {
+            (
+                m["version"].as_str().unwrap().into(),
+                m["state"].as_str().unwrap().into(),
+                m["reason"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("1".into(), "UNAVAILABLE".into(), "unloaded".into()), ("2".into(), "READY".into(), String::new())]
+    );
+    assert_simple_answers(&s, "simple");
+    assert_eq!(s.get("/v2/health/ready").status, 200);
+    std::fs::create_dir(dir.join("7")).unwrap();
+    s.wait_until("version 7 to load", || s.get("/v2/models/simple/versions/7/ready").status == 200);
+    assert_eq!(s.get("/v2/models/simple/versions/1/ready").status, 400);
+}
+
+/// A model folder in two repositories is one UNAVAILABLE row of the index, with tritonserver's
+/// reason, whether a load was tried or not; a load request for it fails.
+#[test]
+fn a_model_in_two_repositories_is_unavailable_in_the_index() {
+    let repo = Repo::new();
+    let other = Repo::new();
+    repo.model("simple", &add_sub_config("simple", ""), &["1"]);
+    other.model("simple", &add_sub_config("simple", ""), &["1"]);
+    other.model("alone", &add_sub_config("alone", ""), &["1"]);
+    let other_path = other.path().display().to_string();
+    let s = Server::start(repo.path(), &["--model-repository", &other_path, "--model-control-mode", "explicit"]);
+    let want =
+        json!([{"name": "simple", "state": "UNAVAILABLE", "reason": "model appears in two or more repositories"}]);
+    assert_eq!(json!(rows(&s, "simple")), want);
+    assert_eq!(load(&s, "simple", &json!({})).status, 500);
+    assert_eq!(json!(rows(&s, "simple")), want);
+    assert_eq!(load(&s, "alone", &json!({})).status, 200);
 }

@@ -132,6 +132,31 @@ fn version_policies() {
     }
 }
 
+/// Folders that are not versions are ignored with tritonserver's warnings, and a `specific`
+/// policy's version without a folder is left out with an error line while the others load.
+#[test]
+fn version_folders_and_missing_specific_versions_as_tritonserver() {
+    let repo = Repo::new();
+    let base = format!("backend: \"add_sub\" {ADD_SUB_IO}");
+    let versions = ["1", "2", "003", "abc", "configs"];
+    repo.model("specific", &format!("{base} version_policy: {{ specific {{ versions: [ 1, 3 ] }} }}"), &versions);
+    repo.model("nothing_left", &format!("{base} version_policy: {{ specific {{ versions: [ 7 ] }} }}"), &["1"]);
+    let s = Server::start(repo.path(), &["--strict-readiness=false"]);
+    assert_eq!(s.get("/v2/models/specific").json()["versions"], json!(["1"]));
+    assert_eq!(s.post_json("/v2/models/specific/versions/1/infer", &simple_request(1)).status, 200);
+    assert_eq!(s.get("/v2/models/nothing_left/ready").status, 400);
+    let log = s.log();
+    for line in [
+        "ignore version directory '003' which contains leading zeros in its directory name",
+        "ignore version directory 'abc' which fails to convert to integral number",
+        "version 3 is specified for model 'specific', but the version directory is not present",
+        "at least one version must be available under the version policy of the model",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
+    assert!(!log.contains("'configs'"), "configs is not a version folder:\n{log}");
+}
+
 /// Components that are malformed or built for another interface make their model UNAVAILABLE with
 /// the reason; the other models (and a healthy component) load and serve.
 #[test]

@@ -10,7 +10,9 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     version,
     about = "Inference server speaking Triton's protocols, with sandboxed WebAssembly backends"
 )]
-#[command(args_conflicts_with_subcommands = true)]
+// tritonserver parses its options with getopt_long, which takes any unambiguous prefix of a long
+// option (`--log-warn=false` is `--log-warning=false`); Triton's own QA scripts rely on it.
+#[command(args_conflicts_with_subcommands = true, infer_long_args = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -22,6 +24,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve a model repository over HTTP and gRPC.
+    #[command(infer_long_args = true)]
     Serve(ServeArgs),
 }
 
@@ -50,6 +53,12 @@ pub struct ServeArgs {
     /// How many models load at once at start-up.
     #[arg(long = "model-load-thread-count", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub model_load_thread_count: u32,
+    /// tritonserver's flag: with `true`, a start-up failure (a model repository that cannot be
+    /// read, a model that fails to load) stops the server with an error. Nereus's default is
+    /// `false`: failed models are UNAVAILABLE with their reason and the others serve; with an
+    /// unreadable repository the server loads nothing and is neither live nor ready.
+    #[arg(long = "exit-on-error", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
+    pub exit_on_error: bool,
     /// How long shutdown waits for in-flight requests before it exits anyway, in seconds; also how
     /// long an unload request waits for the model's in-flight requests.
     #[arg(long = "exit-timeout-secs", default_value_t = 30)]
@@ -62,7 +71,7 @@ pub struct ServeArgs {
     #[arg(long = "onnxruntime-library", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
     /// tritonserver's flag: with `true`, configurations are not auto-completed from the models.
-    #[arg(long = "strict-model-config", default_value_t = false, action = ArgAction::Set)]
+    #[arg(long = "strict-model-config", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
     pub strict_model_config: bool,
     /// Do not auto-complete configurations from the models (instance groups are still filled in).
     #[arg(long = "disable-auto-complete-config")]
@@ -80,7 +89,7 @@ pub struct ServeArgs {
     #[arg(long = "http-port", default_value_t = 8000)]
     pub http_port: u16,
     /// Serve the HTTP/REST endpoint.
-    #[arg(long = "allow-http", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "allow-http", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_http: bool,
     /// Largest HTTP request body, in bytes, before and after decompression (tritonserver's
     /// default, 64 MiB).
@@ -104,7 +113,7 @@ pub struct ServeArgs {
     pub http_body_timeout_ms: u64,
     /// Let clients register system shared memory for inputs and outputs (off by default, as in
     /// recent tritonserver).
-    #[arg(long = "allow-client-shm", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "allow-client-shm", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool, num_args = 0..=1, default_missing_value = "true")]
     pub allow_client_shm: bool,
     /// Serve HTTP over TLS with this PEM certificate chain (with `--http-ssl-key`).
     #[arg(long = "http-ssl-cert")]
@@ -116,10 +125,10 @@ pub struct ServeArgs {
     #[arg(long = "http-ssl-client-ca")]
     pub http_ssl_client_ca: Option<PathBuf>,
     /// Serve gRPC over TLS (tritonserver's flag), with `--grpc-server-cert` and `--grpc-server-key`.
-    #[arg(long = "grpc-use-ssl", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "grpc-use-ssl", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool, num_args = 0..=1, default_missing_value = "true")]
     pub grpc_use_ssl: bool,
     /// Mutual TLS for gRPC: clients need a certificate signed by `--grpc-root-cert`.
-    #[arg(long = "grpc-use-ssl-mutual", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "grpc-use-ssl-mutual", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool, num_args = 0..=1, default_missing_value = "true")]
     pub grpc_use_ssl_mutual: bool,
     /// The PEM certificate chain gRPC serves over TLS (tritonserver's flag).
     #[arg(long = "grpc-server-cert")]
@@ -150,7 +159,7 @@ pub struct ServeArgs {
     #[arg(long = "grpc-keepalive-timeout")]
     pub grpc_keepalive_timeout: Option<u64>,
     /// Serve the gRPC endpoint.
-    #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_grpc: bool,
     /// Port of the Prometheus metrics endpoint (`GET /metrics`); 0 picks a free one (the log says
     /// which).
@@ -160,21 +169,22 @@ pub struct ServeArgs {
     #[arg(long = "metrics-address")]
     pub metrics_address: Option<String>,
     /// Serve Prometheus metrics, with tritonserver's names.
-    #[arg(long = "allow-metrics", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "allow-metrics", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_metrics: bool,
     /// Report the CPU utilisation and memory gauges (`nv_cpu_*`).
-    #[arg(long = "allow-cpu-metrics", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "allow-cpu-metrics", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_cpu_metrics: bool,
     /// Report the GPU gauges (utilization, memory, power, energy) of the CUDA devices, through
     /// NVML.
-    #[arg(long = "allow-gpu-metrics", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "allow-gpu-metrics", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_gpu_metrics: bool,
     /// How often the CPU, memory and GPU gauges are sampled at most, in ms.
     #[arg(long = "metrics-interval-ms", default_value_t = 2000)]
     pub metrics_interval_ms: u64,
     /// A metrics setting, as tritonserver's: `summary_latencies=true` adds the
     /// `nv_inference_*_summary_us` quantiles (a lock per request), `summary_quantiles=0.5:0.05,0.9:0.01`
-    /// chooses them. Repeatable.
+    /// chooses them; `histogram_latencies=true` adds `nv_inference_first_response_histogram_ms`;
+    /// `counter_latencies=false` leaves out the `*_duration_us` counters. Repeatable.
     #[arg(long = "metrics-config", value_name = "SETTING=VALUE")]
     pub metrics_config: Vec<String>,
     /// A tracing setting, as tritonserver's (repeatable): `[<mode>,]<setting>=<value>`. Global
@@ -206,20 +216,20 @@ pub struct ServeArgs {
     #[arg(long = "trace-log-frequency", value_name = "N")]
     pub trace_log_frequency: Option<String>,
     /// Ready only when every model is ready (tritonserver's default).
-    #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "strict-readiness", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub strict_readiness: bool,
     /// Verbose logging level (0: info; 1 or more: debug and plugin verbose logs). `NEREUS_LOG`
     /// takes a full tracing filter instead.
     #[arg(long = "log-verbose", default_value_t = 0)]
     pub log_verbose: u32,
     /// Log information lines.
-    #[arg(long = "log-info", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "log-info", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub log_info: bool,
     /// Log warnings.
-    #[arg(long = "log-warning", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "log-warning", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub log_warning: bool,
     /// Log errors.
-    #[arg(long = "log-error", default_value_t = true, action = ArgAction::Set)]
+    #[arg(long = "log-error", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub log_error: bool,
     /// The log line format, as tritonserver's: `default` (`I1125 06:48:54.627601 <pid>
     /// <file>:<line>] "<message>"`) or `ISO8601` (`2026-11-25T06:48:54Z I <pid> <file>:<line>]
@@ -343,6 +353,18 @@ impl ServeArgs {
         crate::trace::options::parse(&flags, &|name| std::env::var(name).ok())
     }
 
+    /// The model repositories, each once: tritonserver keeps them in a set, so naming a folder
+    /// twice is naming it once (its models are not duplicates of themselves).
+    pub fn repositories(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for path in &self.model_repository {
+            if !out.contains(path) {
+                out.push(path.clone());
+            }
+        }
+        out
+    }
+
     /// `--model-control-mode` with its polling interval.
     pub fn control_mode(&self) -> crate::control::ControlMode {
         use crate::control::ControlMode;
@@ -366,6 +388,40 @@ impl ServeArgs {
     }
 }
 
+/// A boolean option's value as tritonserver reads it: `true`, `on` or `1`, `false`, `off` or `0`,
+/// in any case (`--log-info=1`, `--strict-readiness=OFF`). The help names `true` and `false`.
+#[derive(Clone, Copy)]
+struct TritonBool;
+
+impl clap::builder::TypedValueParser for TritonBool {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        let text = value.to_string_lossy();
+        match text.to_ascii_lowercase().as_str() {
+            "true" | "on" | "1" => Ok(true),
+            "false" | "off" | "0" => Ok(false),
+            _ => {
+                let name = arg.map_or_else(String::new, |a| format!("--{} ", a.get_long().unwrap_or_default()));
+                Err(clap::Error::raw(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("{name}invalid value for bool option: {text}\n"),
+                )
+                .with_cmd(cmd))
+            }
+        }
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(["true", "false"].into_iter().map(clap::builder::PossibleValue::new)))
+    }
+}
+
 /// A CPU count that is a finite number of zero or more.
 fn non_negative_cpus(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -378,5 +434,48 @@ fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("'{s}' is not a share (a number above 0, at most 1)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["nereus", "serve", "--model-repository", "m"].iter().chain(args))?;
+        match cli.command {
+            Some(Command::Serve(args)) => Ok(args),
+            None => unreachable!("a serve subcommand was given"),
+        }
+    }
+
+    #[test]
+    fn booleans_read_as_tritonserver_reads_them() {
+        for (text, want) in [("true", true), ("On", true), ("1", true), ("FALSE", false), ("off", false), ("0", false)]
+        {
+            let args = serve(&[&format!("--log-info={text}")]).unwrap();
+            assert_eq!(args.log_info, want, "{text}");
+            let args = serve(&["--strict-readiness", text]).unwrap();
+            assert_eq!(args.strict_readiness, want, "{text}");
+        }
+        let err = serve(&["--log-error=yes"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value for bool option: yes"), "{err}");
+    }
+
+    #[test]
+    fn a_repository_named_twice_is_one_repository() {
+        let args = serve(&["--model-repository", "other", "--model-repository=m", "--model-store", "other"]).unwrap();
+        assert_eq!(args.repositories(), [PathBuf::from("m"), PathBuf::from("other")]);
+    }
+
+    #[test]
+    fn a_long_option_may_be_shortened_while_unambiguous() {
+        let args = serve(&["--log-warn=false", "--strict-read=false"]).unwrap();
+        assert!(!args.log_warning && !args.strict_readiness);
+        // `--log-` could be any of the logging options.
+        assert!(serve(&["--log-=1"]).is_err());
+        // Without the subcommand too, as tritonserver is started.
+        let cli = Cli::try_parse_from(["nereus", "--model-repository", "m", "--log-warn=0"]).unwrap();
+        assert!(!cli.serve.log_warning);
     }
 }

@@ -70,6 +70,9 @@ pub struct ModelControl {
     attempted: Mutex<HashMap<String, Fingerprint>>,
     /// How long an unload request waits for the model's in-flight requests.
     unload_timeout: Duration,
+    /// Ensembles unloaded because a model they use was unloaded (not on request themselves), by
+    /// folder: as tritonserver, they load again when that model does.
+    orphans: Mutex<BTreeMap<String, PathBuf>>,
 }
 
 /// The message tritonserver answers load and unload requests with outside EXPLICIT mode.
@@ -92,6 +95,7 @@ impl ModelControl {
             busy: Arc::default(),
             attempted: Mutex::new(HashMap::new()),
             unload_timeout,
+            orphans: Mutex::default(),
         }
     }
 
@@ -101,42 +105,51 @@ impl ModelControl {
 
     /// Loads what the mode loads at start-up: every model, or in EXPLICIT mode the
     /// `--load-model` ones (`*` alone: every model). Models that fail are UNAVAILABLE with the
-    /// reason; only a wrong `--load-model` list is an error.
-    pub fn start(&self, load_models: &[String], threads: usize) -> Result<(), String> {
+    /// reason, and their names returned (`--exit-on-error` decides what becomes of the server);
+    /// only a wrong `--load-model` list is an error.
+    pub fn start(&self, load_models: &[String], threads: usize) -> Result<Vec<String>, String> {
         if self.mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
             if self.mode == ControlMode::Explicit && load_models.len() > 1 {
                 return Err("Wildcard model name '*' must be the ONLY startup model if specified at all.".into());
             }
-            self.load_all(threads);
-            return Ok(());
+            return Ok(self.load_all(threads));
         }
+        let mut failed = Vec::new();
         for name in load_models {
             if let Err(e) = self.load(name, &LoadOverrides::default()) {
                 tracing::error!("{e}");
+                failed.push(name.clone());
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     /// Loads every model of the repositories: the others on `threads` threads at once, then the
-    /// ensembles after the models they compose.
-    fn load_all(&self, threads: usize) {
+    /// ensembles after the models they compose. Returns the names that failed.
+    fn load_all(&self, threads: usize) -> Vec<String> {
         let _ops = self.ops.lock();
         let (found, conflicts) = repository::scan(&self.repositories);
+        let failed = Mutex::new(Vec::new());
         for (name, reason) in conflicts {
-            tracing::error!("model '{name}' is unavailable: {reason}");
+            tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
+            failed.lock().push(name);
         }
         let (mut ensembles, plain): (Vec<_>, Vec<_>) =
             found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
         let queue = Mutex::new(plain);
+        let load = |name: &str, dir: &Path| {
+            if self.load_from(name, dir, None, None).is_err() {
+                failed.lock().push(name.to_string());
+            }
+        };
         std::thread::scope(|scope| {
             for i in 0..threads.max(1) {
-                let queue = &queue;
+                let (queue, load) = (&queue, &load);
                 let worker = std::thread::Builder::new().name(format!("nereus-load-{i}"));
                 let spawned = worker.spawn_scoped(scope, move || {
                     while let Some((name, dir)) = queue.lock().pop() {
-                        let _ = self.load_from(&name, &dir, None, None);
+                        load(&name, &dir);
                     }
                 });
                 if let Err(e) = spawned {
@@ -146,7 +159,7 @@ impl ModelControl {
         });
         // Whatever no thread took (none could start): load here.
         for (name, dir) in queue.into_inner() {
-            let _ = self.load_from(&name, &dir, None, None);
+            load(&name, &dir);
         }
         while !ensembles.is_empty() {
             let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
@@ -155,8 +168,9 @@ impl ModelControl {
             });
             // A cycle between ensembles: load the first anyway; it reports the missing model.
             let (name, dir) = ensembles.remove(ready.unwrap_or(0));
-            let _ = self.load_from(&name, &dir, None, None);
+            load(&name, &dir);
         }
+        failed.into_inner()
     }
 
     /// The repository extension's load: loads `name` (and, for an ensemble, the models it
@@ -261,7 +275,16 @@ impl ModelControl {
                     metrics.loaded(name, *version, took);
                 }
             }
+            // Versions the reload no longer loads stay known as unloaded, as tritonserver's: a
+            // request for one is for a version "not at ready state", not an unknown one.
+            let before = self.ctx.models.read().get(name).cloned();
+            if let Some(before) = before {
+                for v in before.versions.keys() {
+                    entry.versions.entry(*v).or_insert(VersionState::Unavailable(LoadError::Unloaded));
+                }
+            }
             self.replace(name, entry);
+            self.revive_dependents(name);
             return Ok(());
         };
         let stage_config = entry.config.is_none();
@@ -293,10 +316,16 @@ impl ModelControl {
         }
         let _ops = self.ops.lock();
         let mut names = vec![name.to_string()];
+        let others = self.dependents_of(name);
         if dependents {
-            names.extend(self.dependents_of(name));
+            names.extend(others.iter().cloned());
         }
-        let done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        let mut done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        if !dependents {
+            // The ensembles using it cannot serve without it: as tritonserver, they are unloaded
+            // too, and load again when it does (unless unloaded on request meanwhile).
+            done.extend(self.orphan(&others));
+        }
         let deadline = Instant::now() + self.unload_timeout;
         for finished in done {
             if finished.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
@@ -309,13 +338,9 @@ impl ModelControl {
     /// Marks `name`'s versions unloaded in the table and retires what was serving; the receiver
     /// hears when that is finalised. `None` when the model is not in the table.
     fn unload_locked(&self, name: &str) -> Option<crossbeam_channel::Receiver<()>> {
+        self.orphans.lock().remove(name);
         let old = self.ctx.models.read().get(name).cloned()?;
-        let unloaded = ModelEntry {
-            versions: old.versions.keys().map(|v| (*v, VersionState::Unavailable(LoadError::Unloaded))).collect(),
-            reason: old.versions.is_empty().then_some(LoadError::Unloaded),
-            config: old.config.clone(),
-            ..ModelEntry::unavailable(name, &old.dir, LoadError::Unloaded)
-        };
+        let unloaded = old.unloaded();
         self.attempted.lock().remove(name);
         self.busy.lock().insert(name.to_string(), Busy::Unloading);
         let serving: Vec<Arc<ModelVersion>> = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
@@ -324,6 +349,37 @@ impl ModelControl {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.retire(serving, Some((name.to_string(), tx)));
         Some(rx)
+    }
+
+    /// Unloads the loaded ones of `ensembles` (the dependents of a model that went) and remembers
+    /// them, to load them again when it is back.
+    fn orphan(&self, ensembles: &[String]) -> Vec<crossbeam_channel::Receiver<()>> {
+        let mut done = Vec::new();
+        for name in ensembles {
+            let Some(dir) = self.ctx.models.read().get(name).filter(|e| e.has_ready()).map(|e| e.dir.clone()) else {
+                continue;
+            };
+            tracing::info!("unloading '{name}': a model it uses was unloaded");
+            done.extend(self.unload_locked(name));
+            self.orphans.lock().insert(name.clone(), dir);
+        }
+        done
+    }
+
+    /// Loads again the orphaned ensembles that use `name`, now that it loaded.
+    fn revive_dependents(&self, name: &str) {
+        let waiting: Vec<(String, PathBuf)> = self
+            .orphans
+            .lock()
+            .iter()
+            .filter(|(ensemble, dir)| repository::ensemble_steps(ensemble, dir).iter().any(|s| s == name))
+            .map(|(e, d)| (e.clone(), d.clone()))
+            .collect();
+        for (ensemble, dir) in waiting {
+            self.orphans.lock().remove(&ensemble);
+            tracing::info!("loading '{ensemble}' again: '{name}', which it uses, loaded");
+            let _ = self.load_from(&ensemble, &dir, None, None);
+        }
     }
 
     /// The loaded ensembles whose steps use `name`, directly or through other ensembles.
@@ -356,30 +412,44 @@ impl ModelControl {
         let _ops = self.ops.lock();
         let (found, conflicts) = repository::scan(&self.repositories);
         let present: BTreeSet<&String> = found.iter().map(|(n, _)| n).chain(conflicts.iter().map(|(n, _)| n)).collect();
-        let gone: Vec<String> = self.ctx.models.read().keys().filter(|n| !present.contains(n)).cloned().collect();
+        let gone: Vec<String> = self
+            .ctx
+            .models
+            .read()
+            .iter()
+            .filter(|(n, e)| !present.contains(n) && !e.is_unloaded())
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in gone {
             tracing::info!("model '{name}' is no longer in the repository: unloading it");
-            let old = self.ctx.models.write().remove(&name);
+            // As tritonserver, the model stays known with its versions unloaded: a request for it
+            // "has no available versions" rather than being for an unknown model.
+            let old = self.ctx.models.read().get(&name).cloned();
             self.attempted.lock().remove(&name);
             if let Some(old) = old {
-                let serving = old.versions.values().filter_map(|v| v.ready().cloned()).collect();
-                self.retire(serving, None);
+                let unloaded = old.unloaded();
+                drop(old);
+                self.replace(&name, unloaded);
             }
+            let dependents = self.dependents_of(&name);
+            self.orphan(&dependents);
         }
         for (name, reason) in conflicts {
             if self.ctx.models.read().get(&name).is_some_and(|e| matches!(e.reason, Some(LoadError::Duplicate { .. })))
             {
                 continue;
             }
-            tracing::error!("model '{name}' is unavailable: {reason}");
+            tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
             self.attempted.lock().remove(&name);
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
         }
         let (ensembles, plain): (Vec<_>, Vec<_>) =
             found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
         for (name, dir) in plain.into_iter().chain(ensembles) {
-            let changed = self.attempted.lock().get(&name) != Some(&self.fingerprint(&dir))
-                || self.ctx.models.read().get(&name).is_none_or(|e| e.dir != dir);
+            // An orphaned ensemble loads again with the model it waits for, not on its own.
+            let changed = !self.orphans.lock().contains_key(&name)
+                && (self.attempted.lock().get(&name) != Some(&self.fingerprint(&dir))
+                    || self.ctx.models.read().get(&name).is_none_or(|e| e.dir != dir));
             if changed {
                 let _ = self.load_from(&name, &dir, None, None);
             }
@@ -410,6 +480,7 @@ impl ModelControl {
     /// and reasons where it has been loaded (or tried), and its name alone where it has not.
     pub fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
         let names = repository::folder_names(&self.repositories);
+        let duplicates = repository::duplicate_names(&self.repositories);
         let table = self.ctx.models.read();
         let busy = self.busy.lock();
         let mut out = Vec::new();
@@ -420,6 +491,15 @@ impl ModelControl {
             reason,
         };
         for name in names {
+            // As tritonserver, a name in several repositories is one UNAVAILABLE row, whether a
+            // load was tried or not.
+            if duplicates.contains(&name) {
+                if !ready_only {
+                    let reason = LoadError::Duplicate { dirs: Vec::new() }.to_string();
+                    out.push(row(&name, String::new(), "UNAVAILABLE", reason));
+                }
+                continue;
+            }
             let busy = busy.get(&name).copied();
             let Some(entry) = table.get(&name) else {
                 if !ready_only {

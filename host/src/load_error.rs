@@ -18,8 +18,9 @@ use crate::tensor::{DataType, shape_string};
 /// Why a model (or a version of it) is UNAVAILABLE.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The same model name appears in more than one repository.
-    #[error("model appears in more than one repository: {}", paths(.dirs))]
+    /// The same model name appears in more than one repository (tritonserver's reason, word for
+    /// word, as the repository index shows it; [`LoadError::folders`] names the folders).
+    #[error("model appears in two or more repositories")]
     Duplicate { dirs: Vec<PathBuf> },
     /// A file the load needs (`config.pbtxt`, a backend's component) cannot be read.
     #[error("cannot read {}: {source}", .path.display())]
@@ -44,9 +45,6 @@ pub enum LoadError {
     #[error("sequence_batching: {0}")]
     Sequence(#[source] SequenceError),
 
-    /// The version policy names a version that has no folder.
-    #[error("version {0} named by the 'specific' version policy does not exist")]
-    VersionMissing(i64),
     /// The version policy selects no version.
     #[error("at least one version must be available under the version policy of the model")]
     NoVersion,
@@ -359,6 +357,16 @@ pub enum SequenceError {
     DataFileSize { path: PathBuf, size: usize, dims: Vec<i64>, datatype: DataType, expected: usize },
 }
 
+impl LoadError {
+    /// The folders a reason concerns, for the log (` (in /a/m, /b/m)`), or nothing.
+    pub fn folders(&self) -> String {
+        match self {
+            LoadError::Duplicate { dirs } => format!(" (in {})", paths(dirs)),
+            _ => String::new(),
+        }
+    }
+}
+
 fn paths(list: &[PathBuf]) -> String {
     list.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
@@ -392,7 +400,8 @@ mod tests {
         let e = LoadError::Config { line: None, source: ConfigError::new("bad") };
         assert_eq!(e.to_string(), "invalid config.pbtxt: bad");
         let e = LoadError::Duplicate { dirs: vec!["/a/m".into(), "/b/m".into()] };
-        assert_eq!(e.to_string(), "model appears in more than one repository: /a/m, /b/m");
+        assert_eq!(e.to_string(), "model appears in two or more repositories");
+        assert_eq!(e.folders(), " (in /a/m, /b/m)");
         let e =
             LoadError::BackendNotFound { backend: "x".into(), looked: vec!["/m/1/x.wasm".into(), "/m/x.wasm".into()] };
         assert_eq!(e.to_string(), "unable to find backend 'x': looked for /m/1/x.wasm, /m/x.wasm");

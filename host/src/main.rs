@@ -53,7 +53,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let server = Server::start(ServerOptions {
         id: args.id.clone(),
         io_threads: runtime.metrics().num_workers() + grpc_threads,
-        model_repositories: args.model_repository.clone(),
+        model_repositories: args.repositories(),
         control_mode: args.control_mode(),
         load_models: args.load_model.clone(),
         model_load_threads: args.model_load_thread_count as usize,
@@ -67,6 +67,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         autocomplete: !args.strict_model_config && !args.disable_auto_complete_config,
         cache_directory: args.cache_directory(),
         strict_readiness: args.strict_readiness,
+        exit_on_error: args.exit_on_error,
         test_hooks: args.test_hooks,
         allow_client_shm: args.allow_client_shm,
         instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
@@ -84,7 +85,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let connections = OpenConnections::default();
         let mut http_addr = None;
         if args.allow_http {
-            let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
+            let listener = bind("HTTP", &args.http_address, args.http_port).await?;
             tracing::info!("Started HTTPService at {}", listener.local_addr()?);
             http_addr = Some(listener.local_addr()?);
             let options = HttpOptions {
@@ -101,7 +102,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }));
         }
         if args.allow_grpc {
-            let listener = tokio::net::TcpListener::bind((args.grpc_address.as_str(), args.grpc_port)).await?;
+            let listener = bind("GRPC", &args.grpc_address, args.grpc_port).await?;
             tracing::info!("Started GRPCInferenceService at {}", listener.local_addr()?);
             let options = GrpcOptions {
                 max_message_size: args.grpc_max_message_size,
@@ -135,7 +136,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         if args.allow_metrics {
             let address = args.metrics_address.as_deref().unwrap_or(args.http_address.as_str());
-            let listener = tokio::net::TcpListener::bind((address, args.metrics_port)).await?;
+            let listener = bind("Metrics", address, args.metrics_port).await?;
             tracing::info!("Started Metrics Service at {}", listener.local_addr()?);
             let mut stop = stop_metrics_rx.clone();
             tokio::spawn(nereus::frontend::metrics::serve(listener, server.clone(), async move {
@@ -160,6 +161,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         std::process::exit(1)
     })
+}
+
+/// Binds an endpoint's listener. A socket that cannot be bound stops the start, as in
+/// tritonserver, whose log line says which (`failed to start GRPC service: Unavailable - Socket
+/// '0.0.0.0:8001' already in use`); the error returned does not repeat it.
+async fn bind(service: &str, address: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind((address, port)).await {
+        Ok(listener) => Ok(listener),
+        Err(e) => {
+            let why = match e.kind() {
+                std::io::ErrorKind::AddrInUse => "already in use".to_string(),
+                _ => format!("cannot be bound: {e}"),
+            };
+            tracing::error!("failed to start {service} service: Unavailable - Socket '{address}:{port}' {why}");
+            anyhow::bail!("the {service} endpoint could not start (see the log)")
+        }
+    }
 }
 
 /// One line for whoever started the server by hand: how many models are ready, and a request to

@@ -244,6 +244,8 @@ pub struct ResponseSender {
     responses: Option<(u64, Instant)>,
     /// The model's trace record of a traced request.
     trace: Option<TraceNode>,
+    /// Whether a response has gone out (the first one is timed for the first-response histogram).
+    answered: bool,
 }
 
 impl std::fmt::Debug for ResponseSender {
@@ -266,6 +268,7 @@ impl ResponseSender {
                 arrived: now,
                 responses: None,
                 trace: None,
+                answered: false,
             },
             rx,
         )
@@ -280,7 +283,7 @@ impl ResponseSender {
         let responses = decoupled.then_some((0, now));
         let sink = Some(Sink::Stream(tx, buffer.clone()));
         (
-            ResponseSender { sink, held: None, stats, arrived: now, responses, trace: None },
+            ResponseSender { sink, held: None, stats, arrived: now, responses, trace: None, answered: false },
             StreamReceiver { rx, buffer },
         )
     }
@@ -295,6 +298,7 @@ impl ResponseSender {
             arrived: Instant::now(),
             responses: None,
             trace: None,
+            answered: false,
         }
     }
 
@@ -328,8 +332,13 @@ impl ResponseSender {
         }
     }
 
-    /// Counts a decoupled model's response in `response_stats`.
+    /// Counts a decoupled model's response in `response_stats`, and times the first response of
+    /// any request (flag-only completions are not responses).
     fn count_response(&mut self, kind: ResponseKind) {
+        if !self.answered && kind != ResponseKind::Empty {
+            self.answered = true;
+            self.stats.record_first_response(self.arrived.elapsed());
+        }
         if let Some((index, last)) = &mut self.responses {
             let now = Instant::now();
             self.stats.record_response(*index, kind, now - *last);

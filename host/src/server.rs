@@ -63,6 +63,11 @@ pub struct ServerOptions {
     pub cache_directory: Option<PathBuf>,
     /// `/v2/health/ready` is ready only when every model is (tritonserver's default).
     pub strict_readiness: bool,
+    /// A start-up failure (a repository that cannot be read, a model that fails to load) stops
+    /// the start with an error, as tritonserver's `--exit-on-error=true`; otherwise the server
+    /// runs: with unreadable repositories it loads nothing and is neither live nor ready (as
+    /// tritonserver "failed to initialize"), with failed models they are UNAVAILABLE.
+    pub exit_on_error: bool,
     /// How long an idle instance worker polls for work before it parks (`--instance-poll-us`).
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
@@ -104,6 +109,9 @@ pub struct Server {
     shm: crate::shm::SystemShm,
     /// A [`Phase`], as its `u8`.
     phase: AtomicU8,
+    /// False when a model repository could not be read at start-up (with `exit_on_error` off):
+    /// the server answers, but is neither live nor ready.
+    initialized: bool,
     /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
@@ -155,9 +163,28 @@ impl Server {
             ctx,
             options.exit_timeout,
         ));
-        control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let unreadable: Vec<&PathBuf> =
+            options.model_repositories.iter().filter(|root| std::fs::read_dir(root).is_err()).collect();
+        let initialized = unreadable.is_empty();
+        if initialized {
+            let failed =
+                control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !failed.is_empty() && options.exit_on_error {
+                anyhow::bail!("failed to load all models (failed: {})", failed.join(", "));
+            }
+        } else {
+            for root in &unreadable {
+                tracing::error!("model repository {} cannot be read", root.display());
+            }
+            if options.exit_on_error {
+                anyhow::bail!("model repository {} cannot be read", unreadable[0].display());
+            }
+            tracing::error!("the server failed to initialize: no model is loaded, and it is neither live nor ready");
+        }
         let poller = match options.control_mode {
-            ControlMode::Poll { interval } if !interval.is_zero() => Some(start_poller(control.clone(), interval)?),
+            ControlMode::Poll { interval } if initialized && !interval.is_zero() => {
+                Some(start_poller(control.clone(), interval)?)
+            }
             _ => None,
         };
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
@@ -169,6 +196,7 @@ impl Server {
             options,
             shm,
             phase: AtomicU8::new(Phase::Serving as u8),
+            initialized,
             abandoned: AtomicU64::new(0),
             busy_poll,
             metrics,
@@ -224,25 +252,26 @@ impl Server {
         }
     }
 
-    /// `/v2/health/live`: live until the models stop, then tritonserver's "Server exiting".
+    /// `/v2/health/live`: live once initialized (tritonserver: not while it "failed to
+    /// initialize") and until the models stop, then tritonserver's "Server exiting".
     pub fn live(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
-            Phase::Serving | Phase::Draining => Ok(true),
+            Phase::Serving | Phase::Draining => Ok(self.initialized),
         }
     }
 
-    /// `/v2/health/ready`: not ready from the moment a shutdown begins (so that probes take the
-    /// server out of rotation while it drains), "Server exiting" once the models stop; otherwise
-    /// ready when every model tried is (`--strict-readiness`, the default) or at once.
+    /// `/v2/health/ready`: never before the server initialized; not ready from the moment a
+    /// shutdown begins (so that probes take the server out of rotation while it drains), "Server
+    /// exiting" once the models stop; otherwise ready when every model tried is
+    /// (`--strict-readiness`, the default) or at once.
     pub fn ready(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
             Phase::Draining => Ok(false),
-            Phase::Serving => {
-                Ok(!self.options.strict_readiness
-                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))
-            }
+            Phase::Serving => Ok(self.initialized
+                && (!self.options.strict_readiness
+                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))),
         }
     }
 

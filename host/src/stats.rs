@@ -112,6 +112,13 @@ impl ModelStats {
         }
     }
 
+    /// A request's first response went out `after` it arrived (the first-response histogram).
+    pub fn record_first_response(&self, after: Duration) {
+        if let Some(m) = &self.metrics {
+            m.first_response(after);
+        }
+    }
+
     /// The `index`-th response of a decoupled model's request, `took` after the previous one (or
     /// after the request arrived). The time is the backend's: it counts as compute_infer.
     pub fn record_response(&self, index: u64, kind: ResponseKind, took: Duration) {

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Counter, CounterVec, Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Counter, CounterVec, Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::error::ErrorKind;
@@ -122,6 +122,12 @@ impl ComponentSource {
 /// What `--metrics-config` and the other metrics flags set.
 #[derive(Clone, Debug)]
 pub struct MetricsOptions {
+    /// `counter_latencies=false` leaves out the cumulative duration counters
+    /// (`nv_inference_{request,queue,compute_*}_duration_us`), on by default.
+    pub counter_latencies: bool,
+    /// `histogram_latencies=true`: `nv_inference_first_response_histogram_ms`, the time from a
+    /// request's arrival to its first response, in tritonserver's buckets.
+    pub histogram_latencies: bool,
     /// `summary_latencies=true`: the `*_summary_us` quantiles, which cost a lock per request.
     pub summary_latencies: bool,
     /// `summary_quantiles=0.5:0.05,0.9:0.01,…` (quantile:error); the error is accepted and not used.
@@ -137,6 +143,8 @@ pub struct MetricsOptions {
 impl Default for MetricsOptions {
     fn default() -> Self {
         MetricsOptions {
+            counter_latencies: true,
+            histogram_latencies: false,
             summary_latencies: false,
             summary_quantiles: vec![0.5, 0.9, 0.95, 0.99],
             interval: Duration::from_millis(2000),
@@ -150,14 +158,15 @@ impl MetricsOptions {
     /// Applies one `--metrics-config key=value`, as tritonserver reads it.
     pub fn apply(&mut self, setting: &str) -> Result<(), String> {
         let (key, value) = setting.split_once('=').ok_or_else(|| format!("'{setting}': expected <setting>=<value>"))?;
+        let flag = || match value {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(format!("{key}: expected true or false, got '{value}'")),
+        };
         match key {
-            "summary_latencies" => {
-                self.summary_latencies = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(format!("summary_latencies: expected true or false, got '{value}'")),
-                }
-            }
+            "counter_latencies" => self.counter_latencies = flag()?,
+            "histogram_latencies" => self.histogram_latencies = flag()?,
+            "summary_latencies" => self.summary_latencies = flag()?,
             "summary_quantiles" => {
                 let mut quantiles = Vec::new();
                 for pair in value.split(',') {
@@ -196,10 +205,14 @@ pub struct Metrics {
     wasm_memory: IntGaugeVec,
     log_dropped: IntCounterVec,
     abandoned: IntCounter,
+    first_response: Option<HistogramVec>,
     summaries: Option<Arc<LatencySummaries>>,
     system: Option<SystemGauges>,
     gpu: Option<gpu::GpuGauges>,
 }
+
+/// tritonserver's buckets for `nv_inference_first_response_histogram_ms`, in milliseconds.
+const FIRST_RESPONSE_BUCKETS_MS: [f64; 4] = [100.0, 500.0, 2000.0, 5000.0];
 
 /// The labels of a model version's metrics, as tritonserver's.
 const MODEL_LABELS: &[&str] = &["model", "version"];
@@ -212,7 +225,11 @@ impl Metrics {
             Ok(c)
         }
         let counter = |name: &str, help: &str| add(&registry, IntCounterVec::new(Opts::new(name, help), MODEL_LABELS)?);
-        let micros = |name: &str, help: &str| add(&registry, CounterVec::new(Opts::new(name, help), MODEL_LABELS)?);
+        // Without counter_latencies the duration counters still count, but are not rendered.
+        let micros = |name: &str, help: &str| {
+            let c = CounterVec::new(Opts::new(name, help), MODEL_LABELS)?;
+            if options.counter_latencies { add(&registry, c) } else { Ok(c) }
+        };
         Ok(Metrics {
             success: counter(
                 "nv_inference_request_success",
@@ -314,6 +331,17 @@ impl Metrics {
                     "Requests whose client went away (HTTP connection closed, gRPC call cancelled) before the answer",
                 )?,
             )?,
+            first_response: options
+                .histogram_latencies
+                .then(|| {
+                    let opts = HistogramOpts::new(
+                        "nv_inference_first_response_histogram_ms",
+                        "Duration from request to first response in milliseconds",
+                    )
+                    .buckets(FIRST_RESPONSE_BUCKETS_MS.to_vec());
+                    add(&registry, HistogramVec::new(opts, MODEL_LABELS)?)
+                })
+                .transpose()?,
             summaries: options
                 .summary_latencies
                 .then(|| Arc::new(LatencySummaries::new(options.summary_quantiles.clone()))),
@@ -346,6 +374,7 @@ impl Metrics {
                 .map(|s| with_kind(&self.component_loads, s.label())),
             wasm_memory: self.wasm_memory.with_label_values(&labels),
             log_dropped: self.log_dropped.with_label_values(&labels),
+            first_response: self.first_response.as_ref().map(|h| h.with_label_values(&labels)),
             summaries: self.summaries.as_ref().map(|s| s.model(name, version)),
         }
     }
@@ -402,6 +431,7 @@ pub struct ModelMetrics {
     component_loads: [IntCounter; 3],
     wasm_memory: IntGauge,
     log_dropped: IntCounter,
+    first_response: Option<Histogram>,
     summaries: Option<Arc<summary::ModelSummaries>>,
 }
 
@@ -416,6 +446,14 @@ impl ModelMetrics {
         self.request_us.inc_by(micros(total));
         if let Some(s) = &self.summaries {
             s.observe(SummaryKind::Request, total);
+        }
+    }
+
+    /// A request's first response (or its only one) went out `after` it arrived; counted in whole
+    /// milliseconds, as tritonserver's.
+    pub fn first_response(&self, after: Duration) {
+        if let Some(h) = &self.first_response {
+            h.observe(after.as_millis() as f64);
         }
     }
 

@@ -103,11 +103,25 @@ impl ModelEntry {
         (!failed.is_empty()).then_some(failed)
     }
 
-    /// Whether every version the policy selected is ready (and at least one exists).
+    /// Whether every version the policy selected is ready (and at least one exists); versions
+    /// unloaded since (a reload that no longer selects them) do not count against it, as in
+    /// tritonserver.
     pub fn is_ready(&self) -> bool {
+        let ready = |v: &VersionState| matches!(v, VersionState::Ready(m) if m.health.is_ready());
         self.reason.is_none()
-            && !self.versions.is_empty()
-            && self.versions.values().all(|v| matches!(v, VersionState::Ready(m) if m.health.is_ready()))
+            && self.versions.values().any(ready)
+            && self.versions.values().all(|v| ready(v) || matches!(v, VersionState::Unavailable(LoadError::Unloaded)))
+    }
+
+    /// This model with every version unloaded (an unload, or its folder gone from the repository):
+    /// known, but with no available version.
+    pub fn unloaded(&self) -> ModelEntry {
+        ModelEntry {
+            versions: self.versions.keys().map(|v| (*v, VersionState::Unavailable(LoadError::Unloaded))).collect(),
+            reason: self.versions.is_empty().then_some(LoadError::Unloaded),
+            config: self.config.clone(),
+            ..ModelEntry::unavailable(&self.name, &self.dir, LoadError::Unloaded)
+        }
     }
 }
 
@@ -230,6 +244,20 @@ pub fn scan(roots: &[PathBuf]) -> ScanResult {
     (models, errors)
 }
 
+/// The model folder names found in more than one repository (none of them can load).
+pub fn duplicate_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut twice = std::collections::BTreeSet::new();
+    for root in roots {
+        for name in folder_names(std::slice::from_ref(root)) {
+            if !seen.insert(name.clone()) {
+                twice.insert(name);
+            }
+        }
+    }
+    twice
+}
+
 /// The names of every model folder in the repositories (the repository index lists them all,
 /// loaded or not).
 pub fn folder_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
@@ -243,31 +271,63 @@ pub fn folder_names(roots: &[PathBuf]) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// Numeric version folders; names that are not numbers, or that start with "0", are ignored.
-fn version_dirs(dir: &Path) -> Vec<i64> {
-    let mut versions: Vec<i64> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
-        .filter_map(|n| n.parse().ok())
-        .collect();
+/// Folders of a model folder that are never versions (tritonserver's warm-up data, initial
+/// states, and `--model-config-name` configurations).
+const NOT_VERSIONS: [&str; 3] = ["warmup", "initial_state", "configs"];
+
+/// The version folders of a model folder, ascending, and the folders ignored with why, as
+/// tritonserver words it. A version is a number without leading zeros ("0" itself is version 0).
+fn scan_versions(dir: &Path) -> (Vec<i64>, Vec<String>) {
+    let mut versions = Vec::new();
+    let mut ignored = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+        if !entry.path().is_dir() || name.starts_with('.') || NOT_VERSIONS.contains(&name.as_str()) {
+            continue;
+        }
+        if name.len() > 1 && name.starts_with('0') {
+            ignored
+                .push(format!("ignore version directory '{name}' which contains leading zeros in its directory name"));
+        } else if let Some(v) = name.bytes().all(|b| b.is_ascii_digit()).then(|| name.parse::<i64>().ok()).flatten() {
+            versions.push(v);
+        } else {
+            ignored.push(format!("ignore version directory '{name}' which fails to convert to integral number"));
+        }
+    }
     versions.sort_unstable();
-    versions
+    (versions, ignored)
 }
 
-/// Applies the version policy to the versions on disk.
-fn select_versions(config: &ModelConfig, available: &[i64]) -> Result<Vec<i64>, LoadError> {
+/// The version folders of a model folder, ascending.
+fn version_dirs(dir: &Path) -> Vec<i64> {
+    scan_versions(dir).0
+}
+
+/// The versions of `name` the version policy loads, from its folders, logging (as tritonserver
+/// does at each load) the folders that are not versions and, for a `specific` policy, the versions
+/// it names that have no folder: those are left out and the others load.
+fn select_versions(name: &str, config: &ModelConfig, dir: &Path) -> Result<Vec<i64>, LoadError> {
+    let (available, ignored) = scan_versions(dir);
+    for why in ignored {
+        tracing::warn!("{why}");
+    }
     let policy = config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref());
     let selected: Vec<i64> = match policy {
-        Some(PolicyChoice::All(_)) => available.to_vec(),
+        Some(PolicyChoice::All(_)) => available.clone(),
         Some(PolicyChoice::Specific(s)) => {
-            if let Some(v) = s.versions.iter().find(|v| !available.contains(v)) {
-                return Err(LoadError::VersionMissing(*v));
+            let mut chosen = Vec::new();
+            for v in &s.versions {
+                if available.contains(v) {
+                    chosen.push(*v);
+                } else {
+                    tracing::error!(
+                        "version {v} is specified for model '{name}', but the version directory is not present"
+                    );
+                }
             }
-            s.versions.clone()
+            chosen.sort_unstable();
+            chosen.dedup();
+            chosen
         }
         Some(PolicyChoice::Latest(l)) => available.iter().rev().take(l.num_versions.max(1) as usize).copied().collect(),
         None => available.iter().rev().take(1).copied().collect(),
@@ -356,7 +416,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     let instances = instances_of(&config);
     let prepared = backend_name(&config).and_then(|backend| {
         let factory = ctx.backends.factory(&backend);
-        let selected = select_versions(&config, &version_dirs(dir))?;
+        let selected = select_versions(name, &config, dir)?;
         let sequence = SequenceRules::from_config(&config, dir).map_err(LoadError::Sequence)?;
         let config = factory.prepare(config.clone(), &instances)?;
         Ok((backend, factory, selected, sequence, Arc::new(config)))
@@ -436,7 +496,7 @@ fn load_version(
 /// Loads an ensemble: its steps are checked against the composing models already loaded; every
 /// version the policy selects serves the same pipeline.
 fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadContext) -> ModelEntry {
-    let prepared = select_versions(&config, &version_dirs(dir))
+    let prepared = select_versions(name, &config, dir)
         .and_then(|selected| Ok((selected, Ensemble::build(&config, ctx.models.as_ref())?)));
     let (selected, ensemble) = match prepared {
         Ok(p) => p,
