@@ -3,7 +3,7 @@
 //! 1. **Connections drain.** Readiness turns false; the HTTP and gRPC listeners stop taking
 //!    connections (a new one is refused), and the open ones are served until they close: an
 //!    HTTP/1.1 answer says `Connection: close`, gRPC sends GOAWAY and finishes the calls in flight.
-//!    Each second the log says what is left ("Timeout 29: Found 1 HTTP service connections").
+//!    At once and then each second the log says what is left ("Timeout 30: Found 1 HTTP service connections").
 //! 2. **Models stop.** New requests are refused ("Server is stopping, …", except the rest of a
 //!    sequence already started) and health answers "Server exiting"; the requests in flight are
 //!    answered ("Timeout 28: Found 1 model versions that have in-flight inferences").
@@ -68,25 +68,24 @@ pub async fn run(
     }
 }
 
-/// Stage 1: waits until no connection is open, logging each second what is; false if the
-/// deadline came first.
+/// Stage 1: waits until no connection is open, logging what is at once and then each second, as
+/// tritonserver does (so the first line is certain whenever a connection was open when the
+/// shutdown began); false if the deadline came first.
 async fn drain_connections(connections: &OpenConnections, countdown: &Countdown) -> bool {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let (http, grpc) = (connections.http.count(), connections.grpc.count());
         if http == 0 && grpc == 0 {
             return true;
         }
+        let left = countdown.seconds_left();
+        if http > 0 {
+            tracing::info!("Timeout {left}: Found {http} HTTP service connections");
+        }
+        if grpc > 0 {
+            tracing::info!("Timeout {left}: Found {grpc} gRPC service connections and inference handlers");
+        }
         tokio::select! {
-            _ = tick.tick() => {
-                let left = countdown.seconds_left();
-                if http > 0 {
-                    tracing::info!("Timeout {left}: Found {http} HTTP service connections");
-                }
-                if grpc > 0 {
-                    tracing::info!("Timeout {left}: Found {grpc} gRPC service connections and inference handlers");
-                }
-            }
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
             () = async {
                 connections.http.all_closed().await;
                 connections.grpc.all_closed().await;
@@ -96,23 +95,24 @@ async fn drain_connections(connections: &OpenConnections, countdown: &Countdown)
     }
 }
 
-/// Stage 2: waits until no model version has a request in flight, logging each second which
-/// have; false if the deadline came first.
+/// Stage 2: waits until no model version has a request in flight, logging which have at once and
+/// then each second; false if the deadline came first.
 async fn drain_requests(server: &Server, countdown: &Countdown) -> bool {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut next_report = Instant::now();
     loop {
         let in_flight = server.in_flight();
         if in_flight.is_empty() {
             return true;
         }
-        tokio::select! {
-            _ = tick.tick() => {
-                let left = countdown.seconds_left();
-                tracing::info!("Timeout {left}: Found {} model versions that have in-flight inferences", in_flight.len());
-                for (model, version, requests) in &in_flight {
-                    tracing::info!("Model '{model}' (version {version}) has {requests} in-flight inferences");
-                }
+        if Instant::now() >= next_report {
+            next_report += Duration::from_secs(1);
+            let left = countdown.seconds_left();
+            tracing::info!("Timeout {left}: Found {} model versions that have in-flight inferences", in_flight.len());
+            for (model, version, requests) in &in_flight {
+                tracing::info!("Model '{model}' (version {version}) has {requests} in-flight inferences");
             }
+        }
+        tokio::select! {
             () = tokio::time::sleep(IN_FLIGHT_POLL) => {}
             () = tokio::time::sleep_until(countdown.deadline) => return false,
         }
