@@ -186,6 +186,45 @@ fn log_settings_read_and_update() {
     assert_eq!(r.json()["log_verbose_level"], 0);
 }
 
+/// At `--log-verbose=1` each call is logged over both protocols (tritonserver's "HTTP request:"
+/// line with libevhtp's method number, a line per gRPC call), and each request as it reaches its
+/// model, with what the client sent written as data; at 0 none is.
+#[test]
+fn verbose_log_follows_each_request() {
+    let (_repo, s) = examples();
+    let set_verbose = |level: u32| {
+        let r = s.post_json("/v2/logging", &serde_json::json!({ "log_verbose_level": level }));
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    set_verbose(1);
+    let r = s.post_json(
+        "/v2/models/simple/infer",
+        &serde_json::json!({
+        "id": "forged\nI1125 00:00:00.000000 1 x.rs:1] \"ready\"",
+        "inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": vec![0; 16]},
+                   {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": vec![0; 16]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        c.model_infer(simple(3, "g-verbose")).await.unwrap();
+    });
+    set_verbose(0);
+    assert_eq!(s.get("/v2/models/simple/config").status, 200);
+    // A request logged after it shows whether the quiet one was.
+    set_verbose(1);
+    assert_eq!(s.get("/v2/models/simple/ready").status, 200);
+    s.wait_until("the last request's line", || s.log().contains("HTTP request: 0 /v2/models/simple/ready"));
+    let log = s.log();
+    assert!(log.contains("HTTP request: 2 /v2/models/simple/infer"), "{log}");
+    assert!(log.contains("gRPC request: /inference.GRPCInferenceService/ModelInfer"), "{log}");
+    let prepared = log.lines().find(|l| l.contains("g-verbose") && l.contains("prepared:")).expect("a prepared line");
+    assert!(prepared.contains(r#"model: \"simple\", requested version: -1, actual version: 1"#), "{prepared}");
+    assert!(prepared.contains(r#"\"INPUT0\" INT32 [1, 16] (64 bytes)"#), "{prepared}");
+    assert!(!log.lines().any(|l| l.starts_with("I1125 00:00:00")), "a request id started a line:\n{log}");
+    assert!(!log.contains("HTTP request: 0 /v2/models/simple/config"), "logged at verbose 0:\n{log}");
+}
+
 #[test]
 fn unary_inference_raw_and_typed() {
     let (_repo, s) = examples();

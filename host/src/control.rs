@@ -469,11 +469,31 @@ impl ModelControl {
             for state in entry.versions.values() {
                 if let VersionState::Ready(m) = state {
                     m.unload();
+                    tracing::info!("successfully unloaded '{}' version {}", m.name, m.version);
                 }
             }
         }
         drop(models);
         self.ctx.models.write().clear();
+    }
+
+    /// The backends the loaded models use, by name, with where each comes from and its settings
+    /// (the start-up table of backends).
+    pub fn backends_in_use(&self) -> BTreeMap<String, crate::backend::BackendSummary> {
+        let mut out = BTreeMap::new();
+        for entry in self.ctx.models.read().values() {
+            let Some(config) = &entry.config else { continue };
+            let Some(version) = entry.versions.iter().find_map(|(v, s)| s.ready().map(|_| *v)) else { continue };
+            if config.platform == "ensemble" {
+                continue;
+            }
+            let Ok(backend) = crate::backend::backend_name(config) else { continue };
+            if !out.contains_key(&backend) {
+                let summary = self.ctx.backends.factory(&backend).describe(&backend, &entry.dir, version);
+                out.insert(backend, summary);
+            }
+        }
+        out
     }
 
     /// The repository index: every model folder of the repositories, with its versions' states

@@ -29,6 +29,7 @@ pub mod scheduler;
 pub mod server;
 pub mod shm;
 pub mod shutdown;
+pub mod startup_summary;
 pub mod stats;
 pub mod tensor;
 pub mod test_hooks;

@@ -7,7 +7,8 @@
 //! lines are I), the time in UTC, the process id, the source file and line, and the message as a
 //! JSON string — escaped, so that no message (a plugin's included) can start a line of its own or
 //! hide one; `TRITON_SERVER_ESCAPE_LOG_MESSAGES=0` writes messages as they are, as tritonserver
-//! does. Lines go to `--log-file` when given, else as tritonserver's: information to standard
+//! does. The start-up tables are the exception, as in tritonserver: laid out over several lines,
+//! their cells escaped instead (`startup_summary`). Lines go to `--log-file` when given, else as tritonserver's: information to standard
 //! output, warnings and errors to standard error. They carry no colour: files, pipes and log
 //! collectors read them as text.
 use std::fmt::Write as _;
@@ -225,7 +226,10 @@ where
         };
         let mut message = Message(String::new());
         event.record(&mut message);
-        let message = if self.0.escape { serde_json::to_string(&message.0).unwrap_or_default() } else { message.0 };
+        // Tables are the host's own text, laid out over several lines as tritonserver's are; their
+        // cells are escaped where they are made (startup_summary).
+        let raw = !self.0.escape || meta.target() == crate::startup_summary::TABLE_TARGET;
+        let message = if raw { message.0 } else { serde_json::to_string(&message.0).unwrap_or_default() };
         let file = meta.file().map_or("", |f| f.rsplit('/').next().unwrap_or(f));
         let line = meta.line().unwrap_or(0);
         let pid = std::process::id();

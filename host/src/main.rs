@@ -78,6 +78,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sandbox_limits: args.sandbox_limits(),
         trace,
     })?;
+    nereus::startup_summary::log(&server);
     runtime.block_on(async {
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -383,6 +383,11 @@ impl Server {
         self.control.index(ready_only)
     }
 
+    /// The backends the loaded models use (the start-up table of backends).
+    pub fn backends_in_use(&self) -> std::collections::BTreeMap<String, crate::backend::BackendSummary> {
+        self.control.backends_in_use()
+    }
+
     /// Runs a unary inference from a frontend (on one of the server's I/O threads): resolve the
     /// model version, validate, queue. Await the receiver for the outcome. `endpoint` names the
     /// caller in the error a decoupled model answers with.
@@ -402,6 +407,9 @@ impl Server {
             poll.touch();
         }
         let model = self.version(&request.model_name, request.model_version)?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_prepared(request, &model);
+        }
         // Once the models stop, only the rest of a sequence already started gets in (as
         // tritonserver's sequence batcher lets a sequence finish); everything else is refused.
         let continues_a_sequence = model.is_sequence_batched() && !request.sequence_start;
@@ -468,4 +476,26 @@ fn start_poller(
         }
     })?;
     Ok(stop)
+}
+
+/// A request as it reaches its model, at `--log-verbose=1` (tritonserver's "prepared:" line). The
+/// names come from the client and the model: written as data, never as log syntax.
+fn log_prepared(request: &InferenceRequest, model: &ModelVersion) {
+    let id = if request.id.is_empty() { "<id_unknown>" } else { request.id.as_str() };
+    let requested = request.model_version.unwrap_or(-1);
+    let inputs: Vec<String> = request
+        .inputs
+        .iter()
+        .map(|t| format!("{:?} {} {:?} ({} bytes)", t.name, t.datatype, t.shape, t.data.len()))
+        .collect();
+    tracing::debug!(
+        "[request id: {id:?}] prepared: model: {:?}, requested version: {requested}, actual version: {}, correlation id: {:?}, priority: {}, timeout (us): {}, inputs: [{}], requested outputs: {:?}",
+        model.name,
+        model.version,
+        request.correlation_id,
+        request.priority,
+        request.timeout_us,
+        inputs.join(", "),
+        request.requested_outputs,
+    );
 }

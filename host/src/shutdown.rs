@@ -95,15 +95,13 @@ async fn drain_connections(connections: &OpenConnections, countdown: &Countdown)
     }
 }
 
-/// Stage 2: waits until no model version has a request in flight, logging which have at once and
-/// then each second; false if the deadline came first.
+/// Stage 2: waits until no model version has a request in flight, logging which have at once (how
+/// many, if none) and then each second; false if the deadline came first.
 async fn drain_requests(server: &Server, countdown: &Countdown) -> bool {
     let mut next_report = Instant::now();
     loop {
         let in_flight = server.in_flight();
-        if in_flight.is_empty() {
-            return true;
-        }
+        // The first report is logged even when nothing is in flight, as tritonserver's is.
         if Instant::now() >= next_report {
             next_report += Duration::from_secs(1);
             let left = countdown.seconds_left();
@@ -111,6 +109,9 @@ async fn drain_requests(server: &Server, countdown: &Countdown) -> bool {
             for (model, version, requests) in &in_flight {
                 tracing::info!("Model '{model}' (version {version}) has {requests} in-flight inferences");
             }
+        }
+        if in_flight.is_empty() {
+            return true;
         }
         tokio::select! {
             () = tokio::time::sleep(IN_FLIGHT_POLL) => {}

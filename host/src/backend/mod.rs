@@ -56,6 +56,19 @@ pub trait BackendFactory: Send + Sync {
     /// Loads one version: creates its instances (each initialised), and what is to be finalised
     /// after them. On error nothing is left behind.
     fn load(&self, version: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError>;
+
+    /// Where backend `backend` comes from for a version of the model in `model_dir`, and its
+    /// settings, as tritonserver's start-up table of backends shows them. Default: built in.
+    fn describe(&self, _backend: &str, _model_dir: &Path, _version: i64) -> BackendSummary {
+        BackendSummary { path: "(built in)".into(), config: "{}".into() }
+    }
+}
+
+/// One row of the start-up table of backends: where the backend comes from, and its settings as
+/// JSON (tritonserver shows a backend's `--backend-config` there).
+pub struct BackendSummary {
+    pub path: String,
+    pub config: String,
 }
 
 /// A model's folder, as auto-complete looks at it.
@@ -123,6 +136,17 @@ pub enum InstanceKind {
     Cpu,
     Gpu,
     Model,
+}
+
+impl InstanceKind {
+    /// As tritonserver's log lines name the kind ("CPU device 0").
+    pub fn name(self) -> &'static str {
+        match self {
+            InstanceKind::Cpu => "CPU",
+            InstanceKind::Gpu => "GPU",
+            InstanceKind::Model => "MODEL",
+        }
+    }
 }
 
 /// An instance to create, from the normalised `instance_group`s.

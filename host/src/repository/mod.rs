@@ -427,6 +427,9 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
             return ModelEntry { config: Some(Arc::new(config)), ..ModelEntry::unavailable(name, dir, reason) };
         }
     };
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!("model '{name}' configuration: {}", crate::config::to_json(&config));
+    }
     let io = Arc::new(IoSpec::new(&config));
     // Never decoupled models inline: their responses leave during the execution, so one run again
     // elsewhere would repeat them.
@@ -435,6 +438,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
         if factory.may_run_inline(&config) && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
     let mut versions = BTreeMap::new();
     for version in selected {
+        tracing::info!("loading: {name}:{version}");
         let hooks = ctx.hooks();
         let metrics = ctx.metrics(name, version);
         let setup = SchedulerSetup {
@@ -457,7 +461,17 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
             metrics: metrics.as_ref(),
         };
         let state = match load_version(factory.as_ref(), &load, setup) {
-            Ok(m) => VersionState::Ready(Arc::new(m)),
+            Ok(m) => {
+                for instance in &instances {
+                    tracing::info!(
+                        "initialized instance {} ({} device {}) of '{name}' version {version}",
+                        instance.name,
+                        instance.kind.name(),
+                        instance.device_id
+                    );
+                }
+                VersionState::Ready(Arc::new(m))
+            }
             Err(reason) => {
                 tracing::error!("failed to load '{name}' version {version}: {reason}");
                 VersionState::Unavailable(reason)

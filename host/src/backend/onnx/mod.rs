@@ -53,7 +53,9 @@ pub(crate) fn runtime(library: Option<&Path>) -> Result<&'static ort::environmen
         }
         let builder = ort::init_from(path)
             .map_err(|e| RuntimeError::LibraryUnloadable { path: path.to_path_buf(), error: Arc::new(e) })?;
-        builder.with_name("nereus").build().map_err(|e| RuntimeError::Start(Arc::new(e)))
+        let environment = builder.with_name("nereus").build().map_err(|e| RuntimeError::Start(Arc::new(e)))?;
+        tracing::info!("initialized backend 'onnxruntime' (ONNX Runtime from {})", path.display());
+        Ok(environment)
     });
     outcome.as_ref().map_err(Clone::clone)
 }
@@ -120,6 +122,15 @@ impl BackendFactory for OnnxBackend {
         let file = Self::model_file(v.config, v.model_dir, v.version);
         let instances = load_instances(v.config, v.version, &file, self.library.as_deref(), v.instances, v.io.clone())?;
         Ok(LoadedVersion { instances, teardown: None })
+    }
+
+    /// The ONNX Runtime library models load, and auto-complete as tritonserver's backend table
+    /// shows its command-line settings.
+    fn describe(&self, _backend: &str, _model_dir: &Path, _version: i64) -> super::BackendSummary {
+        let path =
+            self.library.as_ref().map_or_else(|| "(no ONNX Runtime library)".into(), |p| p.display().to_string());
+        let config = serde_json::json!({"cmdline": {"auto-complete-config": self.autocomplete.to_string()}});
+        super::BackendSummary { path, config: config.to_string() }
     }
 }
 

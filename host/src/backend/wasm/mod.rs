@@ -11,7 +11,7 @@ mod sandbox;
 mod state;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -117,6 +117,24 @@ impl BackendFactory for WasmBackends {
         })?;
         Ok(LoadedVersion { instances: loaded.instances, teardown: Some(Box::new(loaded.teardown)) })
     }
+
+    /// The component's file (or that it is bundled into the binary), and the operator's sandbox
+    /// ceilings every model of it is held to.
+    fn describe(&self, backend: &str, model_dir: &Path, version: i64) -> super::BackendSummary {
+        let path = match component::find(backend, model_dir, version, self.backend_dir.as_deref()) {
+            Ok(component::Source::File(path)) => path.display().to_string(),
+            Ok(component::Source::Bundled(_)) => "(bundled into nereus)".into(),
+            Err(e) => e.to_string(),
+        };
+        let l = &self.budget.limits;
+        let config = serde_json::json!({"sandbox": {
+            "max-memory-mb": (l.max_memory_bytes >> 20).to_string(),
+            "max-execution-timeout-ms": l.max_execution_timeout.as_millis().to_string(),
+            "max-output-bytes": l.max_output_bytes.to_string(),
+            "max-instances": l.max_instances.to_string(),
+        }});
+        super::BackendSummary { path, config: config.to_string() }
+    }
 }
 
 /// The host's own sandbox of each backend component in use, counted by the models using it:
@@ -145,6 +163,10 @@ impl BackendRegistry {
             sandbox.finalize();
             return Err(LoadError::BackendInit { backend: backend_name.to_string(), source: e.into() });
         }
+        tracing::info!(
+            "initialized backend '{backend_name}' (WebAssembly component {})",
+            short_digest(&component.digest)
+        );
         live.insert(component.digest.clone(), (1, Some(sandbox)));
         Ok(())
     }
@@ -162,6 +184,11 @@ impl BackendRegistry {
             sandbox.finalize();
         }
     }
+}
+
+/// The first 12 hex digits of a component's digest, enough to tell builds apart in a log line.
+fn short_digest(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
 }
 
 /// Everything needed to (re)build an instance's sandbox.

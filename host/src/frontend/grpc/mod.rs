@@ -1,6 +1,7 @@
 //! Triton's gRPC protocol (`inference.GRPCInferenceService`) and `grpc.health.v1.Health`, on
 //! tonic. The service only translates: every decision is the server's.
 pub mod convert;
+mod verbose;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -548,6 +549,7 @@ pub async fn serve(
         .initial_connection_window_size(Some(8 << 20))
         .http2_keepalive_interval(options.keepalive_time)
         .http2_keepalive_timeout(options.keepalive_timeout)
+        .layer(tower_layer::layer_fn(verbose::LogCalls))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -68,6 +68,7 @@ pub async fn serve(
                     let connection = shared.clone();
                     async move {
                         let _in_flight = connection.activity.begin();
+                        tracing::debug!("HTTP request: {} {}", evhtp_method(req.method()), req.uri().path());
                         let Connection { server, options, routes, .. } = &*connection;
                         let http11 = req.version() == hyper::Version::HTTP_11;
                         let mut response = router::handle(server, options, routes, req).await;
@@ -135,5 +136,21 @@ async fn until_quiet<E: std::fmt::Display>(
             tracing::debug!("closing an HTTP connection with no request for {} ms", period.as_millis());
             Ok(())
         }
+    }
+}
+
+/// A method as libevhtp numbers it, which tritonserver's verbose "HTTP request:" line prints.
+fn evhtp_method(method: &hyper::Method) -> u8 {
+    match method.as_str() {
+        "GET" => 0,
+        "HEAD" => 1,
+        "POST" => 2,
+        "PUT" => 3,
+        "DELETE" => 4,
+        "OPTIONS" => 8,
+        "TRACE" => 13,
+        "CONNECT" => 14,
+        "PATCH" => 15,
+        _ => 16,
     }
 }
