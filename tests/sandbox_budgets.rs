@@ -215,13 +215,13 @@ fn deadlines_and_cancellation_reach_a_plugin_blocked_in_wasi() {
         &format!("{one_instance}\n{}", sandbox_parameter("sandbox.execution_timeout_ms", "600000")),
     );
     let init = r#"parameters [ { key: "init_fault" value: { string_value: "sleep" } },
-  { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } } ]"#;
+  { key: "sandbox.load_timeout_ms" value: { string_value: "300" } } ]"#;
     faults_model(&repo, "sleepy_init", init);
     let mut s = Server::start(repo.path(), &["--strict-readiness", "false", "--exit-timeout-secs", "1"]);
 
     let (state, reason) = s.model_state("sleepy_init");
     assert_eq!(state, "UNAVAILABLE");
-    assert!(reason.contains("exceeded its execution deadline of 300 ms"), "{reason}");
+    assert!(reason.contains("exceeded its initialization deadline of 300 ms (sandbox.load_timeout_ms)"), "{reason}");
 
     let mut sleep = faults_request("sleep");
     sleep["parameters"]["sleep_ms"] = json!(120_000);
@@ -249,6 +249,37 @@ fn deadlines_and_cancellation_reach_a_plugin_blocked_in_wasi() {
     let status = s.terminate();
     assert_eq!(status.code(), Some(1), "{}", s.log());
     assert!(s.log().contains("cut off: model 'patient' version 1 had 1 request(s) in flight or queued"));
+}
+
+/// A plugin that hangs in its initialisation holds only its own model: the endpoints listen from
+/// the start, live and not ready while the start-up models load; the other models load beside it
+/// and serve at once; at its `sandbox.load_timeout_ms` it is UNAVAILABLE with the reason and the
+/// server is ready. A model asking for a longer load deadline than the operator allows is refused.
+#[test]
+fn a_hanging_initialisation_does_not_hold_the_other_models() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let init = r#"parameters [ { key: "init_fault" value: { string_value: "sleep" } },
+  { key: "sandbox.load_timeout_ms" value: { string_value: "4000" } } ]"#;
+    faults_model(&repo, "hangs", init);
+    faults_model(&repo, "greedy", &sandbox_parameter("sandbox.load_timeout_ms", "700000"));
+    let s = Server::listening(repo.path(), &["--strict-readiness", "false", "--model-load-thread-count", "2"], &[]);
+    s.wait_until("simple serving while 'hangs' initialises", || {
+        s.post_json("/v2/models/simple/infer", &simple_request(2)).status == 200
+    });
+    assert_eq!(s.model_state("hangs").0, "LOADING", "{}", s.log());
+    assert_eq!(s.get("/v2/health/live").status, 200);
+    assert_eq!(s.get("/v2/health/ready").status, 400, "not ready while the start-up models load");
+
+    s.wait_until("the start-up models to load", || s.log().contains("Nereus is ready: "));
+    let (state, reason) = s.model_state("hangs");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("exceeded its initialization deadline of 4000 ms (sandbox.load_timeout_ms)"), "{reason}");
+    let (state, reason) = s.model_state("greedy");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("sandbox.load_timeout_ms 700000 exceeds what the operator allows"), "{reason}");
+    assert_eq!(s.get("/v2/health/ready").status, 200);
+    assert_simple_answers(&s);
 }
 
 /// A decoupled plugin streaming to a gRPC client that stops reading waits for it: the responses

@@ -270,6 +270,10 @@ pub struct ServeArgs {
     /// The longest execution deadline a model may set (`sandbox.execution_timeout_ms`), in ms.
     #[arg(long = "sandbox-max-execution-timeout-ms", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub sandbox_max_execution_timeout_ms: u64,
+    /// The longest deadline a model may give each of its plugin's lifecycle calls, initialisation
+    /// included (`sandbox.load_timeout_ms`), in ms.
+    #[arg(long = "sandbox-max-load-timeout-ms", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sandbox_max_load_timeout_ms: u64,
     /// The most output bytes a model may allow one response (`sandbox.max_output_bytes`).
     #[arg(long = "sandbox-max-output-bytes", default_value_t = 1 << 30)]
     pub sandbox_max_output_bytes: u64,
@@ -329,6 +333,7 @@ impl ServeArgs {
         crate::backend::wasm::SandboxLimits {
             max_memory_bytes: self.sandbox_max_memory_mb << 20,
             max_execution_timeout: std::time::Duration::from_millis(self.sandbox_max_execution_timeout_ms),
+            max_load_timeout: std::time::Duration::from_millis(self.sandbox_max_load_timeout_ms),
             max_output_bytes: self.sandbox_max_output_bytes,
             max_instances: self.sandbox_max_instances,
             total_instances: self.sandbox_total_instances,

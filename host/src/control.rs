@@ -288,6 +288,18 @@ impl ModelControl {
             return Ok(());
         };
         let stage_config = entry.config.is_none();
+        if let Some(LoadError::Unreadable { path, source }) = &entry.reason
+            && source.kind() == std::io::ErrorKind::NotFound
+            && path.file_name().is_some_and(|f| f == "config.pbtxt")
+            && !self.ctx.models.read().get(name).is_some_and(|e| e.has_ready())
+        {
+            // tritonserver's poll failure: a folder with no configuration (and none its files
+            // give) is not a model. It is left out, unknown to requests and to readiness.
+            tracing::error!("failed to open text file for read {}: No such file or directory", path.display());
+            tracing::error!("failed to poll model '{name}': left out of the models served");
+            self.ctx.models.write().remove(name);
+            return Err(Failed::Config(failure));
+        }
         tracing::error!("failed to load '{name}': {failure}");
         // All or nothing: the versions that did load go again.
         let loaded: Vec<Arc<ModelVersion>> = entry.versions.values().filter_map(|v| v.ready().cloned()).collect();

@@ -78,7 +78,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sandbox_limits: args.sandbox_limits(),
         trace,
     })?;
-    nereus::startup_summary::log(&server);
     runtime.block_on(async {
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -144,8 +143,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let _ = stop.wait_for(|s| *s).await;
             }));
         }
-        announce_ready(&server, http_addr);
-        shutdown_signal().await;
+        // The start-up models load while the endpoints listen: live, not ready until they have
+        // (a plugin that hangs in its initialisation holds only its own model, to its deadline).
+        let loading = tokio::task::spawn_blocking({
+            let server = server.clone();
+            move || server.load_startup_models()
+        });
+        tokio::select! {
+            loaded = loading => {
+                loaded.map_err(|e| anyhow::anyhow!("loading the models failed: {e}"))??;
+                nereus::startup_summary::log(&server);
+                announce_ready(&server, http_addr);
+                shutdown_signal().await;
+            }
+            // A shutdown during start-up waits for the loads under way (the unload needs them
+            // done) within the same exit timeout.
+            () = shutdown_signal() => tracing::info!("a shutdown began while the models were loading"),
+        }
         let timeout = std::time::Duration::from_secs(args.exit_timeout_secs);
         let stop_listeners = move || {
             let _ = stop_tx.send(true);

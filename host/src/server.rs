@@ -89,15 +89,18 @@ pub struct ServerOptions {
     pub trace: crate::trace::options::TraceOptions,
 }
 
-/// Where the server is in its life. A shutdown goes through tritonserver's two stages: first the
-/// frontends stop taking connections while the open ones are still served (`Draining`), then the
-/// models stop taking requests while those in flight finish (`Stopping`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the server is in its life, in order. The frontends listen from the start: while the
+/// start-up models load (`Starting`) the server is live and not ready, and serves the models
+/// already loaded. A shutdown goes through tritonserver's two stages: first the frontends stop
+/// taking connections while the open ones are still served (`Draining`), then the models stop
+/// taking requests while those in flight finish (`Stopping`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Phase {
-    Serving = 0,
-    Draining = 1,
-    Stopping = 2,
+    Starting = 0,
+    Serving = 1,
+    Draining = 2,
+    Stopping = 3,
 }
 
 pub struct Server {
@@ -126,8 +129,8 @@ impl Server {
         &self.shm
     }
 
-    /// Loads every model of the repositories (control mode NONE). Models that fail to load are
-    /// kept as UNAVAILABLE with their reason.
+    /// Sets the server up with no model loaded yet ([`Phase::Starting`]): the frontends can listen
+    /// while [`Server::load_startup_models`] loads them.
     pub fn start(options: ServerOptions) -> anyhow::Result<Arc<Server>> {
         let runtime = WasmRuntime::new(options.cache_directory.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let metrics = match &options.metrics {
@@ -166,13 +169,7 @@ impl Server {
         let unreadable: Vec<&PathBuf> =
             options.model_repositories.iter().filter(|root| std::fs::read_dir(root).is_err()).collect();
         let initialized = unreadable.is_empty();
-        if initialized {
-            let failed =
-                control.start(&options.load_models, options.model_load_threads).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if !failed.is_empty() && options.exit_on_error {
-                anyhow::bail!("failed to load all models (failed: {})", failed.join(", "));
-            }
-        } else {
+        if !initialized {
             for root in &unreadable {
                 tracing::error!("model repository {} cannot be read", root.display());
             }
@@ -181,21 +178,15 @@ impl Server {
             }
             tracing::error!("the server failed to initialize: no model is loaded, and it is neither live nor ready");
         }
-        let poller = match options.control_mode {
-            ControlMode::Poll { interval } if initialized && !interval.is_zero() => {
-                Some(start_poller(control.clone(), interval)?)
-            }
-            _ => None,
-        };
         let shm = crate::shm::SystemShm::new(options.allow_client_shm);
         let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll, options.busy_poll_min_spare_cpus);
         Ok(Arc::new(Server {
             models,
             control,
-            poller: Mutex::new(poller),
+            poller: Mutex::new(None),
             options,
             shm,
-            phase: AtomicU8::new(Phase::Serving as u8),
+            phase: AtomicU8::new(Phase::Starting as u8),
             initialized,
             abandoned: AtomicU64::new(0),
             busy_poll,
@@ -203,6 +194,37 @@ impl Server {
             tracer,
             _runtime: runtime,
         }))
+    }
+
+    /// Loads the start-up models (every model of the repositories, or `--load-model`'s in EXPLICIT
+    /// mode), several at a time (`--model-load-thread-count`), each plugin's initialisation under
+    /// its own deadline; a model that fails is UNAVAILABLE with its reason. Then the repository
+    /// poller starts (POLL mode) and the server is [`Phase::Serving`], unless a shutdown began
+    /// meanwhile. Blocks: call it off the async reactor. An error (with `--exit-on-error`) ends
+    /// the process.
+    pub fn load_startup_models(&self) -> anyhow::Result<()> {
+        if self.initialized {
+            let failed = self
+                .control
+                .start(&self.options.load_models, self.options.model_load_threads)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !failed.is_empty() && self.options.exit_on_error {
+                anyhow::bail!("failed to load all models (failed: {})", failed.join(", "));
+            }
+            if let ControlMode::Poll { interval } = self.options.control_mode
+                && !interval.is_zero()
+                && self.phase() == Phase::Starting
+            {
+                *self.poller.lock() = Some(start_poller(self.control.clone(), interval)?);
+            }
+        }
+        let _ = self.phase.compare_exchange(
+            Phase::Starting as u8,
+            Phase::Serving as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        Ok(())
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -246,8 +268,9 @@ impl Server {
     /// Where the server is in its life (see [`Phase`]).
     pub fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {
-            0 => Phase::Serving,
-            1 => Phase::Draining,
+            0 => Phase::Starting,
+            1 => Phase::Serving,
+            2 => Phase::Draining,
             _ => Phase::Stopping,
         }
     }
@@ -257,7 +280,7 @@ impl Server {
     pub fn live(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
-            Phase::Serving | Phase::Draining => Ok(self.initialized),
+            Phase::Starting | Phase::Serving | Phase::Draining => Ok(self.initialized),
         }
     }
 
@@ -268,7 +291,7 @@ impl Server {
     pub fn ready(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
-            Phase::Draining => Ok(false),
+            Phase::Starting | Phase::Draining => Ok(false),
             Phase::Serving => Ok(self.initialized
                 && (!self.options.strict_readiness
                     || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))),
@@ -297,7 +320,7 @@ impl Server {
     }
 
     pub fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        self.phase() == Phase::Serving && self.version(name, version).is_ok()
+        self.phase() <= Phase::Serving && self.version(name, version).is_ok()
     }
 
     /// Model metadata (the KServe v2 shape; HTTP renders it as JSON).
@@ -479,17 +502,18 @@ fn start_poller(
 }
 
 /// A request as it reaches its model, at `--log-verbose=1` (tritonserver's "prepared:" line). The
-/// names come from the client and the model: written as data, never as log syntax.
+/// names come from the client as they are: the log line escapes them (unless the operator turned
+/// that off with `TRITON_SERVER_ESCAPE_LOG_MESSAGES=0`, as in tritonserver).
 fn log_prepared(request: &InferenceRequest, model: &ModelVersion) {
     let id = if request.id.is_empty() { "<id_unknown>" } else { request.id.as_str() };
     let requested = request.model_version.unwrap_or(-1);
     let inputs: Vec<String> = request
         .inputs
         .iter()
-        .map(|t| format!("{:?} {} {:?} ({} bytes)", t.name, t.datatype, t.shape, t.data.len()))
+        .map(|t| format!("{} {} {:?} ({} bytes)", t.name, t.datatype, t.shape, t.data.len()))
         .collect();
     tracing::debug!(
-        "[request id: {id:?}] prepared: model: {:?}, requested version: {requested}, actual version: {}, correlation id: {:?}, priority: {}, timeout (us): {}, inputs: [{}], requested outputs: {:?}",
+        "[request id: {id}] prepared: model: {}, requested version: {requested}, actual version: {}, correlation id: {:?}, priority: {}, timeout (us): {}, inputs: [{}], requested outputs: {:?}",
         model.name,
         model.version,
         request.correlation_id,

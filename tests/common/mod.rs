@@ -125,6 +125,14 @@ impl Server {
 
     /// The same, with more environment variables.
     pub fn start_with_env(repo: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let s = Self::listening(repo, extra, env);
+        s.wait_until("the start-up models to load", || s.log().contains("Nereus is ready: "));
+        s
+    }
+
+    /// Starts `nereus serve` and returns as soon as it listens, while its start-up models may
+    /// still be loading.
+    pub fn listening(repo: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nereus"))
             .arg("serve")
             .arg("--model-repository")

@@ -22,6 +22,8 @@ pub struct SandboxLimits {
     pub max_memory_bytes: u64,
     /// `--sandbox-max-execution-timeout-ms`: the most for `sandbox.execution_timeout_ms`.
     pub max_execution_timeout: Duration,
+    /// `--sandbox-max-load-timeout-ms`: the most for `sandbox.load_timeout_ms`.
+    pub max_load_timeout: Duration,
     /// `--sandbox-max-output-bytes`: the most for `sandbox.max_output_bytes`.
     pub max_output_bytes: u64,
     /// `--sandbox-max-instances`: the most instances one model may have (`instance_group` and
@@ -52,6 +54,7 @@ impl Default for SandboxLimits {
         SandboxLimits {
             max_memory_bytes: MAX_MEMORY_BYTES,
             max_execution_timeout: Duration::from_secs(3600),
+            max_load_timeout: Duration::from_secs(600),
             max_output_bytes: 1 << 30,
             max_instances: 64,
             total_instances: 900,
@@ -92,6 +95,12 @@ impl SandboxLimits {
                 ms(self.max_execution_timeout),
                 "--sandbox-max-execution-timeout-ms",
             ),
+            (
+                "sandbox.load_timeout_ms",
+                ms(policy.load_timeout),
+                ms(self.max_load_timeout),
+                "--sandbox-max-load-timeout-ms",
+            ),
             ("sandbox.max_output_bytes", policy.max_output_bytes, self.max_output_bytes, "--sandbox-max-output-bytes"),
             ("sandbox.max_instances", policy.max_instances, self.max_instances, "--sandbox-max-instances"),
             ("instance_group's count", instances as u64, self.max_instances, "--sandbox-max-instances"),
@@ -112,6 +121,7 @@ impl SandboxLimits {
         SandboxPolicy {
             memory_limit_bytes: d.memory_limit_bytes.min(self.max_memory_bytes),
             execution_timeout: d.execution_timeout.min(self.max_execution_timeout),
+            load_timeout: d.load_timeout.min(self.max_load_timeout),
             max_output_bytes: d.max_output_bytes.min(self.max_output_bytes),
             max_instances: d.max_instances.min(self.max_instances),
             ..d

@@ -3,7 +3,8 @@
 //! | parameter                        | default   | meaning                                        |
 //! |----------------------------------|-----------|------------------------------------------------|
 //! | `sandbox.memory_limit_mb`        | 256       | cap on each sandbox's linear memory            |
-//! | `sandbox.execution_timeout_ms`   | 10000     | deadline for one `execute` (or lifecycle) call |
+//! | `sandbox.execution_timeout_ms`   | 10000     | deadline for one `execute` call                |
+//! | `sandbox.load_timeout_ms`        | 60000     | deadline for one lifecycle call (initialise, finalise) |
 //! | `sandbox.max_output_bytes`       | 67108864  | cap on the output bytes of one response        |
 //! | `sandbox.max_responses`          | 100000    | responses one request may get (decoupled)      |
 //! | `sandbox.max_instances`          | 32        | most instances (sandboxes) the model may have  |
@@ -26,6 +27,9 @@ pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
 pub struct SandboxPolicy {
     pub memory_limit_bytes: u64,
     pub execution_timeout: Duration,
+    /// The deadline of each lifecycle call (initialise and finalise the backend, model, instance):
+    /// a plugin hanging in its initialisation holds only its own model's load, this long.
+    pub load_timeout: Duration,
     pub max_output_bytes: u64,
     /// Responses one request may receive (a decoupled plugin cannot flood a client).
     pub max_responses: u64,
@@ -43,6 +47,7 @@ impl Default for SandboxPolicy {
         SandboxPolicy {
             memory_limit_bytes: 256 << 20,
             execution_timeout: Duration::from_millis(10_000),
+            load_timeout: Duration::from_millis(60_000),
             max_output_bytes: 64 << 20,
             max_responses: 100_000,
             max_instances: 32,
@@ -90,6 +95,12 @@ impl SandboxPolicy {
             }
             policy.execution_timeout = Duration::from_millis(ms);
         }
+        if let Some(ms) = get("sandbox.load_timeout_ms")? {
+            if ms == 0 {
+                return Err(ConfigError::new("parameter 'sandbox.load_timeout_ms' must be at least 1"));
+            }
+            policy.load_timeout = Duration::from_millis(ms);
+        }
         if let Some(bytes) = get("sandbox.max_output_bytes")? {
             policy.max_output_bytes = bytes;
         }
@@ -134,6 +145,7 @@ impl SandboxPolicy {
         };
         set("sandbox.memory_limit_mb", (self.memory_limit_bytes >> 20).to_string());
         set("sandbox.execution_timeout_ms", self.execution_timeout.as_millis().to_string());
+        set("sandbox.load_timeout_ms", self.load_timeout.as_millis().to_string());
         set("sandbox.max_output_bytes", self.max_output_bytes.to_string());
         set("sandbox.max_responses", self.max_responses.to_string());
         set("sandbox.max_instances", self.max_instances.to_string());

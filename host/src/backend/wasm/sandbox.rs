@@ -12,7 +12,7 @@ pub use super::budget::ModelMeter;
 use super::io_guard::{Interrupted, WouldBlock};
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
-pub use super::state::{ActiveBatch, MemoryDenied, SandboxState};
+pub use super::state::{ActiveBatch, Armed, MemoryDenied, SandboxState};
 use crate::load_error::PluginError;
 use crate::metrics::FaultKind;
 
@@ -198,7 +198,8 @@ impl Sandbox {
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
-        store.set_epoch_deadline(Self::deadline_ticks(policy));
+        store.set_epoch_deadline(Self::deadline_ticks(policy.load_timeout));
+        store.data_mut().armed = Armed::Lifecycle(policy.load_timeout);
         store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault::other(e.to_string()))?;
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
         Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh, faulted: false })
@@ -209,8 +210,8 @@ impl Sandbox {
         self.store.data().limiter.in_use
     }
 
-    fn deadline_ticks(policy: &SandboxPolicy) -> u64 {
-        (policy.execution_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+    fn deadline_ticks(timeout: std::time::Duration) -> u64 {
+        (timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
     }
 
     /// Describes why a call failed, naming the limit when one was hit, and logs the guest
@@ -220,10 +221,7 @@ impl Sandbox {
         let (kind, what) = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
             || e.downcast_ref::<Interrupted>() == Some(&Interrupted::Deadline)
         {
-            (
-                FaultKind::Deadline,
-                format!("exceeded its execution deadline of {} ms", policy.execution_timeout.as_millis()),
-            )
+            (FaultKind::Deadline, data.armed.describe())
         } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
             (FaultKind::Fuel, format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX)))
         } else if let Some(denied) = &data.limiter.denied {
@@ -242,8 +240,9 @@ impl Sandbox {
         fault
     }
 
-    fn arm(&mut self) {
-        let ticks = Self::deadline_ticks(&self.policy);
+    /// Sets up a call: its deadline (`armed`), fuel, and what the last call left behind.
+    fn arm(&mut self, armed: Armed) {
+        let ticks = Self::deadline_ticks(armed.timeout());
         self.store.set_epoch_deadline(ticks);
         // Each call gets the whole budget again (fuel is enabled on the engine, so this cannot fail).
         let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
@@ -251,7 +250,8 @@ impl Sandbox {
         self.store.data_mut().limiter.denied = None;
         // A blocking WASI call of this call ends at its deadline too (see `io_guard`).
         let state = self.store.data_mut();
-        state.deadline = Some(std::time::Instant::now() + self.policy.execution_timeout);
+        state.deadline = Some(std::time::Instant::now() + armed.timeout());
+        state.armed = armed;
         state.cancel_told = false;
     }
 
@@ -259,7 +259,7 @@ impl Sandbox {
         &mut self,
         call: impl FnOnce(&Backend, &mut Store<SandboxState>) -> wasmtime::Result<T>,
     ) -> Result<T, Fault> {
-        self.arm();
+        self.arm(Armed::Lifecycle(self.policy.load_timeout));
         let result = call(&self.bindings, &mut self.store);
         self.faulted |= result.is_err();
         result.map_err(|e| Self::fault_of(&self.store, &self.policy, e))
@@ -298,7 +298,7 @@ impl Sandbox {
         let state = self.store.data_mut();
         state.batch = Some(batch);
         state.may_block = may_block;
-        self.arm();
+        self.arm(Armed::Execution(self.policy.execution_timeout));
         // A host function that panics (wasmtime carries the panic out of the guest) must not lose
         // the batch, which sits in the store: catch it, take the batch back, report it.
         let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

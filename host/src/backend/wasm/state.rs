@@ -101,6 +101,8 @@ pub struct SandboxState {
     pub(super) may_block: bool,
     /// The deadline of the call in progress, which a blocking WASI call observes (see `io_guard`).
     pub(super) deadline: Option<std::time::Instant>,
+    /// What the deadline of the call in progress is, as a fault names it.
+    pub(super) armed: Armed,
     /// Whether a wait of the call in progress has ended early because its requests were cancelled.
     pub(super) cancel_told: bool,
 }
@@ -123,6 +125,7 @@ impl SandboxState {
             batch: None,
             may_block: true,
             deadline: None,
+            armed: Armed::Lifecycle(std::time::Duration::ZERO),
             cancel_told: false,
         }
     }
@@ -135,6 +138,32 @@ impl SandboxState {
             deadline: self.deadline,
             jobs: self.batch.as_ref().map(|b| b.jobs.as_slice()),
             cancel_told: &mut self.cancel_told,
+        }
+    }
+}
+
+/// The deadline a call runs under: an execution's (`sandbox.execution_timeout_ms`) or a lifecycle
+/// call's (`sandbox.load_timeout_ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Armed {
+    Execution(std::time::Duration),
+    Lifecycle(std::time::Duration),
+}
+
+impl Armed {
+    pub fn timeout(self) -> std::time::Duration {
+        match self {
+            Armed::Execution(t) | Armed::Lifecycle(t) => t,
+        }
+    }
+
+    /// How a fault at this deadline is described.
+    pub fn describe(self) -> String {
+        match self {
+            Armed::Execution(t) => format!("exceeded its execution deadline of {} ms", t.as_millis()),
+            Armed::Lifecycle(t) => {
+                format!("exceeded its initialization deadline of {} ms (sandbox.load_timeout_ms)", t.as_millis())
+            }
         }
     }
 }

@@ -72,7 +72,7 @@ pub async fn serve(
                         let Connection { server, options, routes, .. } = &*connection;
                         let http11 = req.version() == hyper::Version::HTTP_11;
                         let mut response = router::handle(server, options, routes, req).await;
-                        if http11 && server.phase() != Phase::Serving {
+                        if http11 && server.phase() >= Phase::Draining {
                             response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
                         }
                         Ok::<_, Infallible>(response)
