@@ -182,7 +182,21 @@ fn configurations_are_completed_from_the_model_unless_strict() {
             std::fs::write(dir.join("config.pbtxt"), text).unwrap();
         }
     }
+    // A configuration naming an output the model does not have is refused, in the words of
+    // tritonserver's ONNX Runtime backend.
+    let dir = repo.path().join("misnamed");
+    std::fs::create_dir_all(dir.join("1")).unwrap();
+    std::fs::copy(models().join("simple/1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+    let config = std::fs::read_to_string(models().join("simple/config.pbtxt")).unwrap();
+    std::fs::write(
+        dir.join("config.pbtxt"),
+        config.replace("name: \"simple\"", "name: \"misnamed\"").replace("\"OUTPUT0\"", "\"_OUTPUT0\""),
+    )
+    .unwrap();
     let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let (state, reason) = s.model_state("misnamed");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("unexpected inference output '_OUTPUT0', allowed outputs are: "), "{reason}");
     let a: Vec<i64> = (0..16).collect();
     for (name, max_batch_size) in [("bare", 4), ("partial", 8)] {
         let config = s.get(&format!("/v2/models/{name}/config")).json();
@@ -204,12 +218,18 @@ fn configurations_are_completed_from_the_model_unless_strict() {
         assert_eq!(data(&r, "OUTPUT0"), a.iter().map(|x| x + 1).collect::<Vec<_>>(), "{name}");
     }
     drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
     let strict =
         Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap(), "--strict-model-config=true"]);
     let index = strict.post_json("/v2/repository/index", &json!({})).json();
+    // Without auto-complete a folder with no configuration is not a model (tritonserver's poll
+    // failure): listed by name in the index, unknown to requests, not counted against readiness.
     let bare = index.as_array().unwrap().iter().find(|m| m["name"] == "bare").unwrap().clone();
-    assert_eq!(bare["state"], "UNAVAILABLE");
-    assert!(bare["reason"].as_str().unwrap().contains("config.pbtxt"), "{}", bare["reason"]);
+    assert_eq!(bare.get("state").and_then(|s| s.as_str()).unwrap_or(""), "", "{bare}");
+    let r = strict.get("/v2/models/bare");
+    assert_eq!(r.error(), "Request for unknown model: 'bare' is not found");
+    assert_eq!(strict.get("/v2/health/ready").status, 200);
+    assert!(strict.log().contains("failed to open text file for read"), "{}", strict.log());
 }
 
 /// KIND_GPU instances, on a machine with an NVIDIA GPU and ONNX Runtime from the `onnxruntime-gpu`

@@ -188,9 +188,13 @@ pub enum OnnxError {
         #[source]
         source: InstanceError,
     },
-    /// The configuration names an input the model does not have.
-    #[error("the model has no input '{input}' (it has {available:?})")]
+    /// The configuration names an input the model does not have (tritonserver's ONNX Runtime
+    /// backend's words).
+    #[error("unexpected inference input '{input}', allowed inputs are: {}", .available.join(", "))]
     NoSuchInput { input: String, available: Vec<String> },
+    /// The configuration names an output the model does not have.
+    #[error("unexpected inference output '{output}', allowed outputs are: {}", .available.join(", "))]
+    NoSuchOutput { output: String, available: Vec<String> },
 }
 
 /// A CUDA execution provider option the configuration sets wrongly (see `backend::onnx::gpu`).

@@ -194,6 +194,12 @@ fn load_instances(
                 return Err(OnnxError::NoSuchInput { input: input.name.clone(), available: session_inputs });
             }
         }
+        let session_outputs: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        for output in &io.outputs {
+            if !session_outputs.contains(&output.name) {
+                return Err(OnnxError::NoSuchOutput { output: output.name.clone(), available: session_outputs });
+            }
+        }
         let gpu = match stream {
             Some(stream) => Some(GpuIo::new(&session, stream, desc.device_id).map_err(fail)?),
             None => None,
