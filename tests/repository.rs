@@ -56,7 +56,6 @@ fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
         ("trt", "backend 'tensorrt' is not supported"),
         ("missing_backend", "unable to find backend 'nowhere'"),
         ("no_versions", "at least one version must be available"),
-        ("no_config", "config.pbtxt"),
         ("init_fails", "test_faults: model initialisation refused as configured"),
         ("not_a_component", "not a usable nereus:backend component"),
     ] {
@@ -67,6 +66,13 @@ fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
         let r = s.post_json(&format!("/v2/models/{name}/infer"), &simple_request(1));
         assert_eq!(r.status, 503, "{name}: {}", r.text());
     }
+    // A folder with no configuration, and no model file a backend recognises, is not a model
+    // (tritonserver's poll failure): listed by name, unknown to requests, logged.
+    let listed = index(&s).into_iter().find(|m| m["name"] == "no_config").expect("no_config listed");
+    assert!(listed.get("state").and_then(Value::as_str).unwrap_or("").is_empty(), "{listed}");
+    let r = s.post_json("/v2/models/no_config/infer", &simple_request(1));
+    assert_eq!(r.error(), "Request for unknown model: 'no_config' is not found", "{}", r.text());
+    assert!(s.log().contains("no_config/config.pbtxt: No such file or directory"), "{}", s.log());
     // strict readiness: the server is not ready while a model is unavailable; others still serve
     assert_eq!(s.get("/v2/health/ready").status, 400);
     assert_eq!(s.get("/v2/health/live").status, 200);
