@@ -500,9 +500,9 @@ impl ModelControl {
                 continue;
             }
             let Ok(backend) = crate::backend::backend_name(config) else { continue };
-            if !out.contains_key(&backend) {
-                let summary = self.ctx.backends.factory(&backend).describe(&backend, &entry.dir, version);
-                out.insert(backend, summary);
+            if let std::collections::btree_map::Entry::Vacant(slot) = out.entry(backend) {
+                let summary = self.ctx.backends.factory(slot.key()).describe(slot.key(), &entry.dir, version);
+                slot.insert(summary);
             }
         }
         out
