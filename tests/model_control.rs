@@ -117,6 +117,21 @@ fn explicit_mode_loads_and_unloads_on_request() {
     assert_eq!(rows(&s, "pipeline")[0]["reason"], "unloaded");
     assert_eq!(s.get("/v2/models/other/ready").status, 200, "an unrelated model keeps serving");
 
+    // An ensemble unloaded with its dependents takes the steps its load brought along (tritonserver's
+    // cascading removal); without, they stay; a step loaded on its own account always stays.
+    assert_eq!(load(&s, "pipeline", &json!({})).status, 200);
+    assert_simple_answers(&s, "simple");
+    assert_eq!(unload(&s, "pipeline", &json!({"parameters": {"unload_dependents": true}})).status, 200);
+    assert_eq!(s.get("/v2/models/simple/ready").status, 400, "brought along by the ensemble, unloaded with it");
+    assert_eq!(load(&s, "pipeline", &json!({})).status, 200);
+    assert_eq!(unload(&s, "pipeline", &json!({})).status, 200);
+    assert_simple_answers(&s, "simple");
+    assert_eq!(unload(&s, "simple", &json!({})).status, 200);
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(load(&s, "pipeline", &json!({})).status, 200);
+    assert_eq!(unload(&s, "pipeline", &json!({"parameters": {"unload_dependents": true}})).status, 200);
+    assert_simple_answers(&s, "simple");
+
     // A model no repository has, and a name that is not a folder name.
     let r = load(&s, "nowhere", &json!({}));
     assert_eq!(r.status, 500);

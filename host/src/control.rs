@@ -73,6 +73,10 @@ pub struct ModelControl {
     /// Ensembles unloaded because a model they use was unloaded (not on request themselves), by
     /// folder: as tritonserver, they load again when that model does.
     orphans: Mutex<BTreeMap<String, PathBuf>>,
+    /// Models loaded on their own account (a load request, or start-up), as against the steps an
+    /// ensemble's load brought along: unloading that ensemble with `unload_dependents` unloads
+    /// those steps too when nothing else uses them, as tritonserver's cascading removal does.
+    explicit: Mutex<HashSet<String>>,
 }
 
 /// The message tritonserver answers load and unload requests with outside EXPLICIT mode.
@@ -96,6 +100,7 @@ impl ModelControl {
             attempted: Mutex::new(HashMap::new()),
             unload_timeout,
             orphans: Mutex::default(),
+            explicit: Mutex::default(),
         }
     }
 
@@ -139,6 +144,7 @@ impl ModelControl {
             found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
         let queue = Mutex::new(plain);
         let load = |name: &str, dir: &Path| {
+            self.explicit.lock().insert(name.to_string());
             if self.load_from(name, dir, None, None).is_err() {
                 failed.lock().push(name.to_string());
             }
@@ -184,6 +190,7 @@ impl ModelControl {
             return Err(InferError::invalid(format!("failed to load '{name}': invalid model name")));
         }
         let _ops = self.ops.lock();
+        self.explicit.lock().insert(name.to_string());
         let loaded = self.load_locked(name, overrides, &mut HashSet::from([name.to_string()]));
         // A failed load of the model itself is logged where it fails; one that never reached it
         // (its folder or configuration) is logged here.
@@ -321,7 +328,9 @@ impl ModelControl {
     /// The repository extension's unload: the model's versions stop taking requests at once, and
     /// the call returns once their in-flight requests are answered (at most the unload timeout;
     /// the rest then finish in the background). With `dependents`, the ensembles that use the
-    /// model, directly or through other ensembles, are unloaded too. EXPLICIT mode only.
+    /// model, directly or through other ensembles, are unloaded too, and so are the steps an
+    /// ensemble's load brought along that nothing else uses (tritonserver's cascading removal).
+    /// EXPLICIT mode only.
     pub fn unload(&self, name: &str, dependents: bool) -> Result<(), InferError> {
         if self.mode != ControlMode::Explicit {
             return Err(InferError::unavailable(NOT_EXPLICIT));
@@ -333,6 +342,9 @@ impl ModelControl {
             names.extend(others.iter().cloned());
         }
         let mut done: Vec<_> = names.iter().filter_map(|n| self.unload_locked(n)).collect();
+        if dependents {
+            done.extend(self.cascade(names));
+        }
         if !dependents {
             // The ensembles using it cannot serve without it: as tritonserver, they are unloaded
             // too, and load again when it does (unless unloaded on request meanwhile).
@@ -347,10 +359,47 @@ impl ModelControl {
         Ok(())
     }
 
+    /// tritonserver's cascading removal: after `removed` were unloaded with `unload_dependents`,
+    /// the steps of those that are ensembles are unloaded too when an ensemble's load brought them
+    /// (not a load of their own) and no loaded ensemble still uses them; and so on down.
+    fn cascade(&self, mut removed: Vec<String>) -> Vec<crossbeam_channel::Receiver<()>> {
+        let mut done = Vec::new();
+        let mut frontier = removed.clone();
+        while let Some(model) = frontier.pop() {
+            for step in self.steps_of(&model) {
+                let still_used = self.dependents_of(&step).iter().any(|user| {
+                    !removed.contains(user) && self.ctx.models.read().get(user).is_some_and(|e| e.has_ready())
+                });
+                if removed.contains(&step) || self.explicit.lock().contains(&step) || still_used {
+                    continue;
+                }
+                if let Some(finished) = self.unload_locked(&step) {
+                    tracing::info!("unloading '{step}': loaded with '{model}', which was unloaded with its dependents");
+                    done.push(finished);
+                    removed.push(step.clone());
+                    frontier.push(step);
+                }
+            }
+        }
+        done
+    }
+
+    /// The models an ensemble's steps name (none for other models).
+    fn steps_of(&self, name: &str) -> Vec<String> {
+        let table = self.ctx.models.read();
+        table
+            .get(name)
+            .and_then(|e| e.config.as_ref())
+            .and_then(|c| crate::config::ensemble_scheduling(c))
+            .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Marks `name`'s versions unloaded in the table and retires what was serving; the receiver
     /// hears when that is finalised. `None` when the model is not in the table.
     fn unload_locked(&self, name: &str) -> Option<crossbeam_channel::Receiver<()>> {
         self.orphans.lock().remove(name);
+        self.explicit.lock().remove(name);
         let old = self.ctx.models.read().get(name).cloned()?;
         let unloaded = old.unloaded();
         self.attempted.lock().remove(name);
@@ -372,7 +421,12 @@ impl ModelControl {
                 continue;
             };
             tracing::info!("unloading '{name}': a model it uses was unloaded");
+            let explicit = self.explicit.lock().contains(name);
             done.extend(self.unload_locked(name));
+            if explicit {
+                // It comes back as it was loaded.
+                self.explicit.lock().insert(name.clone());
+            }
             self.orphans.lock().insert(name.clone(), dir);
         }
         done
