@@ -484,7 +484,7 @@ fn poll_mode_unloads_a_removed_version() {
 }
 
 /// A model folder in two repositories is one UNAVAILABLE row of the index, with tritonserver's
-/// reason, whether a load was tried or not; a load request for it fails.
+/// reason, whether a load was tried or not; a load request for it fails; the server is ready.
 #[test]
 fn a_model_in_two_repositories_is_unavailable_in_the_index() {
     let repo = Repo::new();
@@ -500,4 +500,6 @@ fn a_model_in_two_repositories_is_unavailable_in_the_index() {
     assert_eq!(load(&s, "simple", &json!({})).status, 500);
     assert_eq!(json!(rows(&s, "simple")), want);
     assert_eq!(load(&s, "alone", &json!({})).status, 200);
+    // Never loaded, it does not count against readiness (as tritonserver's, which leaves it out).
+    assert_eq!(s.get("/v2/health/ready").status, 200);
 }

@@ -286,15 +286,15 @@ impl Server {
 
     /// `/v2/health/ready`: never before the server initialized; not ready from the moment a
     /// shutdown begins (so that probes take the server out of rotation while it drains), "Server
-    /// exiting" once the models stop; otherwise ready when every model tried is
-    /// (`--strict-readiness`, the default) or at once.
+    /// exiting" once the models stop; otherwise ready when every model tried is, those unloaded
+    /// and those left out as duplicates aside (`--strict-readiness`, the default), or at once.
     pub fn ready(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
             Phase::Starting | Phase::Draining => Ok(false),
             Phase::Serving => Ok(self.initialized
                 && (!self.options.strict_readiness
-                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded()))),
+                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded() || m.is_duplicate()))),
         }
     }
 

@@ -106,6 +106,12 @@ impl ModelEntry {
     /// Whether every version the policy selected is ready (and at least one exists); versions
     /// unloaded since (a reload that no longer selects them) do not count against it, as in
     /// tritonserver.
+    /// Whether the model is left out because its name appears in more than one repository: never
+    /// loaded, so (as in tritonserver) it does not count against readiness.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self.reason, Some(LoadError::Duplicate { .. }))
+    }
+
     pub fn is_ready(&self) -> bool {
         let ready = |v: &VersionState| matches!(v, VersionState::Ready(m) if m.health.is_ready());
         self.reason.is_none()
