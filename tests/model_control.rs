@@ -503,3 +503,24 @@ fn a_model_in_two_repositories_is_unavailable_in_the_index() {
     // Never loaded, it does not count against readiness (as tritonserver's, which leaves it out).
     assert_eq!(s.get("/v2/health/ready").status, 200);
 }
+
+/// `--model-config-name custom`: a model's `configs/custom.pbtxt` is preferred to its
+/// `config.pbtxt`, as tritonserver's; under POLL, adding or removing it reloads the model.
+#[test]
+fn a_named_configuration_is_preferred_and_followed_under_poll() {
+    let repo = Repo::new();
+    let dir = repo.model("simple", &add_sub_config("simple", ""), &["1", "2"]);
+    let args = ["--model-config-name", "custom", "--model-control-mode", "poll", "--repository-poll-secs", "1"];
+    let s = Server::start(repo.path(), &args);
+    let ready = |v: u32| s.get(&format!("/v2/models/simple/versions/{v}/ready")).status == 200;
+    assert!(ready(2) && !ready(1), "config.pbtxt: the latest version");
+    std::fs::create_dir(dir.join("configs")).unwrap();
+    let custom = dir.join("configs/custom.pbtxt");
+    std::fs::write(&custom, add_sub_config("simple", "version_policy: { specific: { versions: [ 1 ] } }")).unwrap();
+    s.wait_until("configs/custom.pbtxt to be loaded", || ready(1) && !ready(2));
+    assert_simple_answers(&s, "simple");
+    std::fs::remove_file(&custom).unwrap();
+    s.wait_until("config.pbtxt again", || ready(2) && !ready(1));
+    let rows = s.post_json("/v2/repository/index", &json!({})).json();
+    assert!(rows.as_array().unwrap().iter().any(|r| r["version"] == "2" && r["state"] == "READY"), "{rows}");
+}

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// else ~/.cache/nereus/onnxruntime/libonnxruntime.so as scripts/setup-onnxruntime.sh installs it).
     #[arg(long = "onnxruntime-library", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
+    /// The configuration each model prefers: `<model>/configs/<NAME>.pbtxt` where there is one,
+    /// else `<model>/config.pbtxt` (tritonserver's flag).
+    #[arg(long = "model-config-name", value_name = "NAME", value_parser = config_name)]
+    pub model_config_name: Option<String>,
     /// tritonserver's flag: with `true`, configurations are not auto-completed from the models.
     #[arg(long = "strict-model-config", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
     pub strict_model_config: bool,
@@ -483,4 +487,14 @@ mod tests {
         let cli = Cli::try_parse_from(["nereus", "--model-repository", "m", "--log-warn=0"]).unwrap();
         assert!(!cli.serve.log_warning);
     }
+}
+
+/// A `--model-config-name`: a file name in the model's `configs/` folder, without its `.pbtxt`.
+fn config_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.contains(['/', '\\']) || value == "." || value == ".." {
+        return Err(format!(
+            "'{value}' is not a configuration name (a file name in a model's configs/ folder, without .pbtxt)"
+        ));
+    }
+    Ok(value.to_string())
 }

@@ -140,8 +140,9 @@ impl ModelControl {
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
             failed.lock().push(name);
         }
-        let (mut ensembles, plain): (Vec<_>, Vec<_>) =
-            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
+        let (mut ensembles, plain): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|(name, dir)| repository::is_ensemble(name, dir, self.ctx.config_name.as_deref()));
         let queue = Mutex::new(plain);
         let load = |name: &str, dir: &Path| {
             self.explicit.lock().insert(name.to_string());
@@ -170,7 +171,9 @@ impl ModelControl {
         while !ensembles.is_empty() {
             let waiting: Vec<String> = ensembles.iter().map(|(n, _)| n.clone()).collect();
             let ready = ensembles.iter().position(|(name, dir)| {
-                repository::ensemble_steps(name, dir).iter().all(|m| !waiting.contains(m) || m == name)
+                repository::ensemble_steps(name, dir, self.ctx.config_name.as_deref())
+                    .iter()
+                    .all(|m| !waiting.contains(m) || m == name)
             });
             // A cycle between ensembles: load the first anyway; it reports the missing model.
             let (name, dir) = ensembles.remove(ready.unwrap_or(0));
@@ -220,14 +223,14 @@ impl ModelControl {
         // An ensemble's steps first, as Triton polls and loads them with it.
         let ensemble = match &given {
             Some(config) => config.platform == "ensemble",
-            None => repository::is_ensemble(name, &dir),
+            None => repository::is_ensemble(name, &dir, self.ctx.config_name.as_deref()),
         };
         if ensemble {
             let steps = match &given {
                 Some(config) => crate::config::ensemble_scheduling(config)
                     .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
                     .unwrap_or_default(),
-                None => repository::ensemble_steps(name, &dir),
+                None => repository::ensemble_steps(name, &dir, self.ctx.config_name.as_deref()),
             };
             for step in steps {
                 if visited.insert(step.clone())
@@ -297,7 +300,7 @@ impl ModelControl {
         let stage_config = entry.config.is_none();
         if let Some(LoadError::Unreadable { path, source }) = &entry.reason
             && source.kind() == std::io::ErrorKind::NotFound
-            && path.file_name().is_some_and(|f| f == "config.pbtxt")
+            && path.extension().is_some_and(|e| e == "pbtxt")
             && !self.ctx.models.read().get(name).is_some_and(|e| e.has_ready())
         {
             // tritonserver's poll failure: a folder with no configuration (and none its files
@@ -438,7 +441,9 @@ impl ModelControl {
             .orphans
             .lock()
             .iter()
-            .filter(|(ensemble, dir)| repository::ensemble_steps(ensemble, dir).iter().any(|s| s == name))
+            .filter(|(ensemble, dir)| {
+                repository::ensemble_steps(ensemble, dir, self.ctx.config_name.as_deref()).iter().any(|s| s == name)
+            })
             .map(|(e, d)| (e.clone(), d.clone()))
             .collect();
         for (ensemble, dir) in waiting {
@@ -509,8 +514,9 @@ impl ModelControl {
             self.attempted.lock().remove(&name);
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
         }
-        let (ensembles, plain): (Vec<_>, Vec<_>) =
-            found.into_iter().partition(|(name, dir)| repository::is_ensemble(name, dir));
+        let (ensembles, plain): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|(name, dir)| repository::is_ensemble(name, dir, self.ctx.config_name.as_deref()));
         for (name, dir) in plain.into_iter().chain(ensembles) {
             // An orphaned ensemble loads again with the model it waits for, not on its own.
             let changed = !self.orphans.lock().contains_key(&name)
@@ -678,9 +684,9 @@ impl ModelControl {
     }
 
     /// The fingerprint of a model folder, with the backend directory's folder of the backend its
-    /// `config.pbtxt` names (a component replaced there reloads the model too).
+    /// configuration names (a component replaced there reloads the model too).
     fn fingerprint(&self, dir: &Path) -> Fingerprint {
-        let backend = std::fs::read_to_string(dir.join("config.pbtxt"))
+        let backend = std::fs::read_to_string(repository::config_file(dir, self.ctx.config_name.as_deref()))
             .ok()
             .and_then(|text| crate::config::parse_pbtxt(&text).ok())
             .map(|c| c.backend)

@@ -54,6 +54,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         id: args.id.clone(),
         io_threads: runtime.metrics().num_workers() + grpc_threads,
         model_repositories: args.repositories(),
+        model_config_name: args.model_config_name.clone(),
         control_mode: args.control_mode(),
         load_models: args.load_model.clone(),
         model_load_threads: args.model_load_thread_count as usize,

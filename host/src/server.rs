@@ -41,6 +41,8 @@ pub struct ServerOptions {
     /// The server's name in its metadata (`--id`, as tritonserver's).
     pub id: String,
     pub model_repositories: Vec<PathBuf>,
+    /// `--model-config-name`: the configuration each model prefers in its `configs/` folder.
+    pub model_config_name: Option<String>,
     /// `--model-control-mode` (with `--repository-poll-secs` for POLL).
     pub control_mode: ControlMode,
     /// `--load-model`: the models EXPLICIT mode loads at start-up (`*`: all).
@@ -152,6 +154,7 @@ impl Server {
         let ctx = LoadContext {
             backends: Arc::new(backends),
             gpu_count: crate::gpu::device_count(),
+            config_name: options.model_config_name.clone(),
             instance_poll: options.instance_poll,
             inline_under: options.inline_under,
             io_threads: Arc::new(IoThreads::new(options.io_threads)),

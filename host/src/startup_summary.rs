@@ -124,6 +124,7 @@ pub fn options(server: &Server) -> Table {
         table.row([format!("startup_models_{i}"), model.clone()]);
     }
     table.row(["strict_model_config", if o.autocomplete { "0" } else { "1" }]);
+    table.row(["model_config_name", o.model_config_name.as_deref().unwrap_or("")]);
     table.row(["rate_limit", "OFF"]);
     table.row(["strict_readiness", if o.strict_readiness { "1" } else { "0" }]);
     table.row(["exit_timeout".to_string(), o.exit_timeout.as_secs().to_string()]);

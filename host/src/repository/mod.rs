@@ -189,6 +189,8 @@ impl ModelResolver for ModelTable {
 pub struct LoadContext {
     pub backends: Arc<Backends>,
     pub gpu_count: usize,
+    /// `--model-config-name`: the configuration file to prefer in each model's `configs/` folder.
+    pub config_name: Option<String>,
     /// How long an idle instance worker polls for work before it parks.
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
@@ -344,9 +346,27 @@ fn select_versions(name: &str, config: &ModelConfig, dir: &Path) -> Result<Vec<i
     Ok(selected)
 }
 
-/// Reads and validates `<dir>/config.pbtxt` as it is (no auto-complete).
-pub fn read_config(name: &str, dir: &Path, gpu_count: usize) -> Result<ModelConfig, LoadError> {
-    read_config_with(name, dir, gpu_count, None, None)
+/// The configuration file of the model in `dir`: with `--model-config-name NAME`,
+/// `<dir>/configs/NAME.pbtxt` when there is one, else `<dir>/config.pbtxt` (tritonserver's search).
+pub fn config_file(dir: &Path, config_name: Option<&str>) -> PathBuf {
+    if let Some(name) = config_name {
+        let custom = dir.join("configs").join(format!("{name}.pbtxt"));
+        if custom.is_file() {
+            return custom;
+        }
+    }
+    dir.join("config.pbtxt")
+}
+
+/// Reads and validates the model's configuration file ([`config_file`]) as it is (no
+/// auto-complete).
+pub fn read_config(
+    name: &str,
+    dir: &Path,
+    gpu_count: usize,
+    config_name: Option<&str>,
+) -> Result<ModelConfig, LoadError> {
+    read_config_with(name, dir, gpu_count, None, None, config_name)
 }
 
 /// Reads `<dir>/config.pbtxt` (or takes `given`, a load request's override), lets the model's
@@ -358,8 +378,9 @@ fn read_config_with(
     gpu_count: usize,
     backends: Option<&Backends>,
     given: Option<ModelConfig>,
+    config_name: Option<&str>,
 ) -> Result<ModelConfig, LoadError> {
-    let path = dir.join("config.pbtxt");
+    let path = config_file(dir, config_name);
     let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
     let claim = || backends.and_then(|b| b.native().find_map(|f| f.claim(&folder)));
     let (mut config, lines) = match given {
@@ -394,13 +415,13 @@ fn read_config_with(
 
 /// Whether the model in `dir` is an ensemble (judged from its configuration; unreadable ones are
 /// not, and report their error when loaded).
-pub fn is_ensemble(name: &str, dir: &Path) -> bool {
-    read_config(name, dir, 0).is_ok_and(|c| c.platform == "ensemble")
+pub fn is_ensemble(name: &str, dir: &Path, config_name: Option<&str>) -> bool {
+    read_config(name, dir, 0, config_name).is_ok_and(|c| c.platform == "ensemble")
 }
 
 /// The models an ensemble's steps name.
-pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
-    read_config(name, dir, 0)
+pub fn ensemble_steps(name: &str, dir: &Path, config_name: Option<&str>) -> Vec<String> {
+    read_config(name, dir, 0, config_name)
         .ok()
         .and_then(|c| {
             crate::config::ensemble_scheduling(&c).map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
@@ -412,10 +433,11 @@ pub fn ensemble_steps(name: &str, dir: &Path) -> Vec<String> {
 /// the configuration names.
 /// `given` is a load request's configuration, used instead of the folder's `config.pbtxt`.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<ModelConfig>) -> ModelEntry {
-    let config = match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends), given) {
-        Ok(c) => c,
-        Err(reason) => return ModelEntry::unavailable(name, dir, reason),
-    };
+    let config =
+        match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends), given, ctx.config_name.as_deref()) {
+            Ok(c) => c,
+            Err(reason) => return ModelEntry::unavailable(name, dir, reason),
+        };
     if config.platform == "ensemble" {
         return load_ensemble(name, dir, Arc::new(config), ctx);
     }
