@@ -268,6 +268,7 @@ fn a_hanging_initialisation_does_not_hold_the_other_models() {
         s.post_json("/v2/models/simple/infer", &simple_request(2)).status == 200
     });
     assert_eq!(s.model_state("hangs").0, "LOADING", "{}", s.log());
+    assert_eq!(s.get("/v2/models/simple/ready").status, 200, "simple is ready while 'hangs' initialises");
     assert_eq!(s.get("/v2/health/live").status, 200);
     assert_eq!(s.get("/v2/health/ready").status, 400, "not ready while the start-up models load");
 

@@ -119,14 +119,27 @@ impl ModelControl {
             }
             return Ok(self.load_all(threads));
         }
+        // LOADING in the index from the start, so that nobody takes the models for settled before
+        // their turn (the endpoints listen meanwhile).
+        self.mark_loading(load_models.iter().filter(|n| is_plain_name(n)));
         let mut failed = Vec::new();
         for name in load_models {
             if let Err(e) = self.load(name, &LoadOverrides::default()) {
                 tracing::error!("{e}");
                 failed.push(name.clone());
             }
+            self.busy.lock().remove(name);
         }
         Ok(failed)
+    }
+
+    /// Shows `names` LOADING in the repository index until their load (which clears the mark) or
+    /// the start-up's end.
+    fn mark_loading<'a>(&self, names: impl Iterator<Item = &'a String>) {
+        let mut busy = self.busy.lock();
+        for name in names {
+            busy.insert(name.clone(), Busy::Loading);
+        }
     }
 
     /// Loads every model of the repositories: the others on `threads` threads at once, then the
@@ -134,6 +147,7 @@ impl ModelControl {
     fn load_all(&self, threads: usize) -> Vec<String> {
         let _ops = self.ops.lock();
         let (found, conflicts) = repository::scan(&self.repositories);
+        self.mark_loading(found.iter().map(|(name, _)| name));
         let failed = Mutex::new(Vec::new());
         for (name, reason) in conflicts {
             tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
