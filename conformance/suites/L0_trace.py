@@ -59,7 +59,7 @@ def run(suite):
 
     suite.skip("test.sh: Triton-mode trace files (trace_summary.py checks of levels, rates, counts, "
                "per-model settings, BLS and custom activities)",
-               "harness: test.sh's trace-file checks are not re-expressed yet (tracing: in progress on branch trace)")
+               "harness: test.sh's trace-file checks are not re-expressed yet (tests/tracing.rs checks Nereus's trace file)")
 
     with suite.block("trace settings API", quick=True) as b:
         b.start(["--trace-config", "triton,file=global_unittest.log", "--trace-config", "level=TIMESTAMPS",
