@@ -90,5 +90,10 @@ while kill -0 "$group" 2>/dev/null; do sleep 0.2; done
 group=
 
 echo "== README command 2"
+# The clone sits in a temporary folder, so the conformance step would not find Triton's qa folder
+# beside it: point it at the one beside the checkout it came from, where there is one.
+if [[ -z ${NEREUS_TRITON_QA:-} && -d $src/../shared/triton_server/qa ]]; then
+  export NEREUS_TRITON_QA=$src/../shared/triton_server
+fi
 bash -c "$test_command"
 echo "== newcomer check passed: ready in ${ready} s, then every test"
