@@ -13,7 +13,7 @@
 #   SUITE...        e.g. L0_logging L0_metrics (default: every suite with a recipe in suites/)
 #
 # Installs what it needs, once: the Python environment of scripts/setup.sh --test (tritonclient,
-# numpy, onnx) plus pytest, requests, ml_dtypes and psutil, which Triton's tests import; builds
+# numpy, onnx) plus pytest, requests, ml_dtypes and psutil, which Triton's tests import, and opentelemetry-proto (the collector stand-in); builds
 # nereus (cargo build --release) unless NEREUS_BIN names one. Suites run in a network namespace
 # of their own when `unshare -rn` works, since Triton's tests use the fixed ports 8000-8005 and
 # 10000; otherwise those ports must be free. Exits 1 when a case fails that
@@ -43,8 +43,8 @@ if [[ ! -d $qa/common || ! -f $qa/common/util.sh ]]; then
 fi
 
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-packages=('tritonclient[http,grpc]' numpy onnx pytest requests ml_dtypes psutil)
-check='import tritonclient.http, tritonclient.grpc, numpy, onnx, pytest, requests, ml_dtypes, psutil'
+packages=('tritonclient[http,grpc]' numpy onnx pytest requests ml_dtypes psutil opentelemetry-proto)
+check='import tritonclient.http, tritonclient.grpc, numpy, onnx, pytest, requests, ml_dtypes, psutil, opentelemetry.proto'
 if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
   :
 else
