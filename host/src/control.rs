@@ -241,9 +241,7 @@ impl ModelControl {
         };
         if ensemble {
             let steps = match &given {
-                Some(config) => crate::config::ensemble_scheduling(config)
-                    .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
-                    .unwrap_or_default(),
+                Some(config) => repository::steps_of(config),
                 None => repository::ensemble_steps(name, &dir, self.ctx.config_name.as_deref()),
             };
             for step in steps {
@@ -404,12 +402,7 @@ impl ModelControl {
     /// The models an ensemble's steps name (none for other models).
     fn steps_of(&self, name: &str) -> Vec<String> {
         let table = self.ctx.models.read();
-        table
-            .get(name)
-            .and_then(|e| e.config.as_ref())
-            .and_then(|c| crate::config::ensemble_scheduling(c))
-            .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
-            .unwrap_or_default()
+        table.get(name).and_then(|e| e.config.as_deref()).map(repository::steps_of).unwrap_or_default()
     }
 
     /// Marks `name`'s versions unloaded in the table and retires what was serving; the receiver
@@ -470,14 +463,7 @@ impl ModelControl {
     /// The loaded ensembles whose steps use `name`, directly or through other ensembles.
     fn dependents_of(&self, name: &str) -> Vec<String> {
         let table = self.ctx.models.read();
-        let steps_of = |entry: &ModelEntry| -> Vec<String> {
-            entry
-                .config
-                .as_ref()
-                .and_then(|c| crate::config::ensemble_scheduling(c))
-                .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
-                .unwrap_or_default()
-        };
+        let steps_of = |entry: &ModelEntry| entry.config.as_deref().map(repository::steps_of).unwrap_or_default();
         let mut found: Vec<String> = Vec::new();
         let mut frontier = vec![name.to_string()];
         while let Some(model) = frontier.pop() {

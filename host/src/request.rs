@@ -217,7 +217,6 @@ fn response_bytes(response: &InferenceResponse) -> u64 {
 enum Sink {
     Unary(oneshot::Sender<Result<InferenceResponse, InferError>>),
     Stream(mpsc::UnboundedSender<(StreamItem, u64)>, Arc<StreamBuffer>),
-
     /// A padding request's (an empty sequence slot's): whatever it is sent goes nowhere.
     Discard,
 }
@@ -337,7 +336,7 @@ impl ResponseSender {
     fn count_response(&mut self, kind: ResponseKind) {
         if !self.answered && kind != ResponseKind::Empty {
             self.answered = true;
-            self.stats.record_first_response(self.arrived.elapsed());
+            self.stats.record_first_response(self.arrived);
         }
         if let Some((index, last)) = &mut self.responses {
             let now = Instant::now();

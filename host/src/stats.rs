@@ -112,10 +112,11 @@ impl ModelStats {
         }
     }
 
-    /// A request's first response went out `after` it arrived (the first-response histogram).
-    pub fn record_first_response(&self, after: Duration) {
+    /// A request that `arrived` then has had its first response go out (the first-response
+    /// histogram).
+    pub fn record_first_response(&self, arrived: std::time::Instant) {
         if let Some(m) = &self.metrics {
-            m.first_response(after);
+            m.first_response(arrived);
         }
     }
 

@@ -449,11 +449,11 @@ impl ModelMetrics {
         }
     }
 
-    /// A request's first response (or its only one) went out `after` it arrived; counted in whole
-    /// milliseconds, as tritonserver's.
-    pub fn first_response(&self, after: Duration) {
+    /// A request that `arrived` then has had its first response (or its only one) go out; counted
+    /// in whole milliseconds, as tritonserver's. The clock is read only when the histogram is on.
+    pub fn first_response(&self, arrived: std::time::Instant) {
         if let Some(h) = &self.first_response {
-            h.observe(after.as_millis() as f64);
+            h.observe(arrived.elapsed().as_millis() as f64);
         }
     }
 

@@ -419,13 +419,15 @@ pub fn is_ensemble(name: &str, dir: &Path, config_name: Option<&str>) -> bool {
     read_config(name, dir, 0, config_name).is_ok_and(|c| c.platform == "ensemble")
 }
 
-/// The models an ensemble's steps name.
+/// The models an ensemble's steps name, read from its folder.
 pub fn ensemble_steps(name: &str, dir: &Path, config_name: Option<&str>) -> Vec<String> {
-    read_config(name, dir, 0, config_name)
-        .ok()
-        .and_then(|c| {
-            crate::config::ensemble_scheduling(&c).map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
-        })
+    read_config(name, dir, 0, config_name).map(|c| steps_of(&c)).unwrap_or_default()
+}
+
+/// The models a configuration's ensemble steps name (none for a model that is not an ensemble).
+pub fn steps_of(config: &ModelConfig) -> Vec<String> {
+    crate::config::ensemble_scheduling(config)
+        .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
         .unwrap_or_default()
 }
 
