@@ -446,6 +446,16 @@ fn share(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A `--model-config-name`: a file name in the model's `configs/` folder, without its `.pbtxt`.
+fn config_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.contains(['/', '\\']) || value == "." || value == ".." {
+        return Err(format!(
+            "'{value}' is not a configuration name (a file name in a model's configs/ folder, without .pbtxt)"
+        ));
+    }
+    Ok(value.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,14 +497,4 @@ mod tests {
         let cli = Cli::try_parse_from(["nereus", "--model-repository", "m", "--log-warn=0"]).unwrap();
         assert!(!cli.serve.log_warning);
     }
-}
-
-/// A `--model-config-name`: a file name in the model's `configs/` folder, without its `.pbtxt`.
-fn config_name(value: &str) -> Result<String, String> {
-    if value.is_empty() || value.contains(['/', '\\']) || value == "." || value == ".." {
-        return Err(format!(
-            "'{value}' is not a configuration name (a file name in a model's configs/ folder, without .pbtxt)"
-        ));
-    }
-    Ok(value.to_string())
 }
