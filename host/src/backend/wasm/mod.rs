@@ -4,6 +4,7 @@ mod bindings;
 mod budget;
 mod component;
 mod host_api;
+pub mod inspect;
 mod io_guard;
 mod policy;
 mod runtime;
@@ -89,6 +90,7 @@ impl BackendFactory for WasmBackends {
         if let Some(m) = v.metrics {
             m.component_loaded(source);
         }
+        log_withheld(&compiled.report, &v.config.name, v.version, v.backend, &policy);
         if policy.grant_model_dir {
             policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
         }
@@ -183,6 +185,24 @@ impl BackendRegistry {
         if last && let Some((_, Some(sandbox))) = live.remove(digest) {
             sandbox.finalize();
         }
+    }
+}
+
+/// Says, at `--log-verbose`, which capabilities the plugin asks for and does not get (the
+/// interfaces are linked, so it loads; its calls fail or see nothing). The Rust standard library
+/// alone imports files, environment and stdio, so this is not worth a warning.
+fn log_withheld(report: &inspect::ComponentReport, model: &str, version: i64, backend: &str, policy: &SandboxPolicy) {
+    let mut withheld: Vec<&str> = report
+        .withheld()
+        .filter(|i| !(policy.grant_model_dir && i.grant == inspect::Grant::ByPolicy))
+        .map(|i| i.capability)
+        .collect();
+    withheld.dedup();
+    if !withheld.is_empty() {
+        tracing::debug!(
+            "model '{model}' version {version}: backend '{backend}' asks for {}, which the sandbox withholds (`nereus plugin check` lists its imports)",
+            withheld.join(", ")
+        );
     }
 }
 

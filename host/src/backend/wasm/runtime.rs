@@ -15,6 +15,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, WasmBacktraceDetails};
 
 use super::bindings::{Backend, BackendPre};
+use super::inspect::{ComponentReport, HOST_WORLD_VERSION};
 use super::io_guard::GuardedIo;
 use super::policy::MAX_MEMORY_BYTES;
 use super::state::SandboxState;
@@ -34,6 +35,8 @@ pub struct CompiledComponent {
     /// SHA-256 of the component bytes: the identity of a backend ("one component, many models").
     pub digest: String,
     pub pre: BackendPre<SandboxState>,
+    /// What its type says: the `nereus:backend` version and the capabilities it asks for.
+    pub report: ComponentReport,
 }
 
 pub struct WasmRuntime {
@@ -133,9 +136,19 @@ impl WasmRuntime {
             return Ok((hit.clone(), ComponentSource::Memory));
         }
         let (component, source) = self.compile_cached(&digest, bytes)?;
-        let instance_pre = self.linker.instantiate_pre(&component)?;
+        let report = ComponentReport::of(&self.engine, &component);
+        if let Some(reason) = report.unusable() {
+            wasmtime::bail!("{reason}");
+        }
+        let instance_pre = match (self.linker.instantiate_pre(&component), report.newer()) {
+            (Ok(pre), _) => pre,
+            (Err(e), Some(newer)) => wasmtime::bail!(
+                "it was built against nereus:backend@{newer}, newer than this server's {HOST_WORLD_VERSION}, and uses what this server lacks: {e:#}"
+            ),
+            (Err(e), None) => return Err(e),
+        };
         let pre = BackendPre::new(instance_pre)?;
-        let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre });
+        let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre, report });
         self.compiled.lock().insert(digest, compiled.clone());
         Ok((compiled, source))
     }
