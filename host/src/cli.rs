@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::server::ServerOptions;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "nereus",
@@ -26,6 +28,52 @@ pub enum Command {
     /// Serve a model repository over HTTP and gRPC.
     #[command(infer_long_args = true)]
     Serve(ServeArgs),
+    /// Write, build and check sandboxed backends (WebAssembly components).
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `nereus plugin …`: a backend's way from an empty folder to a model.
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Write a model folder whose backend is a new plugin in LANG (an `add_sub` to start from):
+    /// config.pbtxt, the source, and a build.sh that installs the language's toolchain and builds.
+    New {
+        /// The model's (and its backend's) name; the folder written is DIR/NAME.
+        name: String,
+        /// The plugin's language.
+        #[arg(long, value_enum)]
+        lang: PluginLanguage,
+        /// Where to write the folder.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Build a plugin folder written by `nereus plugin new` (runs its build.sh), leaving
+    /// `<DIR>/<NAME>.wasm` where the server looks for the model's backend.
+    Build {
+        /// The plugin's folder.
+        dir: PathBuf,
+    },
+    /// Check a component before deploying it: the nereus:backend version it targets, its exports,
+    /// the capabilities it imports and what the sandbox grants; with --config, load it as that
+    /// model (the server's own load, with its messages) and run one request of zeros.
+    Check {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// A model configuration to load it with.
+        #[arg(long, value_name = "CONFIG_PBTXT")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// The languages `nereus plugin new` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginLanguage {
+    Rust,
+    Python,
+    #[value(alias = "javascript")]
+    Js,
+    C,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -360,6 +408,44 @@ impl ServeArgs {
             log_frequency: self.trace_log_frequency.clone(),
         };
         crate::trace::options::parse(&flags, &|name| std::env::var(name).ok())
+    }
+
+    /// The server's settings from the flags, with the warnings to log (deprecated trace flags).
+    /// `io_threads`: how many threads the frontends serve requests on. An unusable value is an
+    /// error naming its flag.
+    pub fn server_options(&self, io_threads: usize) -> anyhow::Result<(ServerOptions, Vec<String>)> {
+        let metrics = self.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
+        let (trace, warnings) = self.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let options = ServerOptions {
+            id: self.id.clone(),
+            io_threads,
+            model_repositories: self.repositories(),
+            model_config_name: self.model_config_name.clone(),
+            control_mode: self.control_mode(),
+            load_models: self.load_model.clone(),
+            model_load_threads: self.model_load_thread_count as usize,
+            exit_timeout: std::time::Duration::from_secs(self.exit_timeout_secs),
+            backend_directory: self.backend_directory.clone(),
+            onnxruntime_library: self
+                .onnxruntime_library
+                .clone()
+                .or_else(|| std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(Into::into))
+                .or_else(crate::backend::onnx::default_library),
+            autocomplete: !self.strict_model_config && !self.disable_auto_complete_config,
+            cache_directory: self.cache_directory(),
+            strict_readiness: self.strict_readiness,
+            exit_on_error: self.exit_on_error,
+            test_hooks: self.test_hooks,
+            allow_client_shm: self.allow_client_shm,
+            instance_poll: std::time::Duration::from_micros(self.instance_poll_us),
+            inline_under: std::time::Duration::from_micros(self.inline_execution_us),
+            busy_poll: std::time::Duration::from_micros(self.busy_poll_us),
+            busy_poll_min_spare_cpus: self.busy_poll_min_spare_cpus,
+            metrics,
+            sandbox_limits: self.sandbox_limits(),
+            trace,
+        };
+        Ok((options, warnings))
     }
 
     /// The model repositories, each once: tritonserver keeps them in a set, so naming a folder

@@ -22,6 +22,7 @@ pub mod load_error;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod plugin;
 pub mod proto;
 pub mod repository;
 pub mod request;

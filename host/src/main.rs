@@ -7,13 +7,17 @@ use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
 use nereus::frontend::restricted::Restrictions;
 use nereus::frontend::tls::TlsFiles;
-use nereus::server::{Server, ServerOptions};
+use nereus::server::Server;
 use nereus::shutdown::{self, OpenConnections, Outcome};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
+        Some(Command::Plugin(command)) => {
+            let ok = nereus::plugin::run(command)?;
+            std::process::exit(if ok { 0 } else { 1 });
+        }
         None => cli.serve,
     };
     nereus::logging::init(&nereus::logging::LogOptions {
@@ -42,43 +46,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?,
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
-    let metrics = args.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
-    let (trace, warnings) = args.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
-    for warning in warnings {
-        tracing::warn!("{warning}");
-    }
     // The I/O threads first: the server's models are told how many there are (inline execution).
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
     let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
-    let server = Server::start(ServerOptions {
-        id: args.id.clone(),
-        io_threads: runtime.metrics().num_workers() + grpc_threads,
-        model_repositories: args.repositories(),
-        model_config_name: args.model_config_name.clone(),
-        control_mode: args.control_mode(),
-        load_models: args.load_model.clone(),
-        model_load_threads: args.model_load_thread_count as usize,
-        exit_timeout: std::time::Duration::from_secs(args.exit_timeout_secs),
-        backend_directory: args.backend_directory.clone(),
-        onnxruntime_library: args
-            .onnxruntime_library
-            .clone()
-            .or_else(|| std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(Into::into))
-            .or_else(nereus::backend::onnx::default_library),
-        autocomplete: !args.strict_model_config && !args.disable_auto_complete_config,
-        cache_directory: args.cache_directory(),
-        strict_readiness: args.strict_readiness,
-        exit_on_error: args.exit_on_error,
-        test_hooks: args.test_hooks,
-        allow_client_shm: args.allow_client_shm,
-        instance_poll: std::time::Duration::from_micros(args.instance_poll_us),
-        inline_under: std::time::Duration::from_micros(args.inline_execution_us),
-        busy_poll: std::time::Duration::from_micros(args.busy_poll_us),
-        busy_poll_min_spare_cpus: args.busy_poll_min_spare_cpus,
-        metrics,
-        sandbox_limits: args.sandbox_limits(),
-        trace,
-    })?;
+    let (options, warnings) = args.server_options(runtime.metrics().num_workers() + grpc_threads)?;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    let server = Server::start(options)?;
     runtime.block_on(async {
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -124,13 +124,7 @@ impl WasmRuntime {
     /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
     /// Also says where the compiled code came from.
     pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
-        // The two commonest mistakes, said plainly before the parser's own words.
-        if !bytes.starts_with(b"\0asm") {
-            wasmtime::bail!("not a WebAssembly binary (it does not start with the \\0asm header)");
-        }
-        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
-            wasmtime::bail!("a core WebAssembly module, not a component: build the plugin for wasm32-wasip2");
-        }
+        precheck(bytes)?;
         let digest = hex(&Sha256::digest(bytes));
         if let Some(hit) = self.compiled.lock().get(&digest) {
             return Ok((hit.clone(), ComponentSource::Memory));
@@ -151,6 +145,14 @@ impl WasmRuntime {
         let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre, report });
         self.compiled.lock().insert(digest, compiled.clone());
         Ok((compiled, source))
+    }
+
+    /// Compiles `bytes` (no cache) and reads what its type says, for `nereus plugin check`: unlike
+    /// [`WasmRuntime::load`] it reports a component that would be refused too.
+    pub fn inspect(&self, bytes: &[u8]) -> wasmtime::Result<ComponentReport> {
+        precheck(bytes)?;
+        let component = Component::new(&self.engine, bytes)?;
+        Ok(ComponentReport::of(&self.engine, &component))
     }
 
     fn compile_cached(&self, digest: &str, bytes: &[u8]) -> wasmtime::Result<(Component, ComponentSource)> {
@@ -189,6 +191,17 @@ impl Drop for WasmRuntime {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
     }
+}
+
+/// The two commonest mistakes, said plainly before the parser's own words.
+fn precheck(bytes: &[u8]) -> wasmtime::Result<()> {
+    if !bytes.starts_with(b"\0asm") {
+        wasmtime::bail!("not a WebAssembly binary (it does not start with the \\0asm header)");
+    }
+    if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+        wasmtime::bail!("a core WebAssembly module, not a component: build the plugin for wasm32-wasip2");
+    }
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
