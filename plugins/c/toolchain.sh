@@ -43,7 +43,7 @@ nereus_c_install() {
     nereus_c_say "installing zig $NEREUS_C_ZIG (PyPI's ziglang wheel) into $nereus_c_cache (once)"
     local tmp=$nereus_c_cache/zig-$NEREUS_C_ZIG.tmp
     rm -rf "$tmp"
-    python3 -m pip install -q --disable-pip-version-check --no-deps --target "$tmp" "ziglang==$NEREUS_C_ZIG" >&2
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$tmp" "ziglang==$NEREUS_C_ZIG" >&2
     mv "$tmp" "$nereus_c_cache/zig-$NEREUS_C_ZIG"
   fi
   local tool crate version

@@ -6,17 +6,18 @@
   average (float64 in numpy, float32 out of the plugin: relative and absolute tolerance 1e-6), takes
   its window from the model configuration or the request, fails a bad request alone within a batch
   it otherwise answers, logs through the host, and refuses to load with a bad model parameter;
-- the sandbox holds for C: `faulty_c` (plugins/c/test_faults) trapping, looping forever and
-  allocating without bound fails its request with the same message as the Rust test_faults plugin
-  (`faulty`) gets for the same fault, the server keeps serving, and the trap's log names the C
-  function that trapped.
+- the sandbox holds for C: `faulty_c` and `faulty_deadline_c` (plugins/c/test_faults) trapping,
+  looping forever and allocating without bound fail their request with the same message as the
+  Rust test_faults plugin (`faulty`, `faulty_deadline`) gets for the same fault, the server keeps
+  serving, and the trap's log names the C function that trapped; stdio reaches WASI through the
+  adapter, and finds no file.
 
 Usage: python test_c_plugins.py repo REPO RUST_TEST_FAULTS_WASM
-           writes the fault models (faulty, faulty_c), add_sub_fp32_c (add_sub_fp32 served by
+           writes the fault models (faulty, faulty_deadline and their _c twins), add_sub_fp32_c (add_sub_fp32 served by
            add_sub_c) and a misconfigured moving_average_bad into REPO (which already holds
            simple, simple_c, add_sub_fp32 and moving_average_c), copying the Rust
            test_faults component; the C one is built by plugins/c/test_faults/build.sh into
-           REPO/faulty_c/test_faults_c.wasm
+           REPO/faulty_c/test_faults_c.wasm and REPO/faulty_deadline_c/test_faults_c.wasm
        python test_c_plugins.py check HTTP GRPC SERVER_LOG
            against nereus serving REPO with --test-hooks
 """
@@ -35,26 +36,27 @@ from tritonclient.utils import InferenceServerException
 
 RNG = np.random.default_rng(26)
 TOLERANCE = dict(rtol=1e-6, atol=1e-6)
-# Fault models: a 300 ms deadline and a 48 MiB memory cap, as tests/sandbox.rs gives the Rust one.
+# Fault models, Rust and C side by side, as tests/sandbox.rs sets up the Rust one: a 48 MiB memory
+# cap (with the default 10 s deadline, far more than allocating 48 MiB takes on a loaded machine),
+# and a 300 ms deadline.
 FAULTS_CONFIG = """name: "{name}"
 backend: "{backend}"
 max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters [
-  {{ key: "sandbox.execution_timeout_ms" value: {{ string_value: "300" }} }},
-  {{ key: "sandbox.memory_limit_mb" value: {{ string_value: "48" }} }}
-]
+parameters [ {{ key: "{key}" value: {{ string_value: "{value}" }} }} ]
 """
+FAULT_MODELS = {"faulty": ("sandbox.memory_limit_mb", "48"), "faulty_deadline": ("sandbox.execution_timeout_ms", "300")}
 
 
 def write_repo(repo, rust_faults):
-    for name, backend in (("faulty", "test_faults"), ("faulty_c", "test_faults_c")):
-        os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
-        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(FAULTS_CONFIG.format(name=name, backend=backend))
-    shutil.copy(rust_faults, os.path.join(repo, "faulty", "test_faults.wasm"))
+    for rust_name, (key, value) in FAULT_MODELS.items():
+        for name, backend in ((rust_name, "test_faults"), (rust_name + "_c", "test_faults_c")):
+            os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+            with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+                f.write(FAULTS_CONFIG.format(name=name, backend=backend, key=key, value=value))
+        shutil.copy(rust_faults, os.path.join(repo, rust_name, "test_faults.wasm"))
     # add_sub_fp32 (the Rust add_sub on FP32 tensors of any length) served by add_sub_c
     os.makedirs(os.path.join(repo, "add_sub_fp32_c", "1"), exist_ok=True)
     with open(os.path.join(repo, "add_sub_fp32", "config.pbtxt")) as f:
@@ -268,19 +270,23 @@ def test_the_sandbox_holds_for_c(clients, log_path):
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 16), 2))
 
     healthy()
-    for fault, needle in (("trap", "trapped: wasm trap: wasm `unreachable` instruction executed"),
-                          ("loop", "exceeded its execution deadline of 300 ms"),
-                          ("oom", "exceeded its memory limit of 48 MiB")):
+    for model, fault, needle in (("faulty", "trap", "trapped: wasm trap: wasm `unreachable` instruction executed"),
+                                 ("faulty_deadline", "loop", "exceeded its execution deadline of 300 ms"),
+                                 ("faulty", "oom", "exceeded its memory limit of 48 MiB")):
         for proto, module, client in clients.both():
-            rust = infer_error(module, client, "faulty", x, parameters={"fault": fault})
-            c = infer_error(module, client, "faulty_c", x, parameters={"fault": fault})
-            assert needle in c.message() and "model 'faulty_c'" in c.message(), (fault, proto, c.message())
+            rust = infer_error(module, client, model, x, parameters={"fault": fault})
+            c = infer_error(module, client, model + "_c", x, parameters={"fault": fault})
+            assert needle in c.message() and f"model '{model}_c'" in c.message(), (fault, proto, c.message())
             assert c.status() in ("500", "StatusCode.INTERNAL"), (fault, proto, c.status())
-            same_error(rust, c, "faulty", "faulty_c")
+            same_error(rust, c, model, model + "_c")
             healthy()
     e = infer_error(httpclient, clients.http, "faulty_c", x, parameters={"fault": "error"})
     assert "failed to execute: test_faults_c: execution error requested" in e.message(), e.message()
     assert clients.http.is_model_ready("faulty_c")
+    # stdio reaches WASI through the adapter, and the sandbox grants no file
+    e = infer_error(httpclient, clients.http, "faulty_c", x, parameters={"fault": "read_file", "path": "/etc/hostname"})
+    assert e.status() == "400" and "cannot read /etc/hostname: " in e.message(), (e.status(), e.message())
+    healthy()
 
     # The trap's log: the guest backtrace names the C function (the component keeps its name section).
     # (The log is written as it comes: wait for the line itself.)

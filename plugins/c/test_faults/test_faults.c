@@ -6,11 +6,16 @@
  *   "loop"  never returns (the execution deadline stops it);
  *   "oom"   mallocs 16 MiB blocks without bound (sandbox.memory_limit_mb stops it: malloc returns
  *           NULL at the cap, nereus_xmalloc aborts);
- *   "error" execute returns an error.
+ *   "error" execute returns an error;
+ *   "read_file" reads the file named by the request parameter "path" with stdio, which goes through
+ *           WASI (and so through the wasip1 adapter): the sandbox grants no file, so the request
+ *           fails with "cannot read PATH: REASON", and the module imports WASI for once.
  *
  * The echo moves INPUT0's buffers into the response instead of copying them: the request is ours
  * (see ../common/nereus.h), so its tensor can be handed over, and is then freed with the response.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +50,20 @@ bool exports_nereus_backend_lifecycle_execute(nereus_requests_t *requests, backe
         if (name && nereus_str_eq(name, "error")) {
             ok = nereus_error(err, "test_faults_c: execution error requested");
             break;
+        }
+        if (name && nereus_str_eq(name, "read_file")) {
+            const nereus_value_t *path = nereus_parameter(request, "path");
+            char file[256] = "";
+            if (path && path->tag == NEREUS_BACKEND_TYPES_PARAMETER_VALUE_TEXT && path->val.text.len < sizeof file) {
+                memcpy(file, path->val.text.ptr, path->val.text.len);
+            }
+            FILE *f = fopen(file, "r");
+            if (!f) {
+                ok = nereus_fail(i, NEREUS_BACKEND_TYPES_ERROR_KIND_INVALID_ARGUMENT, err, "cannot read %s: %s", file,
+                                 strerror(errno));
+                continue;
+            }
+            fclose(f);
         }
         nereus_tensor_t *input = nereus_input(request, "INPUT0");
         if (!input) {
