@@ -89,7 +89,7 @@ nereus_c_build() {
   local build=$here/build
   mkdir -p "$build" "$(dirname "$out")"
   # The inputs' hash: every file of the plugin and of common/, the WIT folder, this file, the flags.
-  local flags=(-target wasm32-wasi -mexec-model=reactor -O2 -std=c11 -Wall -Wextra -Werror -g0)
+  local flags=(-target wasm32-wasi -mexec-model=reactor -O2 -std=c11 -Wall -Wextra -Werror -g0 -Wl,-z,stack-size=1048576)
   local inputs
   inputs=$( {
     echo "$NEREUS_C_ZIG $NEREUS_C_WIT_BINDGEN $NEREUS_C_WASM_TOOLS $NEREUS_C_ADAPTER ${flags[*]} $*"
