@@ -77,7 +77,8 @@ for m in simple simple_c add_sub_fp32 moving_average_c; do ln -s "$root/model_re
 "$venv/bin/python" tests/python/test_c_plugins.py repo "$c_repo" "$target/wasm-plugins/wasm32-wasip2/plugin/test_faults.wasm"
 for m in faulty_c faulty_deadline_c; do plugins/c/test_faults/build.sh "$c_repo/$m/test_faults_c.wasm"; done
 start_nereus "$c_repo" --test-hooks
-"$venv/bin/python" tests/python/test_c_plugins.py check "127.0.0.1:$port" "127.0.0.1:$grpc_port" "${logs[-1]}"
+"$venv/bin/python" tests/python/test_c_plugins.py check "127.0.0.1:$port" "127.0.0.1:$grpc_port" \
+  "127.0.0.1:$metrics_port" "${logs[-1]}"
 stop_nereus
 
 echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"

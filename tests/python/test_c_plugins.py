@@ -6,6 +6,7 @@
   average (float64 in numpy, float32 out of the plugin: relative and absolute tolerance 1e-6), takes
   its window from the model configuration or the request, fails a bad request alone within a batch
   it otherwise answers, logs through the host, and refuses to load with a bad model parameter;
+- nothing leaks: thousands of requests leave each C model's linear memory as it was;
 - the sandbox holds for C: `faulty_c` and `faulty_deadline_c` (plugins/c/test_faults) trapping,
   looping forever and allocating without bound fail their request with the same message as the
   Rust test_faults plugin (`faulty`, `faulty_deadline`) gets for the same fault, the server keeps
@@ -18,7 +19,7 @@ Usage: python test_c_plugins.py repo REPO RUST_TEST_FAULTS_WASM
            simple, simple_c, add_sub_fp32 and moving_average_c), copying the Rust
            test_faults component; the C one is built by plugins/c/test_faults/build.sh into
            REPO/faulty_c/test_faults_c.wasm and REPO/faulty_deadline_c/test_faults_c.wasm
-       python test_c_plugins.py check HTTP GRPC SERVER_LOG
+       python test_c_plugins.py check HTTP GRPC METRICS SERVER_LOG
            against nereus serving REPO with --test-hooks
 """
 import concurrent.futures
@@ -250,6 +251,34 @@ def test_model_parameter_and_log(clients, log_path):
     assert "the model parameter 'window' must be a positive integer, got '0'" in bad.get("reason", ""), bad
 
 
+def wasm_memory(metrics_url, model):
+    """The model's nereus_wasm_memory_bytes gauge (the linear memory of its sandboxes)."""
+    with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("nereus_wasm_memory_bytes{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError(f"no nereus_wasm_memory_bytes for {model}:\n{text}")
+
+
+def test_nothing_leaks(clients, metrics_url):
+    """Memory ownership: thousands of requests more leave each C model's linear memory where it was
+    (a leak of a few dozen bytes a request would grow it by pages; a page is 64 KiB)."""
+    a = np.arange(8 * 16, dtype=np.int32).reshape(8, 16)
+    cases = (("simple_c", {"INPUT0": a, "INPUT1": a}, None),
+             ("moving_average_c", {"INPUT0": np.ones((4, 100), np.float32)}, {"window": 7}),
+             ("faulty_c", {"INPUT0": np.arange(50, dtype=np.int32)}, None))
+    for model, arrays, parameters in cases:
+        def burst(n):
+            for _ in range(n):
+                infer(httpclient, clients.http, model, arrays, parameters=parameters)
+            return wasm_memory(metrics_url, model)
+
+        settled = burst(500)
+        after = burst(3000)
+        assert after <= settled, f"{model}: linear memory grew from {settled} to {after} bytes over 3000 requests"
+
+
 def logged_backtrace(log_path, model, fault):
     """The last guest backtrace the server logged for `model` after `fault` (an ERROR line whose
     message, a JSON string, holds the fault and then one line per frame); "" when there is none."""
@@ -306,13 +335,14 @@ def main():
         write_repo(sys.argv[2], sys.argv[3])
         return
     clients = Clients(sys.argv[2], sys.argv[3])
-    log_path = sys.argv[4]
+    metrics_url, log_path = sys.argv[4], sys.argv[5]
     tests = [
         (test_simple_c_answers_as_simple, (clients,)),
         (test_moving_average_matches_numpy, (clients,)),
         (test_moving_average_refuses_a_bad_window, (clients,)),
         (test_a_batch_answers_each_request_on_its_own, (clients,)),
         (test_model_parameter_and_log, (clients, log_path)),
+        (test_nothing_leaks, (clients, metrics_url)),
         (test_the_sandbox_holds_for_c, (clients, log_path)),
     ]
     failed = 0

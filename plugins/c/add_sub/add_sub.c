@@ -60,8 +60,9 @@ static bool add_sub(uint32_t index, const nereus_request_t *request, const nereu
     }
     if (x->datatype == NEREUS_BACKEND_TYPES_DATA_TYPE_INT32) int32_add_sub(x->data.ptr, y->data.ptr, n, sum, diff);
     else fp32_add_sub(x->data.ptr, y->data.ptr, n, sum, diff);
-    nereus_response_t response = {{nereus_xmalloc(sizeof outputs), count}, {NULL, 0}};
-    memcpy(response.outputs.ptr, outputs, count * sizeof outputs[0]);
+    /* (An empty list's array is never freed: allocate one only for outputs.) */
+    nereus_response_t response = {{count ? nereus_xmalloc(count * sizeof outputs[0]) : NULL, count}, {NULL, 0}};
+    if (count) memcpy(response.outputs.ptr, outputs, count * sizeof outputs[0]);
     return nereus_respond(index, &response, err);
 }
 
