@@ -184,7 +184,7 @@ def response_parameter(proto, result, key):
 
 def test_moving_average_matches_numpy(clients):
     for proto, module, client in clients.both():
-        for shape, window in (((1, 40), None), ((3, 7), 1), ((2, 50), 5), ((4, 6), 100), ((1, 1), 2)):
+        for shape, window in (((1, 40), None), ((3, 7), 1), ((2, 50), 5), ((4, 6), 100), ((1, 1), 2), ((2, 0), 4)):
             x = (RNG.standard_normal(shape) * 100).astype(np.float32)
             parameters = None if window is None else {"window": window}
             r = infer(module, client, "moving_average_c", {"INPUT0": x}, parameters=parameters)

@@ -103,11 +103,12 @@ void nereus_tensor_new(nereus_tensor_t *tensor, const char *name, nereus_backend
                        const int64_t *shape, size_t rank, size_t bytes) {
     backend_string_dup(&tensor->name, name);
     tensor->datatype = datatype;
+    /* Empty lists get no array: the *_free functions free an array only when the length is not 0. */
     tensor->shape.len = rank;
-    tensor->shape.ptr = nereus_xmalloc(rank * sizeof(int64_t));
+    tensor->shape.ptr = rank ? nereus_xmalloc(rank * sizeof(int64_t)) : NULL;
     if (rank) memcpy(tensor->shape.ptr, shape, rank * sizeof(int64_t));
     tensor->data.len = bytes;
-    tensor->data.ptr = nereus_xmalloc(bytes);
+    tensor->data.ptr = bytes ? nereus_xmalloc(bytes) : NULL;
 }
 
 bool nereus_respond(uint32_t index, nereus_response_t *response, backend_string_t *err) {

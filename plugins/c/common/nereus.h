@@ -16,7 +16,8 @@
  *    the response it passed to send-response and frees it afterwards (nereus_respond does).
  *  - What an imported function returns (send-*'s `err` string) is the plugin's: free it.
  *  - A zero-length list or string may hold a dangling, non-NULL pointer: the *_free functions
- *    check the length first; check it too before touching the pointer.
+ *    check the length first; check it too before touching the pointer. For the same reason an
+ *    empty list the plugin builds must not own an array: it would never be freed.
  *
  * Out of memory: malloc returns NULL once the sandbox's memory cap (sandbox.memory_limit_mb) is
  * reached. nereus_xmalloc then aborts, which traps, and the host fails the request with
@@ -75,7 +76,7 @@ bool nereus_fail(uint32_t index, nereus_backend_types_error_kind_t kind, backend
     __attribute__((format(printf, 4, 5)));
 
 /* Sets `tensor` to a new output: a copy of `name` and of `shape`, and `bytes` bytes of data
- * (uninitialised, from nereus_xmalloc) for the caller to fill. */
+ * (uninitialised, from nereus_xmalloc; NULL when `bytes` is 0) for the caller to fill. */
 void nereus_tensor_new(nereus_tensor_t *tensor, const char *name, nereus_backend_types_data_type_t datatype,
                        const int64_t *shape, size_t rank, size_t bytes);
 
