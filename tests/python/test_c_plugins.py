@@ -14,10 +14,10 @@
   adapter, and finds no file.
 
 Usage: python test_c_plugins.py repo REPO RUST_TEST_FAULTS_WASM
-           writes the fault models (faulty, faulty_deadline and their _c twins), add_sub_fp32_c (add_sub_fp32 served by
-           add_sub_c) and a misconfigured moving_average_bad into REPO (which already holds
-           simple, simple_c, add_sub_fp32 and moving_average_c), copying the Rust
-           test_faults component; the C one is built by plugins/c/test_faults/build.sh into
+           writes the fault models (faulty, faulty_deadline and their _c twins), add_sub_fp32_c
+           (add_sub_fp32 served by add_sub_c) and a misconfigured moving_average_bad into REPO
+           (which already holds simple, simple_c, add_sub_fp32 and moving_average_c), copying the
+           Rust test_faults component; the C one is built by plugins/c/test_faults/build.sh into
            REPO/faulty_c/test_faults_c.wasm and REPO/faulty_deadline_c/test_faults_c.wasm
        python test_c_plugins.py check HTTP GRPC METRICS SERVER_LOG
            against nereus serving REPO with --test-hooks
@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 import urllib.request
 
 import numpy as np
@@ -317,16 +318,19 @@ def test_the_sandbox_holds_for_c(clients, log_path):
     assert e.status() == "400" and "cannot read /etc/hostname: " in e.message(), (e.status(), e.message())
     healthy()
 
-    # The trap's log: the guest backtrace names the C function (the component keeps its name section).
-    # (The log is written as it comes: wait for the line itself.)
-    deadline = time.monotonic() + 30
-    while not logged_backtrace(log_path, "faulty_c", "trapped"):
-        assert time.monotonic() < deadline, "no guest backtrace of the trap in the log"
-        time.sleep(0.01)
-    frames = logged_backtrace(log_path, "faulty_c", "trapped").splitlines()
+    # The faults' log: the guest backtraces name the C functions (the component keeps its name
+    # section). The log is written as it comes: wait for the lines themselves.
+    def backtrace(fault):
+        deadline = time.monotonic() + 30
+        while not logged_backtrace(log_path, "faulty_c", fault):
+            assert time.monotonic() < deadline, f"no guest backtrace of '{fault}' in the log"
+            time.sleep(0.01)
+        return logged_backtrace(log_path, "faulty_c", fault).splitlines()
+
+    frames = backtrace("trapped")
     assert " - trap_on_request+0x" in frames[1], frames  # innermost first
     assert " - exports_nereus_backend_lifecycle_execute+0x" in frames[2], frames
-    frames = logged_backtrace(log_path, "faulty_c", "exceeded its memory limit").splitlines()
+    frames = backtrace("exceeded its memory limit")
     assert any(" - allocate_without_bound+0x" in f for f in frames), frames
 
 
@@ -353,8 +357,6 @@ def main():
         except Exception:
             failed += 1
             print(f"FAILED: {test.__name__}")
-            import traceback
-
             traceback.print_exc()
     print(f"c plugins: {len(tests) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
