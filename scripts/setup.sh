@@ -4,7 +4,11 @@
 #   - the wasm32-wasip2 Rust target, which the example plugins compile to. rust-toolchain.toml names
 #     it, but rustup adds it only where it may install on its own (not with RUSTUP_AUTO_INSTALL=0);
 #   - ONNX Runtime's CPU library (scripts/setup-onnxruntime.sh: from its PyPI wheel, once, into
-#     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model.
+#     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model;
+#   - the example repository's C plugins (scripts/build-plugins.sh; plugins/c, docs/authoring/c.md),
+#     built where the host finds them (model_repository/<model>/<backend>.wasm, gitignored). Their
+#     build.sh installs the C toolchain once into ~/.cache/nereus/toolchains/c and skips a build
+#     whose sources are unchanged.
 # A tool that is missing and cannot be installed from here stops it with one line naming the tool.
 #
 #   scripts/setup.sh          the above
@@ -31,6 +35,8 @@ fi
 
 lib=$(scripts/setup-onnxruntime.sh)
 say "ONNX Runtime CPU library: $lib"
+
+scripts/build-plugins.sh
 
 [[ ${1:-} == --test ]] || exit 0
 

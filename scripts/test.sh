@@ -68,6 +68,19 @@ start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_metrics.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "127.0.0.1:$metrics_port"
 stop_nereus
 
+echo "== the C plugins (plugins/c) against the Rust ones and numpy, and the sandbox around C (tests/python/test_c_plugins.py)"
+# simple, simple_c, add_sub_fp32 and moving_average_c of model_repository (set-up built the C ones),
+# the Rust and C fault plugins side by side, add_sub_c on FP32 and a misconfigured model.
+c_repo=$(mktemp -d)
+logs+=("$c_repo")
+for m in simple simple_c add_sub_fp32 moving_average_c; do ln -s "$root/model_repository/$m" "$c_repo/"; done
+"$venv/bin/python" tests/python/test_c_plugins.py repo "$c_repo" "$target/wasm-plugins/wasm32-wasip2/plugin/test_faults.wasm"
+for m in faulty_c faulty_deadline_c; do plugins/c/test_faults/build.sh "$c_repo/$m/test_faults_c.wasm"; done
+start_nereus "$c_repo" --test-hooks
+"$venv/bin/python" tests/python/test_c_plugins.py check "127.0.0.1:$port" "127.0.0.1:$grpc_port" \
+  "127.0.0.1:$metrics_port" "${logs[-1]}"
+stop_nereus
+
 echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
 # model_repository, with Triton's own example ONNX models where the examples need Triton's
 # semantics (simple_string, simple_int8, and simple_sequence in place of ours).
