@@ -162,3 +162,8 @@ fn new_builds_and_serves(lang: &str) {
 fn a_new_rust_plugin_builds_and_serves() {
     new_builds_and_serves("rust");
 }
+
+#[test]
+fn a_new_c_plugin_builds_and_serves() {
+    new_builds_and_serves("c");
+}

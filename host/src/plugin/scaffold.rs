@@ -108,7 +108,8 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 fn sources(name: &str, lang: PluginLanguage) -> Vec<File> {
     match lang {
         PluginLanguage::Rust => rust(name),
-        PluginLanguage::Python | PluginLanguage::Js | PluginLanguage::C => Vec::new(),
+        PluginLanguage::C => c(name),
+        PluginLanguage::Python | PluginLanguage::Js => Vec::new(),
     }
 }
 
@@ -184,6 +185,32 @@ echo "build: cargo build --release --target wasm32-wasip2 (in $target)" >&2
 (cd "$here" && cargo build --quiet --release --target wasm32-wasip2 --target-dir "$target" >&2)
 cp "$target/wasm32-wasip2/release/{name}.wasm" "$out"
 echo "build: wrote $out" >&2
+"#
+            ),
+        ),
+    ]
+}
+
+/// The C toolchain script and helpers of `plugins/c/`, copied under `.nereus/c/`, and the example
+/// `add_sub.c` as `<name>.c`.
+fn c(name: &str) -> Vec<File> {
+    vec![
+        File::new(&format!("{name}.c"), include_str!("../../../plugins/c/add_sub/add_sub.c")),
+        File::new(".nereus/c/toolchain.sh", include_str!("../../../plugins/c/toolchain.sh")),
+        File::new(".nereus/c/common/nereus.h", include_str!("../../../plugins/c/common/nereus.h")),
+        File::new(".nereus/c/common/nereus.c", include_str!("../../../plugins/c/common/nereus.c")),
+        File::script(
+            "build.sh",
+            format!(
+                r#"#!/usr/bin/env bash
+# Builds this C plugin into a WebAssembly component: ./build.sh [OUT.wasm] (default: {name}.wasm in
+# this folder, where the server finds the model's backend). The toolchain (zig, wit-bindgen,
+# wasm-tools, the WASI adapter) is installed once into ${{NEREUS_TOOLCHAINS:-~/.cache/nereus/toolchains}}/c
+# by .nereus/c/toolchain.sh; add more sources after {name}.c.
+here=$(cd "$(dirname "$0")" && pwd)
+export NEREUS_WIT=${{NEREUS_WIT:-$here/.nereus/wit}}
+source "$here/.nereus/c/toolchain.sh"
+nereus_c_build {name} "${{1:-$here/{name}.wasm}}" {name}.c
 "#
             ),
         ),
