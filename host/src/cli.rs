@@ -27,7 +27,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve a model repository over HTTP and gRPC.
     #[command(infer_long_args = true)]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Write, build and check sandboxed backends (WebAssembly components).
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -549,8 +549,8 @@ mod tests {
     fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
         let cli = Cli::try_parse_from(["nereus", "serve", "--model-repository", "m"].iter().chain(args))?;
         match cli.command {
-            Some(Command::Serve(args)) => Ok(args),
-            None => unreachable!("a serve subcommand was given"),
+            Some(Command::Serve(args)) => Ok(*args),
+            _ => unreachable!("a serve subcommand was given"),
         }
     }
 

@@ -13,7 +13,7 @@ use nereus::shutdown::{self, OpenConnections, Outcome};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => *args,
         Some(Command::Plugin(command)) => {
             let ok = nereus::plugin::run(command)?;
             std::process::exit(if ok { 0 } else { 1 });

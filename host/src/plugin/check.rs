@@ -101,7 +101,7 @@ fn trial(file: &Path, config_path: &Path) -> anyhow::Result<bool> {
             .chain([scratch.0.clone().into_os_string()]),
     )?;
     let args = match cli.command {
-        Some(crate::cli::Command::Serve(args)) => args,
+        Some(crate::cli::Command::Serve(args)) => *args,
         _ => anyhow::bail!("internal: the trial server's arguments did not parse as `serve`"),
     };
     let (options, _) = args.server_options(1)?;
