@@ -4,7 +4,11 @@
 #   - the wasm32-wasip2 Rust target, which the example plugins compile to. rust-toolchain.toml names
 #     it, but rustup adds it only where it may install on its own (not with RUSTUP_AUTO_INSTALL=0);
 #   - ONNX Runtime's CPU library (scripts/setup-onnxruntime.sh: from its PyPI wheel, once, into
-#     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model.
+#     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model;
+#   - the example backends written in Python and JavaScript (scripts/build-plugins.sh: their
+#     toolchains, componentize-py with pip and componentize-js with npm, once, into
+#     ~/.cache/nereus/toolchains; each plugin rebuilt only when its sources changed), into the
+#     model folders that serve them (model_repository/simple_py, simple_js, ...).
 # A tool that is missing and cannot be installed from here stops it with one line naming the tool.
 #
 #   scripts/setup.sh          the above
@@ -31,6 +35,8 @@ fi
 
 lib=$(scripts/setup-onnxruntime.sh)
 say "ONNX Runtime CPU library: $lib"
+
+scripts/build-plugins.sh model_repository
 
 [[ ${1:-} == --test ]] || exit 0
 
