@@ -14,7 +14,7 @@ say() { printf 'build-plugins: %s\n' "$*" >&2; }
 
 # The model folders of $repo whose configuration names backend $1.
 models_of() {
-  grep -lE "^[[:space:]]*backend:[[:space:]]*\"$1\"" "$repo"/*/config.pbtxt 2>/dev/null | xargs -r -n1 dirname
+  { grep -lE "^[[:space:]]*backend:[[:space:]]*\"$1\"" "$repo"/*/config.pbtxt 2>/dev/null || true; } | xargs -r -n1 dirname
 }
 
 # Builds each plugin of plugins/$1 that a model of $repo serves, and places it in those models.

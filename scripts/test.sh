@@ -68,6 +68,37 @@ start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_metrics.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "127.0.0.1:$metrics_port"
 stop_nereus
 
+echo "== backends in Python and JavaScript (plugins/python, plugins/js) through tritonclient"
+# model_repository (its simple_py, simple_js, tokenizer_py, json_fields_js), FP32 twins of
+# add_sub_fp32 for each language, and the fault models of each language, built here by
+# scripts/build-plugins.sh (test_faults_py, test_faults_js).
+languages=$(mktemp -d)
+logs+=("$languages")
+for m in model_repository/*/; do ln -s "$root/${m%/}" "$languages/"; done
+for lang in py js; do
+  mkdir -p "$languages/add_sub_fp32_$lang/1" "$languages/faulty_$lang/1"
+  sed "s/backend: \"add_sub\"/backend: \"add_sub_$lang\"/" model_repository/add_sub_fp32/config.pbtxt \
+    >"$languages/add_sub_fp32_$lang/config.pbtxt"
+  cat >"$languages/faulty_$lang/config.pbtxt" <<EOF
+backend: "test_faults_$lang"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [
+  { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } },
+  { key: "sandbox.memory_limit_mb" value: { string_value: "96" } }
+]
+EOF
+done
+scripts/build-plugins.sh "$languages"
+start_nereus "$languages"
+"$venv/bin/python" tests/python/test_languages.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "$languages"
+# A plugin's exception is logged with the guest's own trace: Python's traceback, JavaScript's stack.
+for frame in 'in fail_on_purpose' 'failOnPurpose@'; do
+  grep -q "$frame" "${logs[-1]}" || { echo "no '$frame' in the server log:"; cat "${logs[-1]}"; exit 1; }
+done
+stop_nereus
+
 echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
 # model_repository, with Triton's own example ONNX models where the examples need Triton's
 # semantics (simple_string, simple_int8, and simple_sequence in place of ours).

@@ -6,7 +6,8 @@
 //
 // `handle` gets one request and returns its output tensors (or `{ outputs, parameters }`); every
 // request of a batch is answered on its own: a thrown `RequestError` fails that request with its kind,
-// anything else thrown fails it as `internal` and logs the error's stack through the host log.
+// anything else thrown fails it as `internal` and logs the error's stack through the host log; running
+// out of memory (the sandbox's `sandbox.memory_limit_mb`) ends the call, as a trap does.
 // Optional hooks: `setupModel(model)` and `setupInstance(model, instance)`. Module state is per
 // instance: every instance is its own sandbox. See docs/authoring/javascript.md.
 import { isCancelled, log, sendError, sendResponse } from 'nereus:backend/host@1.1.0';
@@ -47,7 +48,7 @@ export function values(tensor) {
 /** A numeric tensor from a typed array or an array of numbers, in row-major order. */
 export function tensor(name, shape, datatype, elements) {
   const array = elements instanceof ARRAYS[datatype] ? elements : ARRAYS[datatype].from(elements);
-  return { name, datatype, shape: shape.map(BigInt), data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
+  return { name, datatype, shape: Array.from(shape, BigInt), data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
 }
 
 /** A BYTES tensor's elements, as Uint8Arrays (Triton's serialisation: a 4-byte length before each). */
@@ -77,7 +78,7 @@ export function bytesTensor(name, shape, elements) {
     data.set(e, at + 4);
     at += 4 + e.byteLength;
   }
-  return { name, datatype: 'bytes', shape: shape.map(BigInt), data };
+  return { name, datatype: 'bytes', shape: Array.from(shape, BigInt), data };
 }
 
 /** A response parameter from a boolean, an integer (BigInt or safe integer), a number or a string. */
@@ -129,7 +130,7 @@ function lifecycleCall(what, call) {
   try {
     call();
   } catch (e) {
-    error(`${what} failed: ${e?.stack ?? e}`);
+    error(`${what} failed: ${e}\n${e?.stack ?? ''}`);
     throw `${e}`;
   }
 }
@@ -156,10 +157,13 @@ export function backend(hooks) {
         try {
           answer = hooks.handle(request);
         } catch (e) {
+          // The sandbox's memory cap (SpiderMonkey throws the string "out of memory"): the batch
+          // ends, and the host reports the limit and rebuilds the instance.
+          if (e === 'out of memory' || e instanceof RangeError && /allocation|memory/i.test(e.message)) throw e;
           if (e instanceof RequestError) {
             request.fail(e.message, e.kind);
           } else {
-            error(`request ${index} (${request.id || 'no id'}) threw: ${e?.stack ?? e}`);
+            error(`request ${index} (${request.id || 'no id'}) threw ${e}\n${e?.stack ?? ''}`);
             request.fail(`${e}`, 'internal');
           }
           return;
