@@ -76,6 +76,7 @@ for r in $(seq 1 "$rounds"); do
     five=$(rss_kb)
     echo "$r $m instance_mb=$(awk "BEGIN { printf \"%.1f\", ($five - $one) / 4 / 1024 }")" >>"$out"
     unload "${m}_x5"
+    load "$m" >/dev/null
   done
   # Throughput and p50, Triton's python backend in the rotation.
   offset=0; [[ $proto == grpc ]] && offset=1
