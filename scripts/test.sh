@@ -69,16 +69,24 @@ start_nereus model_repository --allow-client-shm=true
 stop_nereus
 
 echo "== backends in Python and JavaScript (plugins/python, plugins/js) through tritonclient"
-# model_repository (its simple_py, simple_js, tokenizer_py, json_fields_js), FP32 twins of
-# add_sub_fp32 for each language, and the fault models of each language, built here by
+# model_repository (its simple_py, simple_js, tokenizer_py, json_fields_js), FP32 and FP64 twins
+# of add_sub_fp32 for each language, and the fault models of each language, built here by
 # scripts/build-plugins.sh (test_faults_py, test_faults_js).
 languages=$(mktemp -d)
 logs+=("$languages")
 for m in model_repository/*/; do ln -s "$root/${m%/}" "$languages/"; done
-for lang in py js; do
-  mkdir -p "$languages/add_sub_fp32_$lang/1" "$languages/faulty_$lang/1"
-  sed "s/backend: \"add_sub\"/backend: \"add_sub_$lang\"/" model_repository/add_sub_fp32/config.pbtxt \
-    >"$languages/add_sub_fp32_$lang/config.pbtxt"
+for lang in rs py js; do
+  # add_sub on FP32 (the twins of add_sub_fp32) and on FP64, which every add_sub refuses alike.
+  backend=add_sub suffix=
+  [[ $lang == rs ]] || backend=add_sub_$lang suffix=_$lang
+  for type in fp32 fp64; do
+    [[ $lang$type == rsfp32 ]] && continue
+    mkdir -p "$languages/add_sub_$type$suffix/1"
+    sed -e "s/backend: \"add_sub\"/backend: \"$backend\"/" -e "s/TYPE_FP32/TYPE_${type^^}/" \
+      model_repository/add_sub_fp32/config.pbtxt >"$languages/add_sub_$type$suffix/config.pbtxt"
+  done
+  [[ $lang == rs ]] && continue
+  mkdir -p "$languages/faulty_$lang/1"
   cat >"$languages/faulty_$lang/config.pbtxt" <<EOF
 backend: "test_faults_$lang"
 max_batch_size: 0

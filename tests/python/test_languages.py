@@ -1,11 +1,13 @@
 """Backends written in Python and JavaScript (plugins/python, plugins/js), through Triton's own Python
 clients over HTTP and gRPC, against a running nereus serving scripts/test.sh's repository: the
-example repository, FP32 twins of `add_sub_fp32` for each language (add_sub_fp32_py, add_sub_fp32_js),
+example repository, FP32 and FP64 twins of `add_sub_fp32` for each language (add_sub_fp32_py,
+add_sub_fp64, add_sub_fp64_py, ...),
 and the fault models faulty_py and faulty_js (test_faults_py, test_faults_js with a 300 ms deadline
 and a 96 MiB memory cap).
 
 - add_sub_py and add_sub_js answer exactly as the Rust add_sub (`simple`, `add_sub_fp32`) on the
-  same inputs, INT32 (wrapping) and FP32, with the same error for inputs of different lengths;
+  same inputs, INT32 (wrapping) and FP32, with the same errors for inputs of different lengths and
+  for a datatype it does not support (FP64);
 - tokenizer_py's tokens, ids and lengths are those of the normalisation it documents, computed here
   with Python's own unicodedata and re and the model's vocab.txt; json_fields_js's values are those
   of Python's json; each fails a malformed request alone, also among concurrent ones;
@@ -46,7 +48,7 @@ class Client:
     def inputs(self, tensors):
         inputs = []
         for name, array in tensors.items():
-            datatype = "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32"}[array.dtype.type]
+            datatype = "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32", np.float64: "FP64"}[array.dtype.type]
             tensor = self.module.InferInput(name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
@@ -115,6 +117,12 @@ def check_add_sub(c, rng):
         rust_error = c.error("add_sub_fp32", short)
         assert "INPUT0 and INPUT1 must have the same number of elements" in rust_error, rust_error
         assert c.error(f"add_sub_fp32_{lang}", short) == rust_error.replace("add_sub_fp32", f"add_sub_fp32_{lang}")
+
+        # a datatype add_sub does not support: the same error as Rust's
+        wide = {"INPUT0": np.ones(2, np.float64), "INPUT1": np.ones(2, np.float64)}
+        rust_error = c.error("add_sub_fp64", wide)
+        assert "add_sub supports INT32 and FP32, not DataType::Fp64" in rust_error, rust_error
+        assert c.error(f"add_sub_fp64_{lang}", wide) == rust_error.replace("add_sub_fp64", f"add_sub_fp64_{lang}")
 
 
 def read_vocab(repository):

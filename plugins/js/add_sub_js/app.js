@@ -8,7 +8,7 @@ function handle(request) {
   const x = request.input('INPUT0');
   const y = request.input('INPUT1');
   if (x.datatype !== 'int32' && x.datatype !== 'fp32') {
-    throw new RequestError(`add_sub supports INT32 and FP32, not ${x.datatype.toUpperCase()}`);
+    throw new RequestError(`add_sub supports INT32 and FP32, not DataType::${x.datatype[0].toUpperCase()}${x.datatype.slice(1)}`);
   }
   if (y.datatype !== x.datatype) throw new RequestError(`tensor 'INPUT1' is ${y.datatype}, not ${x.datatype}`);
   const a = values(x);

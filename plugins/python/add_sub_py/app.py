@@ -19,7 +19,7 @@ class Lifecycle(nereus.Backend):
     def handle(self, request):
         x, y = request.input("INPUT0"), request.input("INPUT1")
         if x.datatype not in (DataType.INT32, DataType.FP32):
-            raise nereus.RequestError(f"add_sub supports INT32 and FP32, not {x.datatype.name}")
+            raise nereus.RequestError(f"add_sub supports INT32 and FP32, not DataType::{x.datatype.name.capitalize()}")
         if y.datatype != x.datatype:
             raise nereus.RequestError(f"tensor 'INPUT1' is {y.datatype.name}, not {x.datatype.name}")
         a, b = nereus.values(x), nereus.values(y)
