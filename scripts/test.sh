@@ -98,6 +98,13 @@ parameters [
 ]
 EOF
 done
+# Twins of the string models whose batcher waits (a minute at most) for a full batch of 8 rows: 8
+# concurrent requests of one row each are executed together, in one call.
+for m in tokenizer_py json_fields_js; do
+  mkdir -p "$languages/${m}_batch" && cp -r "model_repository/$m/1" "$languages/${m}_batch/"
+  sed -e "s/^name: .*/name: \"${m}_batch\"/" -e 's/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: 60000000/' \
+    "model_repository/$m/config.pbtxt" >"$languages/${m}_batch/config.pbtxt"
+done
 scripts/build-plugins.sh "$languages"
 start_nereus "$languages"
 "$venv/bin/python" tests/python/test_languages.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "$languages"

@@ -10,7 +10,8 @@ and a 96 MiB memory cap).
   for a datatype it does not support (FP64);
 - tokenizer_py's tokens, ids and lengths are those of the normalisation it documents, computed here
   with Python's own unicodedata and re and the model's vocab.txt; json_fields_js's values are those
-  of Python's json; each fails a malformed request alone, also among concurrent ones;
+  of Python's json; each fails a malformed request alone, also among concurrent ones and within one
+  batch of eight requests (their `_batch` twins, whose batcher waits for eight);
 - a plugin in either language that loops forever or allocates without bound is stopped by the
   deadline or the memory cap with the sandbox's messages, and the server keeps serving.
 
@@ -237,6 +238,26 @@ def check_isolation(c):
             assert result.as_numpy("VALUE")[0, 0] == f"n{k}".encode()
 
 
+def check_one_batch(c, stats):
+    """Eight requests of one row each, which the `_batch` twins' batcher executes in one call: each
+    answered on its own, the malformed one failed alone."""
+    for model, name, good, bad, check in (
+            ("tokenizer_py_batch", "TEXT", lambda k: f"row {k}".encode(), b"\xc3",
+             lambda r, k: [t.decode() for t in r.as_numpy("TOKENS")[0]] == ["row", str(k)]),
+            ("json_fields_js_batch", "DOC", lambda k: json.dumps({"user": {"name": k}}).encode(), b"{",
+             lambda r, k: r.as_numpy("VALUE")[0, 0] == str(k).encode())):
+        before = stats(model)["execution_count"]
+        sent = [(model, {name: np.array([[bad if k == 3 else good(k)]], dtype=np.object_)}, None) for k in range(8)]
+        for k, (result, error) in enumerate(c.concurrently(sent)):
+            if k == 3:
+                assert error is not None and result is None
+            else:
+                assert error is None and check(result, k), (model, k, error)
+        after = stats(model)
+        assert after["execution_count"] == before + 1, (model, before, after)
+        assert any(b["batch_size"] == 8 for b in after["batch_stats"]), after["batch_stats"]
+
+
 def check_faults(c):
     ints = {"INPUT0": np.array([1, 2, 3], dtype=np.int32)}
     simple = {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}
@@ -260,13 +281,18 @@ def check_faults(c):
 def main(http_url, grpc_url, repository):
     rng = np.random.default_rng(26)
     vocab = read_vocab(repository)
+    statistics = httpclient.InferenceServerClient(url=http_url)
+
+    def stats(model):
+        return statistics.get_inference_statistics(model)["model_stats"][0]
     for client in (Client(httpclient, http_url), Client(grpcclient, grpc_url)):
         check_add_sub(client, rng)
         check_tokenizer(client, vocab)
         check_json_fields(client)
         check_isolation(client)
+        check_one_batch(client, stats)
         check_faults(client)
-        print(f"languages ({client.name}): add_sub, tokenizer_py, json_fields_js and the faults of both languages: ok")
+        print(f"languages ({client.name}): add_sub, tokenizer_py, json_fields_js (also one batch of eight requests) and the faults of both languages: ok")
 
 
 if __name__ == "__main__":
