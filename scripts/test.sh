@@ -86,17 +86,21 @@ for lang in rs py js; do
       model_repository/add_sub_fp32/config.pbtxt >"$languages/add_sub_$type$suffix/config.pbtxt"
   done
   [[ $lang == rs ]] && continue
-  mkdir -p "$languages/faulty_$lang/1"
-  cat >"$languages/faulty_$lang/config.pbtxt" <<EOF
+  # faulty_<lang> meets its deadline first (a loop), hog_<lang> its memory cap (an allocation that
+  # a loaded machine may slow down, but never by a minute).
+  for model in faulty:300 hog:60000; do
+    mkdir -p "$languages/${model%:*}_$lang/1"
+    cat >"$languages/${model%:*}_$lang/config.pbtxt" <<EOF
 backend: "test_faults_$lang"
 max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
 parameters [
-  { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } },
+  { key: "sandbox.execution_timeout_ms" value: { string_value: "${model#*:}" } },
   { key: "sandbox.memory_limit_mb" value: { string_value: "96" } }
 ]
 EOF
+  done
 done
 # Twins of the string models whose batcher waits (a minute at most) for a full batch of 8 rows: 8
 # concurrent requests of one row each are executed together, in one call.

@@ -2,8 +2,8 @@
 clients over HTTP and gRPC, against a running nereus serving scripts/test.sh's repository: the
 example repository, FP32 and FP64 twins of `add_sub_fp32` for each language (add_sub_fp32_py,
 add_sub_fp64, add_sub_fp64_py, ...),
-and the fault models faulty_py and faulty_js (test_faults_py, test_faults_js with a 300 ms deadline
-and a 96 MiB memory cap).
+and the fault models faulty_py, faulty_js, hog_py and hog_js (test_faults_py, test_faults_js with a
+96 MiB memory cap, and a 300 ms deadline for faulty_*, a minute for hog_*).
 
 - add_sub_py and add_sub_js answer exactly as the Rust add_sub (`simple`, `add_sub_fp32`) on the
   same inputs, INT32 (wrapping) and FP32, with the same errors for inputs of different lengths and
@@ -268,14 +268,15 @@ def check_faults(c):
 
     for lang, exception in (("py", "RuntimeError: test_faults_py: exception requested"),
                             ("js", "Error: test_faults_js: exception requested")):
-        model = f"faulty_{lang}"
-        healthy(model)
-        for fault, message in (("loop", f"model '{model}' instance '{model}_0' exceeded its execution deadline of 300 ms"),
-                               ("oom", f"model '{model}' instance '{model}_0' exceeded its memory limit of 96 MiB"),
-                               ("raise" if lang == "py" else "throw", exception)):
-            assert c.error(model, ints, parameters={"fault": fault}) == message, (model, fault)
+        for model, fault, message in (
+                (f"faulty_{lang}", "loop", f"model 'faulty_{lang}' instance 'faulty_{lang}_0' exceeded its execution deadline of 300 ms"),
+                (f"hog_{lang}", "oom", f"model 'hog_{lang}' instance 'hog_{lang}_0' exceeded its memory limit of 96 MiB"),
+                (f"faulty_{lang}", "raise" if lang == "py" else "throw", exception)):
             healthy(model)
-        assert c.client.is_model_ready(model)
+            error = c.error(model, ints, parameters={"fault": fault})
+            assert error == message, (model, fault, error)
+            healthy(model)
+            assert c.client.is_model_ready(model)
 
 
 def main(http_url, grpc_url, repository):
