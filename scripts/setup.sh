@@ -5,10 +5,12 @@
 #     it, but rustup adds it only where it may install on its own (not with RUSTUP_AUTO_INSTALL=0);
 #   - ONNX Runtime's CPU library (scripts/setup-onnxruntime.sh: from its PyPI wheel, once, into
 #     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model;
-#   - the example repository's C plugins (scripts/build-plugins.sh; plugins/c, docs/authoring/c.md),
-#     built where the host finds them (model_repository/<model>/<backend>.wasm, gitignored). Their
-#     build.sh installs the C toolchain once into ~/.cache/nereus/toolchains/c and skips a build
-#     whose sources are unchanged.
+#   - the example backends written in Python and JavaScript (scripts/build-plugins.sh: their
+#     toolchains, componentize-py with pip and componentize-js with npm, once, into
+#     ~/.cache/nereus/toolchains; each plugin rebuilt only when its sources changed), and in C
+#     (plugins/c, docs/authoring/c.md: zig, wit-bindgen and wasm-tools, once, into
+#     ~/.cache/nereus/toolchains/c), into the model folders that serve them (model_repository/simple_py,
+#     simple_js, simple_c, ...).
 # A tool that is missing and cannot be installed from here stops it with one line naming the tool.
 #
 #   scripts/setup.sh          the above
@@ -36,7 +38,7 @@ fi
 lib=$(scripts/setup-onnxruntime.sh)
 say "ONNX Runtime CPU library: $lib"
 
-scripts/build-plugins.sh
+scripts/build-plugins.sh model_repository
 
 [[ ${1:-} == --test ]] || exit 0
 

@@ -81,6 +81,56 @@ start_nereus "$c_repo" --test-hooks
   "127.0.0.1:$metrics_port" "${logs[-1]}"
 stop_nereus
 
+echo "== backends in Python and JavaScript (plugins/python, plugins/js) through tritonclient"
+# model_repository (its simple_py, simple_js, tokenizer_py, json_fields_js), FP32 and FP64 twins
+# of add_sub_fp32 for each language, and the fault models of each language, built here by
+# scripts/build-plugins.sh (test_faults_py, test_faults_js).
+languages=$(mktemp -d)
+logs+=("$languages")
+for m in model_repository/*/; do ln -s "$root/${m%/}" "$languages/"; done
+for lang in rs py js; do
+  # add_sub on FP32 (the twins of add_sub_fp32) and on FP64, which every add_sub refuses alike.
+  backend=add_sub suffix=
+  [[ $lang == rs ]] || backend=add_sub_$lang suffix=_$lang
+  for type in fp32 fp64; do
+    [[ $lang$type == rsfp32 ]] && continue
+    mkdir -p "$languages/add_sub_$type$suffix/1"
+    sed -e "s/backend: \"add_sub\"/backend: \"$backend\"/" -e "s/TYPE_FP32/TYPE_${type^^}/" \
+      model_repository/add_sub_fp32/config.pbtxt >"$languages/add_sub_$type$suffix/config.pbtxt"
+  done
+  [[ $lang == rs ]] && continue
+  # faulty_<lang> meets its deadline first (a loop), hog_<lang> its memory cap (an allocation that
+  # a loaded machine may slow down, but never by a minute).
+  for model in faulty:300 hog:60000; do
+    mkdir -p "$languages/${model%:*}_$lang/1"
+    cat >"$languages/${model%:*}_$lang/config.pbtxt" <<EOF
+backend: "test_faults_$lang"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [
+  { key: "sandbox.execution_timeout_ms" value: { string_value: "${model#*:}" } },
+  { key: "sandbox.memory_limit_mb" value: { string_value: "96" } }
+]
+EOF
+  done
+done
+# Twins of the string models whose batcher waits (a minute at most) for a full batch of 8 rows: 8
+# concurrent requests of one row each are executed together, in one call.
+for m in tokenizer_py json_fields_js; do
+  mkdir -p "$languages/${m}_batch" && cp -r "model_repository/$m/1" "$languages/${m}_batch/"
+  sed -e "s/^name: .*/name: \"${m}_batch\"/" -e 's/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: 60000000/' \
+    "model_repository/$m/config.pbtxt" >"$languages/${m}_batch/config.pbtxt"
+done
+scripts/build-plugins.sh "$languages"
+start_nereus "$languages"
+"$venv/bin/python" tests/python/test_languages.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "$languages"
+# A plugin's exception is logged with the guest's own trace: Python's traceback, JavaScript's stack.
+for frame in 'in fail_on_purpose' 'failOnPurpose@'; do
+  grep -q "$frame" "${logs[-1]}" || { echo "no '$frame' in the server log:"; cat "${logs[-1]}"; exit 1; }
+done
+stop_nereus
+
 echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
 # model_repository, with Triton's own example ONNX models where the examples need Triton's
 # semantics (simple_string, simple_int8, and simple_sequence in place of ours).

@@ -2,7 +2,8 @@
 //! INPUT0 INT32 [-1] comes back as OUTPUT0, unless the request parameter `fault` says otherwise:
 //! "spin" (busy for `spin_ms` ms, then echoes), "trap" (a panic in `panic_on_request`, which aborts
 //! into a Wasm trap; the host logs the guest backtrace, where that name must appear), "loop" (never
-//! returns), "oom" (allocates past any memory cap), "no_response" (returns without answering),
+//! returns), "oom" (allocates past any memory cap), "oom_error" (allocates until refused, then returns
+//! an execution error, as an interpreter that survives it does), "no_response" (returns without answering),
 //! "bad_output" (answers with a wrong datatype), "error" (returns an execution error), and attempts
 //! to reach outside the sandbox: "read_file"/"write_file" (request parameter `path`), "env",
 //! "connect" (`address`), answering with response parameter `got` or failing with the sandbox's
@@ -57,6 +58,20 @@ impl Backend for Faults {
                     let mut hog: Vec<Vec<u8>> = Vec::new();
                     loop {
                         hog.push(vec![1u8; 16 << 20]);
+                        std::hint::black_box(&hog);
+                    }
+                }
+                // Survives the refused growth, as an interpreter does, and gives the batch up.
+                "oom_error" => {
+                    let mut hog: Vec<Vec<u8>> = Vec::new();
+                    loop {
+                        let mut chunk = Vec::new();
+                        if chunk.try_reserve_exact(16 << 20).is_err() {
+                            drop(hog);
+                            return Err("test_faults: out of memory".into());
+                        }
+                        chunk.resize(16 << 20, 1u8);
+                        hog.push(chunk);
                         std::hint::black_box(&hog);
                     }
                 }

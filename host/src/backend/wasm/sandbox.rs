@@ -225,11 +225,7 @@ impl Sandbox {
         } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
             (FaultKind::Fuel, format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX)))
         } else if let Some(denied) = &data.limiter.denied {
-            let what = match denied {
-                MemoryDenied::Limit => format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20),
-                MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
-            };
-            (FaultKind::Memory, what)
+            (FaultKind::Memory, Self::memory_denied(denied, policy))
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
             (FaultKind::Trap, format!("trapped: {trap}"))
         } else {
@@ -238,6 +234,13 @@ impl Sandbox {
         let fault = Fault { message: format!("{} {what}", data.label), kind };
         log_guest_backtrace(&fault, &e);
         fault
+    }
+
+    fn memory_denied(denied: &MemoryDenied, policy: &SandboxPolicy) -> String {
+        match denied {
+            MemoryDenied::Limit => format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20),
+            MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
+        }
     }
 
     /// Sets up a call: its deadline (`armed`), fuel, and what the last call left behind.
@@ -307,8 +310,19 @@ impl Sandbox {
         let state = self.store.data_mut();
         state.may_block = true;
         let batch = state.batch.take().expect("the batch stays in the store during execute");
-        self.faulted |= !matches!(call, Ok(Ok(_)));
+        // An interpreter (JavaScript's, Python's) turns a refused memory growth into an exception
+        // and may give the batch up with an error instead of trapping: the memory cap stopped it
+        // all the same, and its heap is in no state to go on, so it is the same fault as a trap on it.
+        let out_of_memory = matches!(call, Ok(Ok(Err(_)))) && state.limiter.denied.is_some();
+        self.faulted |= !matches!(call, Ok(Ok(_))) || out_of_memory;
         let executed = match call {
+            Ok(Ok(Err(message))) if out_of_memory => {
+                let data = self.store.data();
+                let denied = data.limiter.denied.as_ref().expect("checked above");
+                tracing::debug!("{}: execute returned an error after a refused memory growth: {message}", data.label);
+                let what = Self::memory_denied(denied, &self.policy);
+                Executed::Faulted(Fault { message: format!("{} {what}", data.label), kind: FaultKind::Memory })
+            }
             Ok(Ok(returned)) => Executed::Returned(returned),
             Ok(Err(e)) if e.downcast_ref::<WouldBlock>().is_some() => Executed::WouldBlock,
             Ok(Err(e)) => Executed::Faulted(Self::fault_of(&self.store, &self.policy, e)),

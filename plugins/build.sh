@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the backend in the folder this script is called from into a WebAssembly component for the
+# `nereus:backend` world. Each plugins/python/<name>/build.sh and plugins/js/<name>/build.sh is a link
+# to this file; a copy in any folder does the same. The build contract every non-Rust plugin keeps
+# (docs/authoring/python.md, docs/authoring/javascript.md):
+#
+#   <folder>/build.sh [OUT]    writes the component to OUT (default <folder>/build/<name>.wasm,
+#                              <name> being the folder's name), saying what it does on stderr
+#
+# - the language is the entry module's: app.py (Python, built with componentize-py, the module
+#   defining `class Lifecycle`) or app.js (JavaScript, an ES module exporting `lifecycle`, built with
+#   componentize-js; WASI's http and fetch-event features left out, as the host links no wasi:http);
+# - the toolchain is installed once, idempotently, outside the clone, in
+#   ${NEREUS_TOOLCHAINS:-~/.cache/nereus/toolchains}: python/, a virtual environment with
+#   componentize-py $PY (needs python3 with venv); js/, an npm prefix with
+#   @bytecodealliance/componentize-js $CJS and @bytecodealliance/jco $JCO (needs Node 18+ with npm;
+#   jco inspects components: `jco wit <file>.wasm`);
+# - the WIT folder is $NEREUS_WIT, else the nearest wit/backend.wit above the folder;
+# - the SDK (nereus_sdk.py, nereus_sdk.js) is $NEREUS_SDK/<python|js>, else the nearest
+#   sdk/<python|js> above the folder, else a copy in the folder itself. Python imports it from
+#   the import path (the folder and the SDK's); JavaScript imports './nereus_sdk.js', staged with the
+#   folder's .js files in a temporary folder.
+set -euo pipefail
+PY=0.25.1 CJS=0.23.0 JCO=1.35.0
+here=$(cd "$(dirname "$0")" && pwd)
+name=$(basename "$here")
+out=${1:-$here/build/$name.wasm}
+tools=${NEREUS_TOOLCHAINS:-$HOME/.cache/nereus/toolchains}
+say() { printf '%s: %s\n' "$name" "$*" >&2; }
+find_up() { # the nearest folder above $here holding $1
+  local dir=$here
+  while [[ $dir != / ]]; do
+    [[ -e $dir/$1 ]] && { echo "$dir"; return 0; }
+    dir=$(dirname "$dir")
+  done
+  return 1
+}
+npm_version() { sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$tools/js/node_modules/@bytecodealliance/$1/package.json" 2>/dev/null | head -1; }
+
+if [[ -e $here/app.py ]]; then
+  lang=python sdk_file=nereus_sdk.py
+elif [[ -e $here/app.js ]]; then
+  lang=js sdk_file=nereus_sdk.js
+else
+  say "no app.py or app.js in $here"; exit 1
+fi
+
+if [[ -n ${NEREUS_WIT:-} ]]; then
+  wit=$NEREUS_WIT
+else
+  wit=$(find_up wit/backend.wit) || { say "no wit/backend.wit above $here: set NEREUS_WIT"; exit 1; }
+  wit=$wit/wit
+fi
+if [[ -n ${NEREUS_SDK:-} ]]; then
+  sdk=$NEREUS_SDK/$lang
+elif sdk=$(find_up "sdk/$lang/$sdk_file"); then
+  sdk=$sdk/sdk/$lang
+elif [[ -e $here/$sdk_file ]]; then
+  sdk=$here
+else
+  say "no sdk/$lang/$sdk_file above $here: set NEREUS_SDK"; exit 1
+fi
+mkdir -p "$(dirname "$out")"
+
+if [[ $lang == python ]]; then
+  if [[ $("$tools/python/bin/componentize-py" --version 2>/dev/null) != "componentize-py $PY" ]]; then
+    say "installing componentize-py $PY into $tools/python with pip (once)"
+    command -v python3 >/dev/null || { say "missing python3 (3.9 or newer, with venv)"; exit 1; }
+    python3 -m venv "$tools/python" >&2
+    "$tools/python/bin/pip" install -q --disable-pip-version-check "componentize-py==$PY" >&2
+  fi
+  say "componentize-py $PY: $here/app.py with WIT $wit -> $out"
+  "$tools/python/bin/componentize-py" -d "$wit" -w nereus:backend/backend@1.1.0 componentize \
+    -p "$here" -p "$sdk" app -o "$out.tmp" >&2
+else
+  if [[ $(npm_version componentize-js) != "$CJS" || $(npm_version jco) != "$JCO" ]]; then
+    say "installing componentize-js $CJS and jco $JCO into $tools/js with npm (once)"
+    command -v npm >/dev/null || { say "missing npm (Node 18 or newer)"; exit 1; }
+    npm install -s --prefix "$tools/js" --no-audit --no-fund \
+      "@bytecodealliance/componentize-js@$CJS" "@bytecodealliance/jco@$JCO" >&2
+  fi
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  cp "$here"/*.js "$stage/"
+  [[ -e $stage/$sdk_file ]] || cp "$sdk/$sdk_file" "$stage/"
+  say "componentize-js $CJS: $here/app.js with WIT $wit -> $out"
+  "$tools/js/node_modules/.bin/componentize-js" "$stage/app.js" --wit "$wit" --world-name backend \
+    --disable http fetch-event -o "$out.tmp" >&2
+fi
+mv "$out.tmp" "$out"
