@@ -15,7 +15,8 @@
 #   componentize-py $PY (needs python3 with venv); js/, an npm prefix with
 #   @bytecodealliance/componentize-js $CJS and @bytecodealliance/jco $JCO (needs Node 18+ with npm;
 #   jco inspects components: `jco wit <file>.wasm`);
-# - the WIT folder is $NEREUS_WIT, else the nearest wit/backend.wit above the folder;
+# - the WIT folder is $NEREUS_WIT, else the folder's .nereus/wit (`nereus plugin new` writes it),
+#   else the nearest wit/backend.wit above the folder;
 # - the SDK (nereus_sdk.py, nereus_sdk.js) is $NEREUS_SDK/<python|js>, else the nearest
 #   sdk/<python|js> above the folder, else a copy in the folder itself. Python imports it from
 #   the import path (the folder and the SDK's); JavaScript imports './nereus_sdk.js', staged with the
@@ -47,6 +48,8 @@ fi
 
 if [[ -n ${NEREUS_WIT:-} ]]; then
   wit=$NEREUS_WIT
+elif [[ -f $here/.nereus/wit/backend.wit ]]; then
+  wit=$here/.nereus/wit # a folder `nereus plugin new` wrote
 else
   wit=$(find_up wit/backend.wit) || { say "no wit/backend.wit above $here: set NEREUS_WIT"; exit 1; }
   wit=$wit/wit

@@ -167,3 +167,13 @@ fn a_new_rust_plugin_builds_and_serves() {
 fn a_new_c_plugin_builds_and_serves() {
     new_builds_and_serves("c");
 }
+
+#[test]
+fn a_new_python_plugin_builds_and_serves() {
+    new_builds_and_serves("python");
+}
+
+#[test]
+fn a_new_javascript_plugin_builds_and_serves() {
+    new_builds_and_serves("js");
+}

@@ -25,17 +25,21 @@ pub fn check(file: &Path, config: Option<&Path>) -> anyhow::Result<bool> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
     println!("component  {} ({} bytes, sha256 {})", file.display(), bytes.len(), &digest[..16]);
-    let runtime = WasmRuntime::new(None).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    match runtime.inspect(&bytes) {
-        Ok(report) => print_report(&report),
+    // The server's own component cache: the trial load below, and a `nereus serve` after, find
+    // the compiled code there instead of compiling it again (a Python component takes tens of
+    // seconds to compile).
+    let runtime =
+        WasmRuntime::new(trial_args(Path::new("."))?.cache_directory()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    match runtime.load(&bytes) {
+        Ok((compiled, _)) => print_report(&compiled.report),
+        // Refused: the report, from a compilation of its own, then the reason.
         Err(e) => {
+            if let Ok(report) = runtime.inspect(&bytes) {
+                print_report(&report);
+            }
             println!("verdict    does not load: {e:#}");
             return Ok(false);
         }
-    }
-    if let Err(e) = runtime.load(&bytes) {
-        println!("verdict    does not load: {e:#}");
-        return Ok(false);
     }
     println!("verdict    loads");
     match config {
@@ -94,16 +98,7 @@ fn trial(file: &Path, config_path: &Path) -> anyhow::Result<bool> {
     }
     let scratch = Scratch::new()?;
     scratch.lay_out(&name, &config.backend, &text, file, model_dir)?;
-    let cli = <Cli as clap::Parser>::try_parse_from(
-        ["nereus", "serve", "--allow-metrics=false", "--disable-component-cache", "--model-repository"]
-            .map(std::ffi::OsString::from)
-            .into_iter()
-            .chain([scratch.0.clone().into_os_string()]),
-    )?;
-    let args = match cli.command {
-        Some(crate::cli::Command::Serve(args)) => *args,
-        _ => anyhow::bail!("internal: the trial server's arguments did not parse as `serve`"),
-    };
+    let args = trial_args(&scratch.0)?;
     let (options, _) = args.server_options(1)?;
     let server = Server::start(options)?;
     server.load_startup_models()?;
@@ -125,6 +120,20 @@ fn trial(file: &Path, config_path: &Path) -> anyhow::Result<bool> {
     server.stop_models();
     server.unload_all();
     Ok(ok)
+}
+
+/// The trial server's settings: `nereus serve`'s defaults on `repository`, without metrics.
+fn trial_args(repository: &Path) -> anyhow::Result<crate::cli::ServeArgs> {
+    let cli = <Cli as clap::Parser>::try_parse_from(
+        ["nereus", "serve", "--allow-metrics=false", "--model-repository"]
+            .map(std::ffi::OsString::from)
+            .into_iter()
+            .chain([repository.as_os_str().to_owned()]),
+    )?;
+    match cli.command {
+        Some(crate::cli::Command::Serve(args)) => Ok(*args),
+        _ => anyhow::bail!("internal: the trial server's arguments did not parse as `serve`"),
+    }
 }
 
 /// Sends one request of zeros (empty strings for BYTES), the smallest the configuration allows,

@@ -109,7 +109,18 @@ fn sources(name: &str, lang: PluginLanguage) -> Vec<File> {
     match lang {
         PluginLanguage::Rust => rust(name),
         PluginLanguage::C => c(name),
-        PluginLanguage::Python | PluginLanguage::Js => Vec::new(),
+        PluginLanguage::Python => interpreted(
+            "app.py",
+            include_str!("../../../plugins/python/add_sub_py/app.py"),
+            "nereus_sdk.py",
+            include_str!("../../../sdk/python/nereus_sdk.py"),
+        ),
+        PluginLanguage::Js => interpreted(
+            "app.js",
+            include_str!("../../../plugins/js/add_sub_js/app.js"),
+            "nereus_sdk.js",
+            include_str!("../../../sdk/js/nereus_sdk.js"),
+        ),
     }
 }
 
@@ -188,6 +199,17 @@ echo "build: wrote $out" >&2
 "#
             ),
         ),
+    ]
+}
+
+/// Python and JavaScript: the example `add_sub` as the entry module, the language's SDK beside it,
+/// and `plugins/build.sh` — the one build script of both — as `build.sh` (it finds the SDK in the
+/// folder and the WIT in `.nereus/wit`).
+fn interpreted(entry: &str, source: &str, sdk: &str, sdk_source: &str) -> Vec<File> {
+    vec![
+        File::new(entry, source),
+        File::new(sdk, sdk_source),
+        File::script("build.sh", include_str!("../../../plugins/build.sh")),
     ]
 }
 
