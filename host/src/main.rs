@@ -11,6 +11,9 @@ use nereus::server::{Server, ServerOptions};
 use nereus::shutdown::{self, OpenConnections, Outcome};
 
 fn main() -> anyhow::Result<()> {
+    // One TLS crypto provider for the whole process (ring, which the endpoints' TLS uses): the
+    // object-store client is built without one of its own.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
@@ -67,6 +70,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .or_else(nereus::backend::onnx::default_library),
         autocomplete: !args.strict_model_config && !args.disable_auto_complete_config,
         cache_directory: args.cache_directory(),
+        repository_cache: args.repository_cache(),
         strict_readiness: args.strict_readiness,
         exit_on_error: args.exit_on_error,
         test_hooks: args.test_hooks,

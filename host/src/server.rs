@@ -13,7 +13,9 @@ use crate::error::InferError;
 use crate::metrics::Metrics;
 use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
+use crate::repository::location::RepositoryLocation;
 use crate::repository::overrides::LoadOverrides;
+use crate::repository::remote::RemoteRepository;
 use crate::repository::{LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 use crate::scheduler::Caller;
@@ -40,7 +42,10 @@ pub const EXTENSIONS: &[&str] = &[
 pub struct ServerOptions {
     /// The server's name in its metadata (`--id`, as tritonserver's).
     pub id: String,
-    pub model_repositories: Vec<PathBuf>,
+    /// `--model-repository`: folders, and remote repositories served from local copies.
+    pub model_repositories: Vec<RepositoryLocation>,
+    /// Where remote repositories' copies live (under `repositories/`).
+    pub repository_cache: PathBuf,
     /// `--model-config-name`: the configuration each model prefers in its `configs/` folder.
     pub model_config_name: Option<String>,
     /// `--model-control-mode` (with `--repository-poll-secs` for POLL).
@@ -162,15 +167,36 @@ impl Server {
             test_hooks: options.test_hooks,
             metrics: metrics.clone(),
         };
+        let remotes = remote_repositories(&options.model_repositories, &options.repository_cache);
+        let roots: Vec<PathBuf> = options
+            .model_repositories
+            .iter()
+            .map(|location| match location {
+                RepositoryLocation::Local(path) => path.clone(),
+                RepositoryLocation::Remote(uri) => {
+                    remotes.iter().find(|r| r.uri() == uri).map(|r| r.root().to_path_buf()).unwrap_or_default()
+                }
+            })
+            .collect();
         let control = Arc::new(ModelControl::new(
             options.control_mode,
-            options.model_repositories.clone(),
+            roots,
+            remotes,
             options.backend_directory.clone(),
             ctx,
             options.exit_timeout,
         ));
-        let unreadable: Vec<&PathBuf> =
-            options.model_repositories.iter().filter(|root| std::fs::read_dir(root).is_err()).collect();
+        // A remote repository is not checked here: its copy is made by the first sync, and one
+        // that cannot be synced leaves the others serving (crate::control).
+        let unreadable: Vec<&PathBuf> = options
+            .model_repositories
+            .iter()
+            .filter_map(|location| match location {
+                RepositoryLocation::Local(path) => Some(path),
+                RepositoryLocation::Remote(_) => None,
+            })
+            .filter(|root| std::fs::read_dir(root).is_err())
+            .collect();
         let initialized = unreadable.is_empty();
         if !initialized {
             for root in &unreadable {
@@ -487,6 +513,17 @@ impl Server {
         // The requests are answered: their traces are over.
         self.tracer.shutdown();
     }
+}
+
+/// The remote repositories among `locations`, with their copies under `cache`.
+fn remote_repositories(locations: &[RepositoryLocation], cache: &std::path::Path) -> Vec<Arc<RemoteRepository>> {
+    locations
+        .iter()
+        .filter_map(|location| match location {
+            RepositoryLocation::Remote(uri) => Some(Arc::new(RemoteRepository::new(uri.clone(), cache))),
+            RepositoryLocation::Local(_) => None,
+        })
+        .collect()
 }
 
 /// Starts the repository poller (POLL mode): a look at the repositories every `interval` until
