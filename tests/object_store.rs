@@ -129,6 +129,13 @@ impl Moto {
         self.put(bucket, &format!("{prefix}/{name}/config.pbtxt"), config.as_bytes());
         self.put(bucket, &format!("{prefix}/{name}/1/"), b"");
     }
+    /// A new bucket holding the add_sub models `models` under `prefix`.
+    fn bucket(&self, bucket: &str, prefix: &str, models: &[&str]) {
+        self.create_bucket(bucket);
+        for model in models {
+            self.put_model(bucket, prefix, model);
+        }
+    }
     fn uri(&self, bucket: &str, prefix: &str) -> String {
         format!("s3://127.0.0.1:{}/{bucket}/{prefix}", self.port)
     }
@@ -179,8 +186,7 @@ fn wait_for(server: &Server, what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn serves_a_bucket_and_loads_a_model_added_after_start() {
     let Some(moto) = start_moto() else { return };
-    moto.create_bucket("models");
-    moto.put_model("models", "triton/repo", "first");
+    moto.bucket("models", "triton/repo", &["first"]);
     let (local, cache) = (Repo::new(), TempDir::new("s3-cache"));
     let uri = moto.uri("models", "triton//repo/");
     let server = start(
@@ -190,6 +196,7 @@ fn serves_a_bucket_and_loads_a_model_added_after_start() {
         &aws_env(&cache),
     );
     assert_eq!(infer_sum(&server, "first"), (1..17).collect::<Vec<i64>>());
+    assert_eq!(server.get("/v2/health/ready").status, 200);
     // Not in the bucket yet: the load says so.
     let r = server.post_json("/v2/repository/models/second/load", &serde_json::json!({}));
     assert_eq!(r.status, 500, "{}", r.text());
@@ -201,7 +208,7 @@ fn serves_a_bucket_and_loads_a_model_added_after_start() {
     assert_eq!(infer_sum(&server, "second"), (1..17).collect::<Vec<i64>>());
     let copy = std::fs::read_dir(cache.path().join("nereus-repositories")).unwrap().flatten().next().unwrap().path();
     assert!(copy.join("second/config.pbtxt").is_file() && copy.join("second/1").is_dir(), "{}", copy.display());
-    // A changed object reloads the model from the new copy; the unchanged one stays loaded.
+    // A changed object reloads the model from the new copy.
     moto.put(
         "models",
         "triton/repo/second/config.pbtxt",
@@ -210,6 +217,9 @@ fn serves_a_bucket_and_loads_a_model_added_after_start() {
     let r = server.post_json("/v2/repository/models/second/load", &serde_json::json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(server.get("/v2/models/second/config").json()["max_batch_size"], 4);
+    // The syncs copied nothing of the unchanged model again, and it was loaded once.
+    assert_eq!(server.log().matches("successfully loaded 'first'").count(), 1, "{}", server.log());
+    assert_eq!(infer_sum(&server, "first"), (1..17).collect::<Vec<i64>>());
     assert!(
         server.log().contains(&format!("model repository {}", moto.uri("models", "triton/repo"))),
         "{}",
@@ -220,8 +230,7 @@ fn serves_a_bucket_and_loads_a_model_added_after_start() {
 #[test]
 fn polling_follows_the_bucket() {
     let Some(moto) = start_moto() else { return };
-    moto.create_bucket("polled");
-    moto.put_model("polled", "repo", "kept");
+    moto.bucket("polled", "repo", &["kept"]);
     let (local, cache) = (Repo::new(), TempDir::new("s3-poll-cache"));
     let uri = moto.uri("polled", "repo");
     let server = start(
@@ -243,8 +252,7 @@ fn polling_follows_the_bucket() {
 #[test]
 fn a_corrupt_object_and_a_missing_bucket_leave_the_other_models_serving() {
     let Some(moto) = start_moto() else { return };
-    moto.create_bucket("mixed");
-    moto.put_model("mixed", "repo", "good");
+    moto.bucket("mixed", "repo", &["good"]);
     moto.put("mixed", "repo/broken/config.pbtxt", b"name: \"broken\" backend: \"add_sub\" input [ {");
     moto.put("mixed", "repo/broken/1/", b"");
     let (local, cache) = (Repo::new(), TempDir::new("s3-mixed-cache"));
@@ -260,13 +268,14 @@ fn a_corrupt_object_and_a_missing_bucket_leave_the_other_models_serving() {
     let log = server.log();
     assert!(log.contains(&format!("cannot list model repository {missing}: no such bucket 'no-such-bucket'")), "{log}");
     assert_eq!(server.get("/v2/health/live").status, 200);
+    // Live, serving, and not ready: a model is UNAVAILABLE and a repository was never read.
+    assert_ne!(server.get("/v2/health/ready").status, 200);
 }
 
 #[test]
 fn missing_credentials_are_named_and_the_local_models_serve() {
     let Some(moto) = start_moto() else { return };
-    moto.create_bucket("private");
-    moto.put_model("private", "repo", "secret");
+    moto.bucket("private", "repo", &["secret"]);
     let (local, cache) = (Repo::new(), TempDir::new("s3-nocreds-cache"));
     local.example("simple");
     let mut env = aws_env(&cache);
@@ -291,4 +300,9 @@ fn missing_credentials_are_named_and_the_local_models_serve() {
     assert_eq!(r.status, 500, "{}", r.text());
     assert!(r.error().contains("no AWS credentials"), "{}", r.error());
     assert_eq!(server.get("/v2/health/live").status, 200);
+    // Not ready while the repository has never been read, with strict readiness; ready without.
+    assert_ne!(server.get("/v2/health/ready").status, 200);
+    drop(server);
+    let server = start(&local, &cache, &["--model-repository", &uri, "--strict-readiness=false"], &env);
+    assert_eq!(server.get("/v2/health/ready").status, 200);
 }

@@ -114,6 +114,11 @@ impl ModelControl {
         self.mode
     }
 
+    /// Whether every remote repository has been copied at least once (readiness waits for it).
+    pub fn remotes_synced(&self) -> bool {
+        self.remote.all_synced_once()
+    }
+
     /// Loads what the mode loads at start-up: every model, or in EXPLICIT mode the
     /// `--load-model` ones (`*` alone: every model). Models that fail are UNAVAILABLE with the
     /// reason, and their names returned (`--exit-on-error` decides what becomes of the server);

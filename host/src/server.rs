@@ -316,14 +316,16 @@ impl Server {
     /// `/v2/health/ready`: never before the server initialized; not ready from the moment a
     /// shutdown begins (so that probes take the server out of rotation while it drains), "Server
     /// exiting" once the models stop; otherwise ready when every model tried is, those unloaded
-    /// and those left out as duplicates aside (`--strict-readiness`, the default), or at once.
+    /// and those left out as duplicates aside, and every remote repository has been copied once
+    /// (`--strict-readiness`, the default), or at once.
     pub fn ready(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
             Phase::Starting | Phase::Draining => Ok(false),
             Phase::Serving => Ok(self.initialized
                 && (!self.options.strict_readiness
-                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded() || m.is_duplicate()))),
+                    || (self.control.remotes_synced()
+                        && self.models.read().values().all(|m| m.is_ready() || m.is_unloaded() || m.is_duplicate())))),
         }
     }
 

@@ -90,11 +90,7 @@ impl Mirror {
     /// gone from the bucket. An error listing fails the whole sync and leaves the copy as it was.
     pub async fn sync(&self) -> Result<SyncReport, RemoteError> {
         let listed = self.list().await?;
-        let cache_err = |path: &Path, e: std::io::Error| RemoteError::Cache {
-            path: path.display().to_string(),
-            cause: e.to_string(),
-        };
-        std::fs::create_dir_all(&self.root).map_err(|e| cache_err(&self.root, e))?;
+        std::fs::create_dir_all(&self.root).map_err(|e| cache_error(&self.root, e))?;
         self.clear_leftovers();
         let mut manifest = self.read_manifest();
         let mut report = SyncReport::default();
@@ -115,7 +111,7 @@ impl Mirror {
         for model in self.local_models() {
             if !listed.contains_key(&model) {
                 let dir = self.root.join(&model);
-                std::fs::remove_dir_all(&dir).map_err(|e| cache_err(&dir, e))?;
+                std::fs::remove_dir_all(&dir).map_err(|e| cache_error(&dir, e))?;
                 manifest.remove(&model);
                 report.removed.push(model);
             }
@@ -190,21 +186,17 @@ impl Mirror {
         current: &Path,
         staging: &Path,
     ) -> Result<(), RemoteError> {
-        let cache_err = |path: &Path, e: std::io::Error| RemoteError::Cache {
-            path: path.display().to_string(),
-            cause: e.to_string(),
-        };
         let _ = std::fs::remove_dir_all(staging);
-        std::fs::create_dir_all(staging).map_err(|e| cache_err(staging, e))?;
+        std::fs::create_dir_all(staging).map_err(|e| cache_error(staging, e))?;
         for dir in &objects.dirs {
             let path = staging.join(dir);
-            std::fs::create_dir_all(&path).map_err(|e| cache_err(&path, e))?;
+            std::fs::create_dir_all(&path).map_err(|e| cache_error(&path, e))?;
         }
         let mut downloads = Vec::new();
         for (rel, state) in &objects.files {
             let target = staging.join(rel);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| cache_err(parent, e))?;
+                std::fs::create_dir_all(parent).map_err(|e| cache_error(parent, e))?;
             }
             let old = current.join(rel);
             let unchanged = before.and_then(|b| b.files.get(rel)) == Some(state)
@@ -236,31 +228,18 @@ impl Mirror {
         let etag = got.meta.e_tag.clone();
         let expected = got.meta.size;
         let mut stream = got.into_stream();
-        let mut file = std::fs::File::create(target)
-            .map_err(|e| RemoteError::Cache { path: target.display().to_string(), cause: e.to_string() })?;
+        let mut file = std::fs::File::create(target).map_err(|e| cache_error(target, e))?;
         let mut md5 = md5::Md5::new();
         let mut written: u64 = 0;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(failed)?;
             md5.update(&chunk);
             written += chunk.len() as u64;
-            file.write_all(&chunk)
-                .map_err(|e| RemoteError::Cache { path: target.display().to_string(), cause: e.to_string() })?;
+            file.write_all(&chunk).map_err(|e| cache_error(target, e))?;
         }
-        file.sync_all().map_err(|e| RemoteError::Cache { path: target.display().to_string(), cause: e.to_string() })?;
-        let corrupt = |why: String| Err(RemoteError::Corrupt { object: object.clone(), why });
-        if written != expected {
-            return corrupt(format!("{written} bytes arrived, the store says {expected} bytes"));
-        }
-        if self.uri.cloud == Cloud::S3
-            && let Some(want) = etag.as_deref().and_then(plain_md5)
-        {
-            let have: String = md5.finalize().iter().map(|b| format!("{b:02x}")).collect();
-            if have != want {
-                return corrupt(format!("its content's MD5 is {have}, its ETag says {want}"));
-            }
-        }
-        Ok(())
+        file.sync_all().map_err(|e| cache_error(target, e))?;
+        let digest: String = md5.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        verify(&object, self.uri.cloud, written, expected, etag.as_deref(), &digest)
     }
 
     /// Whether every file the manifest lists is in the copy with its size (a copy someone
@@ -300,22 +279,47 @@ impl Mirror {
     fn write_manifest(&self, manifest: &BTreeMap<String, ModelObjects>) -> Result<(), RemoteError> {
         let path = self.root.join(MANIFEST);
         let partial = self.root.join(".manifest.json.partial");
-        let err = |e: std::io::Error| RemoteError::Cache { path: path.display().to_string(), cause: e.to_string() };
-        let bytes = serde_json::to_vec(manifest).map_err(|e| err(std::io::Error::other(e)))?;
-        std::fs::write(&partial, bytes).map_err(err)?;
-        std::fs::rename(&partial, &path).map_err(err)
+        let bytes = serde_json::to_vec(manifest).map_err(|e| cache_error(&path, e))?;
+        std::fs::write(&partial, bytes).map_err(|e| cache_error(&partial, e))?;
+        std::fs::rename(&partial, &path).map_err(|e| cache_error(&path, e))
     }
+}
+
+/// A failure to write the local copy at `path`.
+fn cache_error(path: &Path, cause: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Cache { path: path.display().to_string(), cause: cause.to_string() }
+}
+
+/// Whether a download is whole: `written` bytes against the store's `expected` size, and for S3
+/// the content's MD5 (`digest`, lowercase hex) against an ETag that is one.
+fn verify(
+    object: &str,
+    cloud: Cloud,
+    written: u64,
+    expected: u64,
+    etag: Option<&str>,
+    digest: &str,
+) -> Result<(), RemoteError> {
+    let corrupt = |why: String| Err(RemoteError::Corrupt { object: object.to_string(), why });
+    if written != expected {
+        return corrupt(format!("{written} bytes arrived, the store says {expected} bytes"));
+    }
+    if cloud == Cloud::S3
+        && let Some(want) = etag.and_then(plain_md5)
+        && digest != want
+    {
+        return corrupt(format!("its content's MD5 is {digest}, its ETag says {want}"));
+    }
+    Ok(())
 }
 
 /// Replaces `current` with `staging`, through `old`.
 fn swap(current: &Path, staging: &Path, old: &Path) -> Result<(), RemoteError> {
-    let err =
-        |path: &Path, e: std::io::Error| RemoteError::Cache { path: path.display().to_string(), cause: e.to_string() };
     let _ = std::fs::remove_dir_all(old);
     if current.exists() {
-        std::fs::rename(current, old).map_err(|e| err(current, e))?;
+        std::fs::rename(current, old).map_err(|e| cache_error(current, e))?;
     }
-    std::fs::rename(staging, current).map_err(|e| err(current, e))?;
+    std::fs::rename(staging, current).map_err(|e| cache_error(current, e))?;
     let _ = std::fs::remove_dir_all(old);
     Ok(())
 }
@@ -358,6 +362,7 @@ pub fn cause(e: &object_store::Error, uri: &RemoteUri) -> String {
 mod tests {
     use super::*;
     use object_store::local::LocalFileSystem;
+    use std::os::unix::ffi::OsStrExt;
 
     fn temp(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("nereus-mirror-{tag}-{}", std::process::id()));
@@ -416,18 +421,36 @@ mod tests {
 
     #[test]
     fn a_listing_failure_leaves_the_copy_and_names_the_repository() {
-        let (bucket, root) = (temp("gone"), temp("gone-root"));
+        let (bucket, root) = (temp("unreadable"), temp("unreadable-root"));
         put(&bucket, "a/config.pbtxt", "x");
         let m = mirror(&bucket, &root);
         sync(&m);
-        std::fs::remove_dir_all(&bucket).unwrap();
+        // A folder inside the bucket that cannot be read fails the listing (root reads anything,
+        // so a name that is not valid UTF-8 stands in for it: the store cannot list it).
+        let bad = bucket.join(std::ffi::OsStr::from_bytes(b"a/\xff"));
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::write(bad.join("f"), "x").unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        match rt.block_on(m.sync()) {
-            // A missing folder lists as empty for the local store: the copy follows it.
-            Ok(report) => assert_eq!(report.removed, ["a"]),
-            Err(e) => assert!(e.to_string().contains(&m.uri.text), "{e}"),
-        }
+        let e = rt.block_on(m.sync()).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("cannot list model repository {}: ", m.uri.text)), "{e}");
+        assert_eq!(std::fs::read_to_string(root.join("a/config.pbtxt")).unwrap(), "x");
+        std::fs::remove_dir_all(bucket).unwrap();
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn downloads_are_checked_against_the_size_and_an_md5_etag() {
+        let object = "s3://b/m/1/model.onnx";
+        let md5_of_a = "0cc175b9c0f1b6a831c399e269772661";
+        assert_eq!(verify(object, Cloud::S3, 1, 1, Some(&format!("\"{md5_of_a}\"")), md5_of_a), Ok(()));
+        let short = verify(object, Cloud::S3, 1, 2, None, md5_of_a).unwrap_err().to_string();
+        assert_eq!(short, "s3://b/m/1/model.onnx is corrupt: 1 bytes arrived, the store says 2 bytes");
+        let other = "92eb5ffee6ae2fec3ad71c777531578f";
+        let wrong = verify(object, Cloud::S3, 1, 1, Some(&format!("\"{md5_of_a}\"")), other).unwrap_err().to_string();
+        assert!(wrong.contains(object) && wrong.contains("MD5") && wrong.contains(other), "{wrong}");
+        // Multipart ETags, and other clouds' ETags, are not MD5s: only the size is checked.
+        assert_eq!(verify(object, Cloud::S3, 1, 1, Some("\"abc-2\""), other), Ok(()));
+        assert_eq!(verify(object, Cloud::Gcs, 1, 1, Some(md5_of_a), other), Ok(()));
     }
 
     #[test]

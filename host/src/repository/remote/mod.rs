@@ -80,6 +80,8 @@ pub struct RemoteSet {
     failed_models: Mutex<BTreeMap<String, String>>,
     /// Repositories that could not be synced at all, with why, by address.
     failed_repositories: Mutex<BTreeMap<String, String>>,
+    /// The repositories synced at least once: until then their models are unknown.
+    synced: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl RemoteSet {
@@ -100,6 +102,7 @@ impl RemoteSet {
             match outcome {
                 Ok(report) => {
                     failed_repositories.remove(&uri);
+                    self.synced.lock().insert(uri.clone());
                     if !report.updated.is_empty() || !report.removed.is_empty() {
                         tracing::info!(
                             "model repository {uri}: copied {:?}, removed {:?} (local copy {})",
@@ -128,6 +131,14 @@ impl RemoteSet {
                 }
             }
         }
+    }
+
+    /// Whether every repository has been synced at least once (its models are known): the
+    /// server is not ready before (`--strict-readiness`), as a pod whose bucket it cannot read
+    /// must not take traffic for models it does not have.
+    pub fn all_synced_once(&self) -> bool {
+        let synced = self.synced.lock();
+        self.repositories.iter().all(|r| synced.contains(&r.uri().text))
     }
 
     /// The models whose copy could not be made, with why.
