@@ -59,12 +59,18 @@ fn moto_server() -> Option<PathBuf> {
 
 /// Starts moto, or says why the test is skipped (`None`).
 fn start_moto() -> Option<Moto> {
+    start_moto_with(&[])
+}
+
+/// The same, with environment variables for moto.
+fn start_moto_with(env: &[(&str, &str)]) -> Option<Moto> {
     let Some(exe) = moto_server() else {
         eprintln!("skipped: moto_server not found (scripts/setup.sh --test installs it; scripts/test.sh requires it)");
         return None;
     };
     let mut child = Command::new(&exe)
         .args(["-H", "127.0.0.1", "-p", "0"])
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -247,6 +253,11 @@ fn polling_follows_the_bucket() {
     moto.delete("polled", "repo/added/1");
     wait_for(&server, "the removed model to unload", || server.get("/v2/models/added/ready").status != 200);
     assert_eq!(server.get("/v2/models/kept/ready").status, 200);
+    // The store goes away: the polls fail, say so, and what was loaded keeps serving.
+    drop(moto);
+    wait_for(&server, "a failed poll", || server.log().contains(&format!("cannot list model repository {uri}")));
+    assert_eq!(infer_sum(&server, "kept"), (1..17).collect::<Vec<i64>>());
+    assert_eq!(server.get("/v2/health/ready").status, 200);
 }
 
 #[test]
@@ -305,4 +316,55 @@ fn missing_credentials_are_named_and_the_local_models_serve() {
     drop(server);
     let server = start(&local, &cache, &["--model-repository", &uri, "--strict-readiness=false"], &env);
     assert_eq!(server.get("/v2/health/ready").status, 200);
+}
+
+#[test]
+fn credentials_from_tritons_credential_file() {
+    let Some(moto) = start_moto() else { return };
+    moto.bucket("filed", "repo", &["from_file"]);
+    let (local, cache) = (Repo::new(), TempDir::new("s3-credfile-cache"));
+    let uri = moto.uri("filed", "repo");
+    // The longest matching name wins; the environment has no keys.
+    let file = cache.path().join("credentials.json");
+    let json = serde_json::json!({"s3": {
+        format!("s3://127.0.0.1:{}", moto.port): {"key_id": "wrong", "secret_key": "wrong"},
+        uri.clone(): {"key_id": "testing", "secret_key": "testing", "region": "us-east-1"},
+    }});
+    std::fs::write(&file, json.to_string()).unwrap();
+    let mut env = aws_env(&cache);
+    env.retain(|(k, _)| {
+        !k.starts_with("AWS_ACCESS") && !k.starts_with("AWS_SECRET") && *k != "TRITON_CLOUD_CREDENTIAL_PATH"
+    });
+    env.push(("TRITON_CLOUD_CREDENTIAL_PATH", file.display().to_string()));
+    let server = start(&local, &cache, &["--model-repository", &uri], &env);
+    assert_eq!(infer_sum(&server, "from_file"), (1..17).collect::<Vec<i64>>());
+    // An address no entry matches is refused, naming the file, as Triton's "Cannot match".
+    drop(server);
+    let other = format!("s3://localhost:{}/unlisted/repo", moto.port);
+    let server = start(&local, &cache, &["--model-repository", &other, "--strict-readiness=false"], &env);
+    let log = server.log();
+    assert!(
+        log.contains(&format!("no credential in TRITON_CLOUD_CREDENTIAL_PATH file {} matches {other}", file.display())),
+        "{log}"
+    );
+}
+
+#[test]
+fn refused_credentials_are_named() {
+    // moto checks signatures after its first request (the bucket's creation): the test's keys
+    // belong to no user it knows.
+    let Some(moto) = start_moto_with(&[("INITIAL_NO_AUTH_ACTION_COUNT", "1")]) else { return };
+    moto.create_bucket("guarded");
+    let (local, cache) = (Repo::new(), TempDir::new("s3-denied-cache"));
+    local.example("simple");
+    let uri = moto.uri("guarded", "repo");
+    let server = start(&local, &cache, &["--model-repository", &uri], &aws_env(&cache));
+    assert_eq!(infer_sum(&server, "simple"), (1..17).collect::<Vec<i64>>());
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(&format!("cannot list model repository {uri}")))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains(&format!("{uri}: the credentials were refused: ")), "{line}");
+    assert!(line.contains("InvalidAccessKeyId"), "{line}");
 }

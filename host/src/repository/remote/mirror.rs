@@ -89,8 +89,10 @@ impl Mirror {
     /// Lists the repository, then updates the copy of each model that changed and removes those
     /// gone from the bucket. An error listing fails the whole sync and leaves the copy as it was.
     pub async fn sync(&self) -> Result<SyncReport, RemoteError> {
-        let listed = self.list().await?;
+        // The copy's folder first: the scan after a failed sync then finds an empty repository
+        // rather than a missing one.
         std::fs::create_dir_all(&self.root).map_err(|e| cache_error(&self.root, e))?;
+        let listed = self.list().await?;
         self.clear_leftovers();
         let mut manifest = self.read_manifest();
         let mut report = SyncReport::default();
@@ -340,20 +342,16 @@ fn plain_md5(etag: &str) -> Option<String> {
 pub fn cause(e: &object_store::Error, uri: &RemoteUri) -> String {
     use object_store::Error as E;
     let text = e.to_string();
+    let no_bucket = text.contains("NoSuchBucket") || text.contains("ContainerNotFound");
+    // Keys the store does not know, or a wrong secret: said before the 403 that carries them.
+    let refused = text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch");
     match e {
-        E::NotFound { .. } if text.contains("NoSuchBucket") || text.contains("ContainerNotFound") => {
-            format!("no such bucket '{}': {text}", uri.bucket)
-        }
+        _ if no_bucket => format!("no such bucket '{}': {text}", uri.bucket),
+        _ if refused => format!("the credentials were refused: {text}"),
         E::NotFound { .. } => format!("not found: {text}"),
         E::PermissionDenied { .. } => format!("access denied: {text}"),
         E::Unauthenticated { .. } => format!("not authenticated (check the credentials): {text}"),
-        _ if text.contains("NoSuchBucket") || text.contains("ContainerNotFound") => {
-            format!("no such bucket '{}': {text}", uri.bucket)
-        }
         _ if text.contains("AccessDenied") || text.contains("403 Forbidden") => format!("access denied: {text}"),
-        _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => {
-            format!("the credentials were refused: {text}")
-        }
         _ => text,
     }
 }
@@ -451,6 +449,24 @@ mod tests {
         // Multipart ETags, and other clouds' ETags, are not MD5s: only the size is checked.
         assert_eq!(verify(object, Cloud::S3, 1, 1, Some("\"abc-2\""), other), Ok(()));
         assert_eq!(verify(object, Cloud::Gcs, 1, 1, Some(md5_of_a), other), Ok(()));
+    }
+
+    #[test]
+    fn store_errors_say_the_cause_first() {
+        let uri = RemoteUri::parse("s3://bucket/models").unwrap();
+        let generic = |body: &str| object_store::Error::Generic { store: "S3", source: body.to_string().into() };
+        let said = |e: object_store::Error| cause(&e, &uri);
+        assert!(said(generic("404 Not Found: <Code>NoSuchBucket</Code>")).starts_with("no such bucket 'bucket': "));
+        assert!(
+            said(generic("403 Forbidden: <Code>InvalidAccessKeyId</Code>"))
+                .starts_with("the credentials were refused: ")
+        );
+        assert!(said(generic("403 Forbidden: <Code>AccessDenied</Code>")).starts_with("access denied: "));
+        let denied = object_store::Error::PermissionDenied { path: "m".into(), source: "no".into() };
+        assert!(said(denied).starts_with("access denied: "));
+        let missing = object_store::Error::NotFound { path: "m/config.pbtxt".into(), source: "gone".into() };
+        assert!(said(missing).starts_with("not found: "));
+        assert_eq!(said(generic("connection refused")), "Generic S3 error: connection refused");
     }
 
     #[test]
