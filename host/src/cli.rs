@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::repository::location::RepositoryLocation;
 use crate::server::ServerOptions;
 
 #[derive(Parser, Debug)]
@@ -83,9 +84,13 @@ pub struct ServeArgs {
     /// `--id triton`.
     #[arg(long = "id", default_value = "nereus")]
     pub id: String,
-    /// A model repository folder; repeat for several.
-    #[arg(long = "model-repository", alias = "model-store", value_name = "PATH")]
-    pub model_repository: Vec<PathBuf>,
+    /// A model repository: a folder, or a bucket as tritonserver names one: `s3://bucket/path`,
+    /// `s3://host:port/bucket/path` (an S3-compatible store; `s3://https://host:port/…` for TLS),
+    /// `gs://bucket/path`, `as://account/container/path` (or `az://`), `file:///folder`. A remote
+    /// one is copied under `--cache-directory` and served from the copy (see docs/deploy.md).
+    /// Repeat for several.
+    #[arg(long = "model-repository", alias = "model-store", value_name = "PATH|URI", value_parser = repository_location)]
+    pub model_repository: Vec<RepositoryLocation>,
     /// How models are loaded and changed while the server runs, as tritonserver's: `none` loads
     /// every model at start-up and changes nothing after; `poll` also looks at the repositories
     /// every `--repository-poll-secs` and loads, reloads and unloads what changed; `explicit` loads
@@ -128,7 +133,8 @@ pub struct ServeArgs {
     /// Do not auto-complete configurations from the models (instance groups are still filled in).
     #[arg(long = "disable-auto-complete-config")]
     pub disable_auto_complete_config: bool,
-    /// Folder for precompiled components (default: $XDG_CACHE_HOME/nereus or ~/.cache/nereus).
+    /// Folder for precompiled components and the copies of remote model repositories (default:
+    /// $XDG_CACHE_HOME/nereus or ~/.cache/nereus).
     #[arg(long = "cache-directory", value_name = "DIR")]
     pub cache_directory: Option<PathBuf>,
     /// Compile components afresh on every start.
@@ -433,6 +439,7 @@ impl ServeArgs {
                 .or_else(crate::backend::onnx::default_library),
             autocomplete: !self.strict_model_config && !self.disable_auto_complete_config,
             cache_directory: self.cache_directory(),
+            repository_cache: self.repository_cache(),
             strict_readiness: self.strict_readiness,
             exit_on_error: self.exit_on_error,
             test_hooks: self.test_hooks,
@@ -450,8 +457,8 @@ impl ServeArgs {
 
     /// The model repositories, each once: tritonserver keeps them in a set, so naming a folder
     /// twice is naming it once (its models are not duplicates of themselves).
-    pub fn repositories(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = Vec::new();
+    pub fn repositories(&self) -> Vec<RepositoryLocation> {
+        let mut out: Vec<RepositoryLocation> = Vec::new();
         for path in &self.model_repository {
             if !out.contains(path) {
                 out.push(path.clone());
@@ -474,12 +481,23 @@ impl ServeArgs {
         if self.disable_component_cache {
             return None;
         }
+        self.cache_base()
+    }
+
+    /// `--cache-directory`, or $XDG_CACHE_HOME/nereus, or ~/.cache/nereus.
+    fn cache_base(&self) -> Option<PathBuf> {
         self.cache_directory.clone().or_else(|| {
             std::env::var_os("XDG_CACHE_HOME")
                 .map(PathBuf::from)
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
                 .map(|c| c.join("nereus"))
         })
+    }
+
+    /// Where remote repositories are copied: the cache folder even with
+    /// `--disable-component-cache` (a copy is needed to serve at all), else the temporary folder.
+    pub fn repository_cache(&self) -> PathBuf {
+        self.cache_base().unwrap_or_else(|| std::env::temp_dir().join("nereus"))
     }
 }
 
@@ -532,6 +550,12 @@ fn share(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A `--model-repository`: a folder, or a remote address checked now (a malformed one is a
+/// command-line error, not a repository that fails later).
+fn repository_location(value: &str) -> Result<RepositoryLocation, String> {
+    RepositoryLocation::parse(value).map_err(|e| e.to_string())
+}
+
 /// A `--model-config-name`: a file name in the model's `configs/` folder, without its `.pbtxt`.
 fn config_name(value: &str) -> Result<String, String> {
     if value.is_empty() || value.contains(['/', '\\']) || value == "." || value == ".." {
@@ -570,7 +594,21 @@ mod tests {
     #[test]
     fn a_repository_named_twice_is_one_repository() {
         let args = serve(&["--model-repository", "other", "--model-repository=m", "--model-store", "other"]).unwrap();
-        assert_eq!(args.repositories(), [PathBuf::from("m"), PathBuf::from("other")]);
+        assert_eq!(args.repositories(), [PathBuf::from("m").into(), PathBuf::from("other").into()]);
+    }
+
+    #[test]
+    fn remote_repositories_are_parsed_on_the_command_line() {
+        let args = serve(&["--model-repository", "s3://localhost:9000/bucket/models/"]).unwrap();
+        let remote = args.repositories().into_iter().find_map(|r| match r {
+            RepositoryLocation::Remote(uri) => Some(uri),
+            RepositoryLocation::Local(_) => None,
+        });
+        let uri = remote.expect("a remote repository");
+        assert_eq!(uri.endpoint.as_deref(), Some("http://localhost:9000"));
+        assert_eq!((uri.bucket.as_str(), uri.prefix.as_str()), ("bucket", "models"));
+        let err = serve(&["--model-repository", "s3://"]).unwrap_err().to_string();
+        assert!(err.contains("no bucket name found"), "{err}");
     }
 
     #[test]

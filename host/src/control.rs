@@ -26,6 +26,7 @@ use crate::model::ModelVersion;
 use crate::proto::inference::repository_index_response::ModelIndex;
 use crate::repository::fingerprint::Fingerprint;
 use crate::repository::overrides::{LoadOverrides, OverrideDir};
+use crate::repository::remote::{RemoteRepository, RemoteSet};
 use crate::repository::{self, LoadContext, ModelEntry, VersionState};
 
 /// tritonserver's `--model-control-mode`.
@@ -58,7 +59,10 @@ enum Failed {
 /// The repository's models and the operations that change which are loaded.
 pub struct ModelControl {
     mode: ControlMode,
+    /// The folders scanned: local repositories, and remote repositories' copies.
     repositories: Vec<PathBuf>,
+    /// The remote repositories, synced into their copies before each scan.
+    remote: RemoteSet,
     backend_dir: Option<PathBuf>,
     ctx: LoadContext,
     /// Held through every load, unload and poll: one at a time.
@@ -86,6 +90,7 @@ impl ModelControl {
     pub fn new(
         mode: ControlMode,
         repositories: Vec<PathBuf>,
+        remotes: Vec<Arc<RemoteRepository>>,
         backend_dir: Option<PathBuf>,
         ctx: LoadContext,
         unload_timeout: Duration,
@@ -93,6 +98,7 @@ impl ModelControl {
         ModelControl {
             mode,
             repositories,
+            remote: RemoteSet::new(remotes),
             backend_dir,
             ctx,
             ops: Mutex::new(()),
@@ -106,6 +112,11 @@ impl ModelControl {
 
     pub fn mode(&self) -> ControlMode {
         self.mode
+    }
+
+    /// Whether every remote repository has been copied at least once (readiness waits for it).
+    pub fn remotes_synced(&self) -> bool {
+        self.remote.all_synced_once()
     }
 
     /// Loads what the mode loads at start-up: every model, or in EXPLICIT mode the
@@ -146,9 +157,13 @@ impl ModelControl {
     /// ensembles after the models they compose. Returns the names that failed.
     fn load_all(&self, threads: usize) -> Vec<String> {
         let _ops = self.ops.lock();
+        self.remote.sync();
         let (found, conflicts) = repository::scan(&self.repositories);
         self.mark_loading(found.iter().map(|(name, _)| name));
-        let failed = Mutex::new(Vec::new());
+        let failed = Mutex::new(self.remote.failed_repositories().into_keys().collect::<Vec<_>>());
+        for name in self.mark_remote_failures(&found) {
+            failed.lock().push(name);
+        }
         for (name, reason) in conflicts {
             tracing::error!("model '{name}' is unavailable: {reason}{}", reason.folders());
             self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), reason));
@@ -207,6 +222,7 @@ impl ModelControl {
             return Err(InferError::invalid(format!("failed to load '{name}': invalid model name")));
         }
         let _ops = self.ops.lock();
+        self.remote.sync();
         self.explicit.lock().insert(name.to_string());
         let loaded = self.load_locked(name, overrides, &mut HashSet::from([name.to_string()]));
         // A failed load of the model itself is logged where it fails; one that never reached it
@@ -481,8 +497,16 @@ impl ModelControl {
     /// failed reload keeps the old serving), and unloads those whose folder is gone.
     pub fn poll(&self) {
         let _ops = self.ops.lock();
+        self.remote.sync();
         let (found, conflicts) = repository::scan(&self.repositories);
-        let present: BTreeSet<&String> = found.iter().map(|(n, _)| n).chain(conflicts.iter().map(|(n, _)| n)).collect();
+        self.mark_remote_failures(&found);
+        let remote_failures = self.remote.failed_models();
+        let present: BTreeSet<&String> = found
+            .iter()
+            .map(|(n, _)| n)
+            .chain(conflicts.iter().map(|(n, _)| n))
+            .chain(remote_failures.keys())
+            .collect();
         let gone: Vec<String> = self
             .ctx
             .models
@@ -571,7 +595,9 @@ impl ModelControl {
     /// The repository index: every model folder of the repositories, with its versions' states
     /// and reasons where it has been loaded (or tried), and its name alone where it has not.
     pub fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
-        let names = repository::folder_names(&self.repositories);
+        let mut names = repository::folder_names(&self.repositories);
+        // Remote models whose copy could not be made have no folder, but a reason to show.
+        names.extend(self.remote.failed_models().into_keys());
         let duplicates = repository::duplicate_names(&self.repositories);
         let table = self.ctx.models.read();
         let busy = self.busy.lock();
@@ -673,11 +699,32 @@ impl ModelControl {
         }
     }
 
+    /// Makes the models of remote repositories whose copy could not be made, and that have no
+    /// earlier copy in `found`, UNAVAILABLE with why. Returns their names.
+    fn mark_remote_failures(&self, found: &[(String, PathBuf)]) -> Vec<String> {
+        let mut marked = Vec::new();
+        for (name, why) in self.remote.failed_models() {
+            if found.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let known = self.ctx.models.read().get(&name).is_some_and(|e| e.failure().as_deref() == Some(why.as_str()));
+            if !known {
+                self.attempted.lock().remove(&name);
+                self.replace(&name, ModelEntry::unavailable(&name, Path::new(""), LoadError::Remote(why)));
+            }
+            marked.push(name);
+        }
+        marked
+    }
+
     /// `name`'s folder in the repositories: exactly one must have it.
     fn find(&self, name: &str) -> Result<PathBuf, String> {
         let dirs: Vec<PathBuf> = self.repositories.iter().map(|r| r.join(name)).filter(|d| d.is_dir()).collect();
         match dirs.as_slice() {
-            [] => Err("model not found in any model repository".into()),
+            [] => Err(self
+                .remote
+                .explain_missing(name)
+                .unwrap_or_else(|| "model not found in any model repository".into())),
             [dir] => Ok(dir.clone()),
             _ => Err("not unique across all model repositories".into()),
         }

@@ -22,6 +22,10 @@ pub enum LoadError {
     /// word, as the repository index shows it; [`LoadError::folders`] names the folders).
     #[error("model appears in two or more repositories")]
     Duplicate { dirs: Vec<PathBuf> },
+    /// The model's objects in a remote repository could not be copied (the words name the object
+    /// and the cause); nothing of it was loaded.
+    #[error("{0}")]
+    Remote(String),
     /// A file the load needs (`config.pbtxt`, a backend's component) cannot be read.
     #[error("cannot read {}: {source}", .path.display())]
     Unreadable {

@@ -11,6 +11,9 @@ use nereus::server::Server;
 use nereus::shutdown::{self, OpenConnections, Outcome};
 
 fn main() -> anyhow::Result<()> {
+    // One TLS crypto provider for the whole process (ring, which the endpoints' TLS uses): the
+    // object-store client is built without one of its own.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => *args,

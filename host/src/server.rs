@@ -13,7 +13,9 @@ use crate::error::InferError;
 use crate::metrics::Metrics;
 use crate::model::{ModelResolver, ModelVersion};
 use crate::proto::inference as pb;
+use crate::repository::location::RepositoryLocation;
 use crate::repository::overrides::LoadOverrides;
+use crate::repository::remote::RemoteRepository;
 use crate::repository::{LoadContext, ModelEntry, ModelTable, VersionState};
 use crate::request::{InferenceRequest, ResponseReceiver, StreamReceiver};
 use crate::scheduler::Caller;
@@ -40,7 +42,10 @@ pub const EXTENSIONS: &[&str] = &[
 pub struct ServerOptions {
     /// The server's name in its metadata (`--id`, as tritonserver's).
     pub id: String,
-    pub model_repositories: Vec<PathBuf>,
+    /// `--model-repository`: folders, and remote repositories served from local copies.
+    pub model_repositories: Vec<RepositoryLocation>,
+    /// Where remote repositories' copies live (under `repositories/`).
+    pub repository_cache: PathBuf,
     /// `--model-config-name`: the configuration each model prefers in its `configs/` folder.
     pub model_config_name: Option<String>,
     /// `--model-control-mode` (with `--repository-poll-secs` for POLL).
@@ -162,15 +167,36 @@ impl Server {
             test_hooks: options.test_hooks,
             metrics: metrics.clone(),
         };
+        let remotes = remote_repositories(&options.model_repositories, &options.repository_cache);
+        let roots: Vec<PathBuf> = options
+            .model_repositories
+            .iter()
+            .map(|location| match location {
+                RepositoryLocation::Local(path) => path.clone(),
+                RepositoryLocation::Remote(uri) => {
+                    remotes.iter().find(|r| r.uri() == uri).map(|r| r.root().to_path_buf()).unwrap_or_default()
+                }
+            })
+            .collect();
         let control = Arc::new(ModelControl::new(
             options.control_mode,
-            options.model_repositories.clone(),
+            roots,
+            remotes,
             options.backend_directory.clone(),
             ctx,
             options.exit_timeout,
         ));
-        let unreadable: Vec<&PathBuf> =
-            options.model_repositories.iter().filter(|root| std::fs::read_dir(root).is_err()).collect();
+        // A remote repository is not checked here: its copy is made by the first sync, and one
+        // that cannot be synced leaves the others serving (crate::control).
+        let unreadable: Vec<&PathBuf> = options
+            .model_repositories
+            .iter()
+            .filter_map(|location| match location {
+                RepositoryLocation::Local(path) => Some(path),
+                RepositoryLocation::Remote(_) => None,
+            })
+            .filter(|root| std::fs::read_dir(root).is_err())
+            .collect();
         let initialized = unreadable.is_empty();
         if !initialized {
             for root in &unreadable {
@@ -290,14 +316,16 @@ impl Server {
     /// `/v2/health/ready`: never before the server initialized; not ready from the moment a
     /// shutdown begins (so that probes take the server out of rotation while it drains), "Server
     /// exiting" once the models stop; otherwise ready when every model tried is, those unloaded
-    /// and those left out as duplicates aside (`--strict-readiness`, the default), or at once.
+    /// and those left out as duplicates aside, and every remote repository has been copied once
+    /// (`--strict-readiness`, the default), or at once.
     pub fn ready(&self) -> Result<bool, InferError> {
         match self.phase() {
             Phase::Stopping => Err(InferError::unavailable("Server exiting")),
             Phase::Starting | Phase::Draining => Ok(false),
             Phase::Serving => Ok(self.initialized
                 && (!self.options.strict_readiness
-                    || self.models.read().values().all(|m| m.is_ready() || m.is_unloaded() || m.is_duplicate()))),
+                    || (self.control.remotes_synced()
+                        && self.models.read().values().all(|m| m.is_ready() || m.is_unloaded() || m.is_duplicate())))),
         }
     }
 
@@ -487,6 +515,17 @@ impl Server {
         // The requests are answered: their traces are over.
         self.tracer.shutdown();
     }
+}
+
+/// The remote repositories among `locations`, with their copies under `cache`.
+fn remote_repositories(locations: &[RepositoryLocation], cache: &std::path::Path) -> Vec<Arc<RemoteRepository>> {
+    locations
+        .iter()
+        .filter_map(|location| match location {
+            RepositoryLocation::Remote(uri) => Some(Arc::new(RemoteRepository::new(uri.clone(), cache))),
+            RepositoryLocation::Local(_) => None,
+        })
+        .collect()
 }
 
 /// Starts the repository poller (POLL mode): a look at the repositories every `interval` until

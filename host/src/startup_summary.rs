@@ -111,8 +111,8 @@ pub fn options(server: &Server) -> Table {
     table.row(["server_id", &o.id]);
     table.row(["server_version", env!("CARGO_PKG_VERSION")]);
     table.row(["server_extensions".to_string(), EXTENSIONS.join(" ")]);
-    for (i, path) in o.model_repositories.iter().enumerate() {
-        table.row([format!("model_repository_path[{i}]"), path.display().to_string()]);
+    for (i, location) in o.model_repositories.iter().enumerate() {
+        table.row([format!("model_repository_path[{i}]"), location.to_string()]);
     }
     let mode = match o.control_mode {
         ControlMode::None => "MODE_NONE",

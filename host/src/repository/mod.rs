@@ -2,7 +2,9 @@
 //! configuration or backend is unusable becomes UNAVAILABLE with the reason; the others load.
 //! Which models load when, and how a loaded one is replaced, is `crate::control`'s business.
 pub mod fingerprint;
+pub mod location;
 pub mod overrides;
+pub mod remote;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
