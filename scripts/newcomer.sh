@@ -70,6 +70,19 @@ until [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 localhost:8000/v2
     tail -50 "$work/serve.log" >&2
     exit 1
   fi
+  # The models have loaded (the server says how many are READY) and yet it is not ready: one of
+  # the example models failed, which waiting will not mend.
+  if grep -q 'Nereus is ready: ' "$work/serve.log"; then
+    sleep 2 # readiness follows the ready line at once; a moment for a slow machine
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 localhost:8000/v2/health/ready || true) != 200 ]]; then
+      echo "README command 1: the models loaded but the server is not ready; the example repository's models:" >&2
+      curl -s -X POST --max-time 5 localhost:8000/v2/repository/index >&2 || true
+      echo >&2
+      tail -50 "$work/serve.log" >&2
+      kill -- -"$group" 2>/dev/null || true
+      exit 1
+    fi
+  fi
   if (($(date +%s) - started > 2700)); then
     echo "README command 1: not ready after 45 minutes" >&2
     tail -50 "$work/serve.log" >&2
