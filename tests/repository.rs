@@ -163,6 +163,14 @@ fn version_folders_and_missing_specific_versions_as_tritonserver() {
     assert!(!log.contains("'configs'"), "configs is not a version folder:\n{log}");
 }
 
+/// A component exporting an (empty) lifecycle and importing `import`.
+fn backend_importing(import: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(component {import} (instance $l) (export "nereus:backend/lifecycle@1.1.0" (instance $l)))"#
+    ))
+    .unwrap()
+}
+
 /// Components that are malformed or built for another interface make their model UNAVAILABLE with
 /// the reason; the other models (and a healthy component) load and serve.
 #[test]
@@ -176,25 +184,36 @@ fn malformed_and_mismatched_components_are_unavailable_with_the_reason() {
         (
             "empty_component",
             wat::parse_str("(component)").unwrap(),
-            "no exported instance named `nereus:backend/lifecycle@1.1.0`",
+            "it exports no nereus:backend/lifecycle interface, so it is not a Nereus backend (it exports: nothing)",
         ),
         (
             "extra_import",
-            wat::parse_str(r#"(component (import "evil:net/socket" (instance (export "connect" (func)))))"#).unwrap(),
-            "component imports instance `evil:net/socket`, but a matching implementation was not found",
+            backend_importing(r#"(import "evil:net/socket" (instance (export "connect" (func))))"#),
+            "it imports evil:net/socket (an interface unknown to Nereus), which Nereus does not provide to sandboxed backends",
         ),
         (
             "wrong_version",
-            wat::parse_str(r#"(component (import "nereus:backend/host@9.0.0" (instance (export "log" (func)))))"#)
-                .unwrap(),
-            "component imports instance `nereus:backend/host@9.0.0`, but a matching implementation was not found",
+            backend_importing(r#"(import "nereus:backend/host@9.0.0" (instance (export "log" (func))))"#),
+            "it imports nereus:backend/host@9.0.0 (the Nereus host API of another major version), which Nereus does not provide",
         ),
         (
             // Before 1.0 every minor version was its own incompatible track.
             "older_major",
-            wat::parse_str(r#"(component (import "nereus:backend/host@0.1.0" (instance (export "log" (func)))))"#)
+            backend_importing(r#"(import "nereus:backend/host@0.1.0" (instance (export "log" (func))))"#),
+            "it imports nereus:backend/host@0.1.0 (the Nereus host API of another major version)",
+        ),
+        (
+            "lifecycle_v9",
+            wat::parse_str(r#"(component (instance $l) (export "nereus:backend/lifecycle@9.0.0" (instance $l)))"#)
                 .unwrap(),
-            "component imports instance `nereus:backend/host@0.1.0`, but a matching implementation was not found",
+            "it was built against nereus:backend@9.0.0, which this server (1.1.0) does not implement",
+        ),
+        (
+            // A lifecycle export whose functions are not the WIT's: the linker's type check says so.
+            "hollow_lifecycle",
+            wat::parse_str(r#"(component (instance $l) (export "nereus:backend/lifecycle@1.1.0" (instance $l)))"#)
+                .unwrap(),
+            "nereus:backend/lifecycle@1.1.0",
         ),
     ];
     for (name, bytes, _) in &fixtures {

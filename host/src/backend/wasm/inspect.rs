@@ -168,6 +168,9 @@ fn classify(name: &str) -> Import {
     let (package, item) = interface.split_once('/').unwrap_or((interface, ""));
     let wasi_02 = version.and_then(Version::parse).is_some_and(|v| v.major == 0 && v.minor == 2);
     let (capability, grant, note) = match package {
+        "nereus:backend" if version.and_then(Version::parse).is_none_or(|v| v.major != HOST_WORLD_VERSION.major) => {
+            ("the Nereus host API of another major version", Grant::Missing, "this server implements 1.x")
+        }
         "nereus:backend" => match item {
             "host" | "types" => ("the Nereus host API", Grant::Granted, "logging and the response sender"),
             _ => ("an unknown part of the Nereus host API", Grant::Missing, "not in nereus:backend"),
