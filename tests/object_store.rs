@@ -12,7 +12,6 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::{Repo, Server, TempDir, http, simple_request};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
@@ -181,14 +180,6 @@ fn infer_sum(server: &Server, model: &str) -> Vec<i64> {
     r.json()["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
 }
 
-fn wait_for(server: &Server, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + common::WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn serves_a_bucket_and_loads_a_model_added_after_start() {
     let Some(moto) = start_moto() else { return };
@@ -247,15 +238,15 @@ fn polling_follows_the_bucket() {
     );
     assert_eq!(server.model_state("kept").0, "READY");
     moto.put_model("polled", "repo", "added");
-    wait_for(&server, "the added model to load", || server.get("/v2/models/added/ready").status == 200);
+    server.wait_until("the added model to load", || server.get("/v2/models/added/ready").status == 200);
     assert_eq!(infer_sum(&server, "added"), (1..17).collect::<Vec<i64>>());
     moto.delete("polled", "repo/added/config.pbtxt");
     moto.delete("polled", "repo/added/1");
-    wait_for(&server, "the removed model to unload", || server.get("/v2/models/added/ready").status != 200);
+    server.wait_until("the removed model to unload", || server.get("/v2/models/added/ready").status != 200);
     assert_eq!(server.get("/v2/models/kept/ready").status, 200);
     // The store goes away: the polls fail, say so, and what was loaded keeps serving.
     drop(moto);
-    wait_for(&server, "a failed poll", || server.log().contains(&format!("cannot list model repository {uri}")));
+    server.wait_until("a failed poll", || server.log().contains(&format!("cannot list model repository {uri}")));
     assert_eq!(infer_sum(&server, "kept"), (1..17).collect::<Vec<i64>>());
     assert_eq!(server.get("/v2/health/ready").status, 200);
 }
