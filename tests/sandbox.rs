@@ -308,6 +308,8 @@ fn a_faulting_instance_drops_to_the_lowest_cpu_priority() {
 
 /// `sandbox.fuel` is a deterministic budget per call: an endless loop runs out of fuel long before
 /// its deadline and fails with the budget named; a request within the budget succeeds right after.
+/// The same component serves a model without a budget beside it (compiled a second time, without
+/// fuel counting): its loop runs until the deadline instead.
 #[test]
 fn a_fuel_budget_stops_a_loop_deterministically() {
     let repo = Repo::new();
@@ -317,7 +319,21 @@ fn a_fuel_budget_stops_a_loop_deterministically() {
 ]"#;
     let dir = repo.model("fueled", &faults_config("fueled", extra), &["1"]);
     install_faults_component(&dir);
+    let unmetered = r#"parameters [ { key: "sandbox.execution_timeout_ms" value: { string_value: "300" } } ]"#;
+    let dir = repo.model("unmetered", &faults_config("unmetered", unmetered), &["1"]);
+    install_faults_component(&dir);
     let s = Server::start(repo.path(), &[]);
+    let r = s.post_json("/v2/models/unmetered/infer", &faults_request("loop"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.error().contains("model 'unmetered'") && r.error().contains("exceeded its execution deadline of 300 ms"),
+        "{}",
+        r.error()
+    );
+    assert_eq!(
+        s.post_json("/v2/models/unmetered/infer", &faults_request("")).json()["outputs"][0]["data"],
+        json!([1, 2, 3])
+    );
     assert_eq!(s.get("/v2/models/fueled/config").json()["parameters"]["sandbox.fuel"]["string_value"], "50000000");
     let r = s.post_json("/v2/models/fueled/infer", &faults_request("loop"));
     assert_eq!(r.status, 500, "{}", r.text());

@@ -12,8 +12,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::backend::wasm::WasmRuntime;
 use crate::backend::wasm::inspect::{ComponentReport, HOST_WORLD_VERSION, Import};
+use crate::backend::wasm::{Metering, WasmRuntime};
 use crate::cli::Cli;
 use crate::config::ModelConfig;
 use crate::config::schema::model_config::SchedulingChoice;
@@ -30,7 +30,7 @@ pub fn check(file: &Path, config: Option<&Path>) -> anyhow::Result<bool> {
     // seconds to compile).
     let runtime =
         WasmRuntime::new(trial_args(Path::new("."))?.cache_directory()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    match runtime.load(&bytes) {
+    match runtime.load(&bytes, Metering::Off) {
         Ok((compiled, _)) => print_report(&compiled.report),
         // Refused: the report, from a compilation of its own, then the reason.
         Err(e) => {

@@ -205,7 +205,7 @@ fn classify(name: &str) -> Import {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::wasm::WasmRuntime;
+    use crate::backend::wasm::{Metering, WasmRuntime};
 
     #[test]
     fn host_world_version_is_the_wit_package_version() {
@@ -226,8 +226,8 @@ mod tests {
 
     fn report(bytes: &[u8]) -> ComponentReport {
         let runtime = WasmRuntime::new(None).unwrap();
-        let component = Component::new(&runtime.engine, bytes).unwrap();
-        ComponentReport::of(&runtime.engine, &component)
+        let component = Component::new(runtime.engine(), bytes).unwrap();
+        ComponentReport::of(runtime.engine(), &component)
     }
 
     /// Every interface the example and fault-injection plugins import is classified as something
@@ -237,10 +237,10 @@ mod tests {
         let runtime = WasmRuntime::new(None).unwrap();
         for (name, path) in nereus_plugins::ALL {
             let bytes = &std::fs::read(path).unwrap();
-            let component = Component::new(&runtime.engine, bytes).unwrap();
-            let report = ComponentReport::of(&runtime.engine, &component);
+            let component = Component::new(runtime.engine(), bytes).unwrap();
+            let report = ComponentReport::of(runtime.engine(), &component);
             assert_eq!(report.unusable(), None, "{name}: {report:?}");
-            assert!(runtime.load(bytes).is_ok(), "{name} loads");
+            assert!(runtime.load(bytes, Metering::Off).is_ok(), "{name} loads");
             assert!(report.imports.iter().any(|i| i.name.starts_with("nereus:backend/host@")), "{name}");
         }
     }

@@ -22,7 +22,7 @@ use budget::InstanceReservation;
 pub use budget::{MAX_TOTAL_INSTANCES, SandboxBudget, SandboxLimits};
 pub use policy::MAX_MEMORY_BYTES;
 pub use policy::SandboxPolicy;
-pub use runtime::{CompiledComponent, WasmRuntime};
+pub use runtime::{CompiledComponent, Metering, WasmRuntime};
 use sandbox::{ActiveBatch, Executed, ModelMeter, Sandbox};
 
 use super::{
@@ -85,7 +85,7 @@ impl BackendFactory for WasmBackends {
             };
         let (compiled, source) = self
             .runtime
-            .load(&bytes)
+            .load(&bytes, if policy.fuel.is_some() { Metering::Fuel } else { Metering::Off })
             .map_err(|error| LoadError::NotAComponent { backend: v.backend.to_string(), error })?;
         if let Some(m) = v.metrics {
             m.component_loaded(source);
@@ -95,7 +95,6 @@ impl BackendFactory for WasmBackends {
             policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
         }
         let loaded = load(WasmLoad {
-            runtime: &self.runtime,
             registry: &self.registry,
             budget: &self.budget,
             component: compiled,
@@ -147,19 +146,14 @@ struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    fn acquire(
-        &self,
-        runtime: &WasmRuntime,
-        component: &CompiledComponent,
-        backend_name: &str,
-    ) -> Result<(), LoadError> {
+    fn acquire(&self, component: &CompiledComponent, backend_name: &str) -> Result<(), LoadError> {
         let mut live = self.live.lock();
         if let Some((count, _)) = live.get_mut(&component.digest) {
             *count += 1;
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox = Sandbox::new(runtime, component, &SandboxPolicy::default(), ModelMeter::default(), label)
+        let mut sandbox = Sandbox::new(component, &SandboxPolicy::default(), ModelMeter::default(), label)
             .map_err(PluginError::from)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
@@ -213,7 +207,6 @@ fn short_digest(digest: &str) -> &str {
 
 /// Everything needed to (re)build an instance's sandbox.
 struct InstanceFactory {
-    runtime: Arc<WasmRuntime>,
     component: Arc<CompiledComponent>,
     policy: SandboxPolicy,
     backend_name: String,
@@ -230,7 +223,7 @@ struct InstanceFactory {
 impl InstanceFactory {
     fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, PluginError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
-        let mut sandbox = Sandbox::new(&self.runtime, &self.component, &self.policy, self.memory.clone(), label)?;
+        let mut sandbox = Sandbox::new(&self.component, &self.policy, self.memory.clone(), label)?;
         let result = sandbox
             .initialize_backend(&self.backend_name)
             .and_then(|_| sandbox.initialize_model(&self.model_info))
@@ -278,7 +271,6 @@ impl ModelTeardown for WasmModelTeardown {
 
 /// Parameters of one model version's load.
 struct WasmLoad<'a> {
-    pub runtime: &'a Arc<WasmRuntime>,
     pub registry: &'a Arc<BackendRegistry>,
     pub budget: &'a Arc<SandboxBudget>,
     pub component: Arc<CompiledComponent>,
@@ -303,7 +295,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
     // Its instances and its model sandbox, before any of them is built.
     let reservation =
         params.budget.reserve_instances(params.instances.len() as u64 + 1).map_err(LoadError::OverSandboxLimit)?;
-    params.registry.acquire(params.runtime, &params.component, params.backend_name)?;
+    params.registry.acquire(&params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
         version: params.version,
@@ -315,17 +307,16 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         params.metrics.as_ref().map(|m| m.wasm_memory()),
         params.metrics.as_ref().map(|m| m.log_lines_dropped()),
     );
-    let model_sandbox = Sandbox::new(params.runtime, &params.component, &params.policy, memory.clone(), label)
-        .map_err(PluginError::from)
-        .and_then(|mut s| {
-            match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
+    let model_sandbox =
+        Sandbox::new(&params.component, &params.policy, memory.clone(), label).map_err(PluginError::from).and_then(
+            |mut s| match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
                 Ok(()) => Ok(s),
                 Err(e) => {
                     s.finalize();
                     Err(PluginError::from(e))
                 }
-            }
-        });
+            },
+        );
     let teardown = WasmModelTeardown {
         model_sandbox: None,
         registry: params.registry.clone(),
@@ -342,7 +333,6 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
     let teardown = WasmModelTeardown { model_sandbox: Some(model_sandbox), ..teardown };
 
     let factory = Arc::new(InstanceFactory {
-        runtime: params.runtime.clone(),
         component: params.component,
         policy: params.policy,
         backend_name: params.backend_name.to_string(),

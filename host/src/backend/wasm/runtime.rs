@@ -1,12 +1,13 @@
-//! The process-wide Wasm runtime: one `Engine` (pooling allocator, epoch interruption), one
-//! `Linker` with the host functions and deny-by-default WASI, an epoch ticker, and the component
-//! cache (in memory by content hash, and on disk as precompiled artifacts).
+//! The process-wide Wasm runtime: an `Engine` (pooling allocator, epoch interruption) and a
+//! `Linker` with the host functions and deny-by-default WASI — a second pair, made on first use,
+//! for components whose models set a fuel budget (see [`Metering`]) — an epoch ticker for each,
+//! and the component cache (in memory by content hash, and on disk as precompiled artifacts).
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -30,26 +31,161 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// a recursion (a stack overflow has thousands of frames).
 pub const MAX_BACKTRACE_FRAMES: usize = 32;
 
+/// Whether a component's code counts the instructions it runs, for a model's deterministic budget
+/// (`sandbox.fuel`). Counting is compiled into the code — a check at every loop and call — and
+/// costs every call of every plugin (measured: 16–23% of a Python or JavaScript plugin's execute
+/// time, whose interpreters loop most), so only components of models that set a budget are compiled with it,
+/// by an engine of their own. The same component used both ways is compiled twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Metering {
+    /// No fuel counting: the deadline (epoch interruption) and memory cap still hold.
+    Off,
+    /// Fuel counted; each call gets the model's budget.
+    Fuel,
+}
+
+/// An engine and the linker of the host functions for it.
+struct Flavour {
+    engine: Engine,
+    linker: Linker<SandboxState>,
+}
+
 /// A compiled backend component, ready to instantiate.
 pub struct CompiledComponent {
     /// SHA-256 of the component bytes: the identity of a backend ("one component, many models").
     pub digest: String,
+    /// Whether its code counts fuel; its stores are made by `pre`'s engine, the one that compiled it.
+    pub metering: Metering,
     pub pre: BackendPre<SandboxState>,
     /// What its type says: the `nereus:backend` version and the capabilities it asks for.
     pub report: ComponentReport,
 }
 
 pub struct WasmRuntime {
-    pub engine: Engine,
-    linker: Linker<SandboxState>,
+    plain: Flavour,
+    /// Made on the first load of a model with `sandbox.fuel` (most servers have none).
+    metered: OnceLock<Result<Flavour, String>>,
     cache_dir: Option<PathBuf>,
-    compiled: Mutex<HashMap<String, Arc<CompiledComponent>>>,
+    compiled: Mutex<HashMap<(String, Metering), Arc<CompiledComponent>>>,
     stop_ticker: Arc<AtomicBool>,
 }
 
 impl WasmRuntime {
     /// Builds the engine. `cache_dir` holds precompiled components (`None` disables the disk cache).
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Arc<Self>> {
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let plain = Flavour::new(Metering::Off, &stop_ticker)?;
+        if let Some(dir) = &cache_dir
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            tracing::warn!("component cache {} unusable: {e}", dir.display());
+        }
+        Ok(Arc::new(WasmRuntime {
+            plain,
+            metered: OnceLock::new(),
+            cache_dir,
+            compiled: Mutex::new(HashMap::new()),
+            stop_ticker,
+        }))
+    }
+
+    /// The engine of components without fuel counting (the common case).
+    pub fn engine(&self) -> &Engine {
+        &self.plain.engine
+    }
+
+    fn flavour(&self, metering: Metering) -> wasmtime::Result<&Flavour> {
+        match metering {
+            Metering::Off => Ok(&self.plain),
+            Metering::Fuel => self
+                .metered
+                .get_or_init(|| Flavour::new(Metering::Fuel, &self.stop_ticker).map_err(|e| format!("{e:#}")))
+                .as_ref()
+                .map_err(|e| wasmtime::format_err!("the fuel-counting engine could not be made: {e}")),
+        }
+    }
+
+    /// Compiles (or fetches from the caches) the component in `bytes` and type-checks it against the
+    /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
+    /// Also says where the compiled code came from.
+    pub fn load(
+        &self,
+        bytes: &[u8],
+        metering: Metering,
+    ) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
+        precheck(bytes)?;
+        let digest = hex(&Sha256::digest(bytes));
+        if let Some(hit) = self.compiled.lock().get(&(digest.clone(), metering)) {
+            return Ok((hit.clone(), ComponentSource::Memory));
+        }
+        let flavour = self.flavour(metering)?;
+        let (component, source) = self.compile_cached(&flavour.engine, &digest, bytes)?;
+        let report = ComponentReport::of(&flavour.engine, &component);
+        if let Some(reason) = report.unusable() {
+            wasmtime::bail!("{reason}");
+        }
+        let instance_pre = match (flavour.linker.instantiate_pre(&component), report.newer()) {
+            (Ok(pre), _) => pre,
+            (Err(e), Some(newer)) => wasmtime::bail!(
+                "it was built against nereus:backend@{newer}, newer than this server's {HOST_WORLD_VERSION}, and uses what this server lacks: {e:#}"
+            ),
+            (Err(e), None) => return Err(e),
+        };
+        let pre = BackendPre::new(instance_pre)?;
+        let compiled = Arc::new(CompiledComponent { digest: digest.clone(), metering, pre, report });
+        self.compiled.lock().insert((digest, metering), compiled.clone());
+        Ok((compiled, source))
+    }
+
+    /// Compiles `bytes` (no cache) and reads what its type says, for `nereus plugin check`: unlike
+    /// [`WasmRuntime::load`] it reports a component that would be refused too.
+    pub fn inspect(&self, bytes: &[u8]) -> wasmtime::Result<ComponentReport> {
+        precheck(bytes)?;
+        let component = Component::new(self.engine(), bytes)?;
+        Ok(ComponentReport::of(self.engine(), &component))
+    }
+
+    fn compile_cached(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, ComponentSource)> {
+        let Some(dir) = &self.cache_dir else {
+            return Ok((Component::new(engine, bytes)?, ComponentSource::Compiled));
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let path = dir.join(format!("{digest}-{:016x}.cwasm", h.finish()));
+        if path.exists() {
+            // SAFETY: the file is one this process family wrote from `Engine::precompile_component`
+            // into Nereus' own cache directory, keyed by the content hash and the engine's
+            // compatibility hash; wasmtime additionally checks the artifact's header.
+            #[allow(unsafe_code)]
+            match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(component) => return Ok((component, ComponentSource::Disk)),
+                Err(e) => {
+                    tracing::warn!("ignoring unusable cached component {}: {e}", path.display())
+                }
+            }
+        }
+        let serialized = engine.precompile_component(bytes)?;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &serialized).and_then(|_| std::fs::rename(&tmp, &path)).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("could not write the component cache at {}", path.display());
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `serialized` was produced just above by this engine.
+        let component = unsafe { Component::deserialize(engine, &serialized)? };
+        Ok((component, ComponentSource::Compiled))
+    }
+}
+
+impl Flavour {
+    /// An engine compiled for `metering`, its linker, and its epoch ticker (stopped with
+    /// `stop_ticker`).
+    fn new(metering: Metering, stop_ticker: &Arc<AtomicBool>) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(1000)
             .total_core_instances(4000)
@@ -67,9 +203,7 @@ impl WasmRuntime {
         config
             .wasm_component_model(true)
             .epoch_interruption(true)
-            // Fuel counts executed instructions, for the optional deterministic budget
-            // (`sandbox.fuel`); stores without a budget get all the fuel there is.
-            .consume_fuel(true)
+            .consume_fuel(metering == Metering::Fuel)
             // A trap carries the guest's backtrace (`WasmBacktrace`), which the sandbox logs with
             // the function names of the component's name section (see `sandbox::fault_of`). On by
             // default; said here (`wasm_backtrace(true)` is deprecated for this) with the bound.
@@ -81,6 +215,12 @@ impl WasmRuntime {
             .wasm_backtrace_details(WasmBacktraceDetails::Disable)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // `NEREUS_WASM_PROFILER=perfmap`: guest code gets names in `perf` profiles (a
+        // /tmp/perf-<pid>.map file), for finding where a plugin spends its time. Off by default:
+        // the map grows with every component compiled.
+        if std::env::var_os("NEREUS_WASM_PROFILER").is_some_and(|v| v == "perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = match Engine::new(&config) {
             Ok(engine) => engine,
             Err(e) => {
@@ -101,7 +241,6 @@ impl WasmRuntime {
         linker.allow_shadowing(false);
         Backend::add_to_linker::<SandboxState, HasSelf<SandboxState>>(&mut linker, |s| s)?;
 
-        let stop_ticker = Arc::new(AtomicBool::new(false));
         {
             let engine = engine.clone();
             let stop = stop_ticker.clone();
@@ -112,78 +251,7 @@ impl WasmRuntime {
                 }
             })?;
         }
-        if let Some(dir) = &cache_dir
-            && let Err(e) = std::fs::create_dir_all(dir)
-        {
-            tracing::warn!("component cache {} unusable: {e}", dir.display());
-        }
-        Ok(Arc::new(WasmRuntime { engine, linker, cache_dir, compiled: Mutex::new(HashMap::new()), stop_ticker }))
-    }
-
-    /// Compiles (or fetches from the caches) the component in `bytes` and type-checks it against the
-    /// `nereus:backend` world. A component that is not a valid backend is an error naming why.
-    /// Also says where the compiled code came from.
-    pub fn load(&self, bytes: &[u8]) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
-        precheck(bytes)?;
-        let digest = hex(&Sha256::digest(bytes));
-        if let Some(hit) = self.compiled.lock().get(&digest) {
-            return Ok((hit.clone(), ComponentSource::Memory));
-        }
-        let (component, source) = self.compile_cached(&digest, bytes)?;
-        let report = ComponentReport::of(&self.engine, &component);
-        if let Some(reason) = report.unusable() {
-            wasmtime::bail!("{reason}");
-        }
-        let instance_pre = match (self.linker.instantiate_pre(&component), report.newer()) {
-            (Ok(pre), _) => pre,
-            (Err(e), Some(newer)) => wasmtime::bail!(
-                "it was built against nereus:backend@{newer}, newer than this server's {HOST_WORLD_VERSION}, and uses what this server lacks: {e:#}"
-            ),
-            (Err(e), None) => return Err(e),
-        };
-        let pre = BackendPre::new(instance_pre)?;
-        let compiled = Arc::new(CompiledComponent { digest: digest.clone(), pre, report });
-        self.compiled.lock().insert(digest, compiled.clone());
-        Ok((compiled, source))
-    }
-
-    /// Compiles `bytes` (no cache) and reads what its type says, for `nereus plugin check`: unlike
-    /// [`WasmRuntime::load`] it reports a component that would be refused too.
-    pub fn inspect(&self, bytes: &[u8]) -> wasmtime::Result<ComponentReport> {
-        precheck(bytes)?;
-        let component = Component::new(&self.engine, bytes)?;
-        Ok(ComponentReport::of(&self.engine, &component))
-    }
-
-    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> wasmtime::Result<(Component, ComponentSource)> {
-        let Some(dir) = &self.cache_dir else {
-            return Ok((Component::new(&self.engine, bytes)?, ComponentSource::Compiled));
-        };
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut h);
-        let path = dir.join(format!("{digest}-{:016x}.cwasm", h.finish()));
-        if path.exists() {
-            // SAFETY: the file is one this process family wrote from `Engine::precompile_component`
-            // into Nereus' own cache directory, keyed by the content hash and the engine's
-            // compatibility hash; wasmtime additionally checks the artifact's header.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(component) => return Ok((component, ComponentSource::Disk)),
-                Err(e) => {
-                    tracing::warn!("ignoring unusable cached component {}: {e}", path.display())
-                }
-            }
-        }
-        let serialized = self.engine.precompile_component(bytes)?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, &serialized).and_then(|_| std::fs::rename(&tmp, &path)).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            tracing::warn!("could not write the component cache at {}", path.display());
-        }
-        #[allow(unsafe_code)]
-        // SAFETY: `serialized` was produced just above by this engine.
-        let component = unsafe { Component::deserialize(&self.engine, &serialized)? };
-        Ok((component, ComponentSource::Compiled))
+        Ok(Flavour { engine, linker })
     }
 }
 

@@ -11,7 +11,7 @@ use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
 pub use super::budget::ModelMeter;
 use super::io_guard::{Interrupted, WouldBlock};
 use super::policy::SandboxPolicy;
-use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, WasmRuntime};
+use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, Metering};
 pub use super::state::{ActiveBatch, Armed, MemoryDenied, SandboxState};
 use crate::load_error::PluginError;
 use crate::metrics::FaultKind;
@@ -172,6 +172,8 @@ pub struct Sandbox {
     store: Store<SandboxState>,
     bindings: Backend,
     policy: SandboxPolicy,
+    /// Its code counts fuel ([`Metering::Fuel`]): each call gets the policy's budget.
+    metered: bool,
     level: Level,
     /// A call faulted: wasmtime enters the instance no more (nor could the guest's state be trusted).
     faulted: bool,
@@ -181,7 +183,6 @@ impl Sandbox {
     /// Instantiates `component` in a new store with `policy`'s limits, its linear memory counted
     /// on `meter`.
     pub fn new(
-        runtime: &WasmRuntime,
         component: &CompiledComponent,
         policy: &SandboxPolicy,
         meter: ModelMeter,
@@ -195,14 +196,17 @@ impl Sandbox {
                 .map_err(|e| Fault::other(format!("cannot grant {} to the sandbox: {e}", dir.display())))?;
         }
         let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, meter, label);
-        let mut store = Store::new(&runtime.engine, state);
+        let mut store = Store::new(component.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(Self::deadline_ticks(policy.load_timeout));
         store.data_mut().armed = Armed::Lifecycle(policy.load_timeout);
-        store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault::other(e.to_string()))?;
+        let metered = component.metering == Metering::Fuel;
+        if metered {
+            store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault::other(e.to_string()))?;
+        }
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
-        Ok(Sandbox { store, bindings, policy: policy.clone(), level: Level::Fresh, faulted: false })
+        Ok(Sandbox { store, bindings, policy: policy.clone(), metered, level: Level::Fresh, faulted: false })
     }
 
     /// The linear memory the sandbox holds now, in bytes.
@@ -247,8 +251,10 @@ impl Sandbox {
     fn arm(&mut self, armed: Armed) {
         let ticks = Self::deadline_ticks(armed.timeout());
         self.store.set_epoch_deadline(ticks);
-        // Each call gets the whole budget again (fuel is enabled on the engine, so this cannot fail).
-        let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
+        // Each call gets the whole budget again (its engine counts fuel, so this cannot fail).
+        if self.metered {
+            let _ = self.store.set_fuel(self.policy.fuel.unwrap_or(u64::MAX));
+        }
         // A refused growth explains a trap of this call, not of a later one.
         self.store.data_mut().limiter.denied = None;
         // A blocking WASI call of this call ends at its deadline too (see `io_guard`).
