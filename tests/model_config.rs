@@ -155,49 +155,41 @@ fn instance_groups_backends_and_ensembles_are_refused_with_tritonservers_message
         ),
         (
             "unwritten",
-            format!(
-                r#"platform: "ensemble" max_batch_size: 8
-                   input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   output [ {{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "T" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   ensemble_scheduling {{ step [ {{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }}
-                     input_map {{ key: "INPUT1" value: "ghost" }} output_map {{ key: "OUTPUT0" value: "S" }}
-                     output_map {{ key: "OUTPUT1" value: "T" }} }} ] }}"#
-            ),
+            r#"platform: "ensemble" max_batch_size: 8
+                   input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   output [ { name: "S" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "T" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" value: "A" }
+                     input_map { key: "INPUT1" value: "ghost" } output_map { key: "OUTPUT0" value: "S" }
+                     output_map { key: "OUTPUT1" value: "T" } } ] }"#.to_string(),
             "output 'S' for ensemble 'unwritten' is not written: at least one of its depending tensors, 'ghost', is \
              not connected",
         ),
         (
             "unmapped",
-            format!(
-                r#"platform: "ensemble" max_batch_size: 8
-                   input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   output [ {{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   ensemble_scheduling {{ step [ {{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }}
-                     output_map {{ key: "OUTPUT0" value: "S" }} }} ] }}"#
-            ),
+            r#"platform: "ensemble" max_batch_size: 8
+                   input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   output [ { name: "S" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" value: "A" }
+                     output_map { key: "OUTPUT0" value: "S" } } ] }"#.to_string(),
             "in ensemble unmapped, input INPUT1 in model simple is not mapped to any ensemble tensors",
         ),
         (
             "too_large",
-            format!(
-                r#"platform: "ensemble" max_batch_size: 16
-                   input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   output [ {{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   ensemble_scheduling {{ step [ {{ model_name: "simple" input_map {{ key: "INPUT0" value: "A" }}
-                     input_map {{ key: "INPUT1" value: "A" }} output_map {{ key: "OUTPUT0" value: "S" }} }} ] }}"#
-            ),
+            r#"platform: "ensemble" max_batch_size: 16
+                   input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   output [ { name: "S" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" value: "A" }
+                     input_map { key: "INPUT1" value: "A" } output_map { key: "OUTPUT0" value: "S" } } ] }"#.to_string(),
             "ensemble too_large allows maximum batch size 16, but it contains model simple which only allows maximum \
              batch size to be 8",
         ),
         (
             "missing_step",
-            format!(
-                r#"platform: "ensemble" max_batch_size: 8
-                   input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   output [ {{ name: "S" data_type: TYPE_INT32 dims: [ 16 ] }} ]
-                   ensemble_scheduling {{ step [ {{ model_name: "nowhere" input_map {{ key: "INPUT0" value: "A" }}
-                     output_map {{ key: "OUTPUT0" value: "S" }} }} ] }}"#
-            ),
+            r#"platform: "ensemble" max_batch_size: 8
+                   input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   output [ { name: "S" data_type: TYPE_INT32 dims: [ 16 ] } ]
+                   ensemble_scheduling { step [ { model_name: "nowhere" input_map { key: "INPUT0" value: "A" }
+                     output_map { key: "OUTPUT0" value: "S" } } ] }"#.to_string(),
             "ensemble missing_step contains models that are not available or ambiguous: nowhere",
         ),
     ];

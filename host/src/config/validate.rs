@@ -198,14 +198,14 @@ fn check_sequence_batching(
                 }
             }
         }
-        Some(model_sequence_batching::StrategyChoice::Direct(direct)) => {
-            if !(0.0..=1.0).contains(&direct.minimum_slot_utilization) {
-                return Err(at(format!(
-                    "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
-                )));
-            }
+        Some(model_sequence_batching::StrategyChoice::Direct(direct))
+            if !(0.0..=1.0).contains(&direct.minimum_slot_utilization) =>
+        {
+            return Err(at(format!(
+                "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
+            )));
         }
-        None => {}
+        _ => {}
     }
     Ok(())
 }
