@@ -158,7 +158,7 @@ fn console_lines_are_tritons_information_on_stdout_errors_on_stderr() {
     for line in err.lines() {
         assert!(is_default_line(line) && (line.starts_with('E') || line.starts_with('W')), "{line}");
     }
-    assert!(err.contains("unable to find backend 'nowhere'"), "{err}");
+    assert!(err.contains("unable to find backend library for backend 'nowhere'"), "{err}");
     let ready = out.lines().find(|l| l.contains("Nereus is ready")).unwrap();
     assert!(ready.contains("1 of 2 models READY"), "{ready}");
     assert!(ready.ends_with(&format!("try: curl -s 127.0.0.1:{port}/v2/models/simple\"")), "{ready}");

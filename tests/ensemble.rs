@@ -237,17 +237,19 @@ ensemble_scheduling {
 }
 
 #[test]
-fn invalid_ensembles_are_unavailable_with_the_step_named() {
+fn invalid_ensembles_are_unavailable_with_tritonservers_reasons() {
     let repo = Repo::new();
     repo.example("simple");
     let ensemble = |name: &str, outputs: &str, steps: &str| {
+        // An ensemble input no step uses is refused too: only wrong_type has F.
+        let f = if name == "wrong_type" { r#", { name: "F" data_type: TYPE_FP32 dims: [ 16 ] }"# } else { "" };
         repo.model(
             name,
             &format!(
                 r#"name: "{name}"
 platform: "ensemble"
 max_batch_size: 8
-input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "F" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }}{f} ]
 output [ {outputs} ]
 ensemble_scheduling {{ step [ {steps} ] }}"#
             ),
@@ -291,11 +293,23 @@ ensemble_scheduling {{ step [ {steps} ] }}"#
     let s = Server::start(repo.path(), &[]);
     let index = s.post_json("/v2/repository/index", &json!({})).json();
     for (model, needle) in [
-        ("unknown_model", "step 0 (model 'nope'): Request for unknown model: 'nope' is not found"),
-        ("unknown_tensor", "step 0 (model 'simple'): input 'INPUT1' consumes tensor 'ghost', which nothing produces"),
-        ("cycle", "steps 0, 1 depend on each other in a cycle"),
-        ("wrong_type", "step 0 (model 'simple'): tensor 'F' is FP32 but input 'INPUT1' expects INT32"),
-        ("unproduced", "ensemble output 'MISSING' is not produced by any step"),
+        ("unknown_model", "ensemble unknown_model contains models that are not available or ambiguous: nope"),
+        (
+            "unknown_tensor",
+            "output 'S' for ensemble 'unknown_tensor' is not written: at least one of its depending tensors, 'ghost', \
+             is not connected",
+        ),
+        (
+            "cycle",
+            "output 'S' for ensemble 'cycle' is not written: at least one of its depending tensors, 't1', is not \
+             connected",
+        ),
+        (
+            "wrong_type",
+            "in ensemble wrong_type, ensemble tensor F: inconsistent data type: TYPE_FP32 is inferred from model \
+             wrong_type while TYPE_INT32 is inferred from model simple",
+        ),
+        ("unproduced", "ensemble output 'MISSING' for ensemble unproduced' is not used"),
     ] {
         let entry = index.as_array().unwrap().iter().find(|m| m["name"] == model).unwrap();
         assert_eq!(entry["state"], "UNAVAILABLE", "{model}");

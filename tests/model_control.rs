@@ -252,7 +252,7 @@ fn a_failed_reload_keeps_the_old_version_serving() {
     assert_eq!(r.status, 400);
     assert!(
         r.error().starts_with(
-            "load failed for model 'simple': version 1 is at UNAVAILABLE state: unable to find backend 'nowhere'"
+            "load failed for model 'simple': version 1 is at UNAVAILABLE state: unable to find backend library for backend 'nowhere'"
         ),
         "{}",
         r.error()

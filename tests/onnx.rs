@@ -120,7 +120,9 @@ fn tritons_example_models_run_unchanged() {
 fn the_dynamic_batcher_gathers_requests_into_one_execution() {
     let Some(lib) = library() else { return };
     let repo = Repo::new();
-    example(&repo, "simple", "dynamic_batching { }");
+    // One instance, so that the others queue behind the first (an ONNX model without instance
+    // groups has two CPU instances, as in tritonserver).
+    example(&repo, "simple", "dynamic_batching { } instance_group [ { count: 1 kind: KIND_CPU } ]");
     let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
     s.gate("simple", false);
     let port = s.port;
@@ -228,7 +230,14 @@ fn configurations_are_completed_from_the_model_unless_strict() {
     assert_eq!(bare.get("state").and_then(|s| s.as_str()).unwrap_or(""), "", "{bare}");
     let r = strict.get("/v2/models/bare");
     assert_eq!(r.error(), "Request for unknown model: 'bare' is not found");
-    assert_eq!(strict.get("/v2/health/ready").status, 200);
+    // ... and a configuration without inputs is checked as it is against the model, as
+    // tritonserver's ONNX Runtime backend checks it.
+    let (state, reason) = strict.model_state("partial");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(
+        reason.contains("unable to load model 'partial', configuration expects 0 inputs, model provides 2"),
+        "{reason}"
+    );
     assert!(strict.log().contains("failed to open text file for read"), "{}", strict.log());
 }
 

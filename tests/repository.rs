@@ -54,7 +54,7 @@ fn bad_models_are_unavailable_with_reasons_and_the_rest_serve() {
         ("dupe", "invalid config.pbtxt: line 5: input[2] 'INPUT0': duplicate input name"),
         ("gpu", "KIND_GPU but no GPUs are available"),
         ("trt", "backend 'tensorrt' is not supported"),
-        ("missing_backend", "unable to find backend 'nowhere'"),
+        ("missing_backend", "unable to find backend library for backend 'nowhere'"),
         ("no_versions", "at least one version must be available"),
         ("init_fails", "test_faults: model initialisation refused as configured"),
         ("not_a_component", "not a usable nereus:backend component"),

@@ -10,11 +10,17 @@ configurations (Triton's compare_status.py, unchanged).
 A server that has not become ready once every model is READY or UNAVAILABLE will not become
 ready: the recipe stops waiting there rather than at test.sh's 20 s.
 
+Stand-in: Triton's C++ `repeat` test backend (`libtriton_repeat.so`, which test.sh copies into the
+decoupled-branching ensembles) is Nereus's bundled `repeat_int32` plugin, the same model (inputs IN,
+DELAY, WAIT; outputs OUT, IDX; decoupled): the targets' `backend: "repeat"` is rewritten to it.
+
 Skipped: targets for TensorRT, PyTorch, OpenVINO and Python models (their folders need those
 frameworks' model files, or check what those backends' auto-complete fills in), the
 noautofill_platform runs with platform `tensorrt_plan` and `pytorch_libtorch` (the same
 configuration checks as with `onnxruntime_onnx`, which runs), model_metrics (Python models) and
-custom_parameters (TensorRT models).
+custom_parameters (TensorRT models). On a machine without an NVIDIA GPU, the targets whose outcome
+test.sh takes from a machine with one (GPU_TARGETS: an expected configuration with KIND_GPU on
+GPU 0, or an instance group naming GPU 0 that must be accepted).
 """
 import json
 import shutil
@@ -24,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from harness.core import FAIL, PASS, Server
+from harness.gpu import has_gpu
 
 SKIP_FRAMEWORK = {
     "tensorrt": "TensorRT (the target's model is a TensorRT plan, or it checks TensorRT's auto-complete)",
@@ -32,6 +39,15 @@ SKIP_FRAMEWORK = {
     "python": "Python backend (the target's model is a Python model)",
 }
 SETTLE_TIMEOUT = 20.0
+
+# Targets whose expected outcome assumes GPU 0 exists (tritonserver's CI machine has one).
+GPU_TARGETS = {
+    "noautofill_platform/negative_gpu": "its first instance group names GPU 0, which must be accepted",
+    "autofill_noplatform_success/onnx/empty_config": "the expected configuration has KIND_GPU on GPU 0",
+    "autofill_noplatform_success/onnx/no_config": "the expected configuration has KIND_GPU on GPU 0",
+    "autofill_noplatform_success/custom/empty_config.identity": "the expected configuration has KIND_GPU on GPU 0",
+    "autofill_noplatform_success/custom/no_backend.identity": "the expected configuration has KIND_GPU on GPU 0",
+}
 
 
 def run(suite):
@@ -91,6 +107,18 @@ def run(suite):
         return models
 
     repo = f"--model-repository={src / 'models'}"
+    gpu = has_gpu()
+
+    def needs_gpu(target: str) -> str | None:
+        """Why `target` is skipped on this machine, if it is."""
+        why = GPU_TARGETS.get(target)
+        return None if gpu or why is None else "needs an NVIDIA GPU: " + why
+
+    # The stand-in for Triton's `repeat` test backend.
+    for config in (src / "autofill_noplatform" / "ensemble").glob("*/*/config.pbtxt"):
+        text = config.read_text()
+        if 'backend: "repeat"' in text:
+            config.write_text(text.replace('backend: "repeat"', 'backend: "repeat_int32"'))
 
     # test.sh's preparation that concerns the targets run here.
     for d in (src / "autofill_noplatform" / "ensemble").glob("*/*"):
@@ -114,11 +142,15 @@ def run(suite):
     shutil.copy(env.models.model("qa_identity_model_repository", "onnx_zero_1_float16") / "1" / "model.onnx",
                 src / "autofill_noplatform_success/onnx/cpu_instance/1/")
 
+    # test.sh expects these servers not to start: their model folders have no config.pbtxt, and
+    # tritonserver's --exit-on-error defaults to true. Nereus's defaults to false (a deliberate
+    # difference, docs/compatibility.md), so the recipe passes tritonserver's default.
     with suite.block("cli messages") as b:
         if b:
             for target in sorted((src / "cli_messages").iterdir()):
                 extra = {"cli_override": ["--disable-auto-complete-config", "--strict-model-config=false"],
                          "cli_deprecation": ["--strict-model-config=true"]}.get(target.name, [])
+                extra = [*extra, "--exit-on-error=true"]
                 models_from(target, False)
                 expect_failure(f"cli_messages/{target.name}", target, [repo, *extra], "",
                                sorted((src / "models" / target.name).glob("expected*")))
@@ -143,6 +175,10 @@ def run(suite):
                                    "the same configuration check with platform " + trial +
                                    " (TensorRT / PyTorch); the onnxruntime_onnx run is the one made")
                 for target in targets:
+                    why = needs_gpu(f"noautofill_platform/{target.name}")
+                    if why:
+                        suite.skip(f"noautofill_platform/{target.name} [onnxruntime_onnx, {flag}]", why)
+                        continue
                     models = models_from(target, False)
                     config = models / target.name / "config.pbtxt"
                     if config.exists():
@@ -173,6 +209,9 @@ def run(suite):
                 case_id = f"autofill_noplatform_success/{kind}/{target.name}"
                 if kind in SKIP_FRAMEWORK:
                     suite.skip(case_id, SKIP_FRAMEWORK[kind])
+                    continue
+                if needs_gpu(case_id):
+                    suite.skip(case_id, needs_gpu(case_id))
                     continue
                 single = (target / "config.pbtxt").exists() or target.name.startswith("no_config")
                 models_from(target, not single)

@@ -127,9 +127,10 @@ pub struct ServeArgs {
     /// else `<model>/config.pbtxt` (tritonserver's flag).
     #[arg(long = "model-config-name", value_name = "NAME", value_parser = config_name)]
     pub model_config_name: Option<String>,
-    /// tritonserver's flag: with `true`, configurations are not auto-completed from the models.
-    #[arg(long = "strict-model-config", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
-    pub strict_model_config: bool,
+    /// tritonserver's deprecated flag: with `true`, configurations are not auto-completed from the
+    /// models (`--disable-auto-complete-config` says it now). Giving it logs tritonserver's warning.
+    #[arg(long = "strict-model-config", action = ArgAction::Set, value_parser = TritonBool)]
+    pub strict_model_config: Option<bool>,
     /// Do not auto-complete configurations from the models (instance groups are still filled in).
     #[arg(long = "disable-auto-complete-config")]
     pub disable_auto_complete_config: bool,
@@ -416,12 +417,34 @@ impl ServeArgs {
         crate::trace::options::parse(&flags, &|name| std::env::var(name).ok())
     }
 
+    /// tritonserver's warnings about `--strict-model-config`: deprecated, and overridden by
+    /// `--disable-auto-complete-config` where the two disagree.
+    fn model_config_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(strict) = self.strict_model_config {
+            warnings.push(
+                "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' \
+                 instead."
+                    .to_string(),
+            );
+            if self.disable_auto_complete_config && !strict {
+                warnings.push(
+                    "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of \
+                     '--disable-auto-complete-config'!"
+                        .to_string(),
+                );
+            }
+        }
+        warnings
+    }
+
     /// The server's settings from the flags, with the warnings to log (deprecated trace flags).
     /// `io_threads`: how many threads the frontends serve requests on. An unusable value is an
     /// error naming its flag.
     pub fn server_options(&self, io_threads: usize) -> anyhow::Result<(ServerOptions, Vec<String>)> {
         let metrics = self.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
-        let (trace, warnings) = self.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (trace, mut warnings) = self.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
+        warnings.extend(self.model_config_warnings());
         let options = ServerOptions {
             id: self.id.clone(),
             io_threads,
@@ -437,7 +460,7 @@ impl ServeArgs {
                 .clone()
                 .or_else(|| std::env::var_os("NEREUS_ONNXRUNTIME_LIB").map(Into::into))
                 .or_else(crate::backend::onnx::default_library),
-            autocomplete: !self.strict_model_config && !self.disable_auto_complete_config,
+            autocomplete: !self.strict_model_config.unwrap_or(false) && !self.disable_auto_complete_config,
             cache_directory: self.cache_directory(),
             repository_cache: self.repository_cache(),
             strict_readiness: self.strict_readiness,

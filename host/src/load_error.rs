@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::config::{ConfigError, ParseError};
 use crate::error::InferError;
-use crate::tensor::{DataType, shape_string};
+use crate::tensor::DataType;
 
 /// Why a model (or a version of it) is UNAVAILABLE.
 #[derive(Debug, thiserror::Error)]
@@ -65,9 +65,20 @@ pub enum LoadError {
     /// A framework backend of Triton's that Nereus does not run (and no component of that name).
     #[error("backend '{backend}' is not supported by Nereus (no '{backend}.wasm' component was found either)")]
     BackendUnsupported { backend: String },
-    /// No component for the backend in any of the places looked at.
-    #[error("unable to find backend '{backend}': looked for {}", paths(.looked))]
+    /// No component for the backend in any of the places looked at (tritonserver's words, then
+    /// the places).
+    #[error(
+        "unable to find backend library for backend '{backend}', try specifying runtime on the model \
+         configuration. Looked for {}",
+        paths(.looked)
+    )]
     BackendNotFound { backend: String, looked: Vec<PathBuf> },
+    /// The configuration's `runtime` names a file that is not in any of the places looked at.
+    #[error("unable to find backend library '{runtime}' for model '{model}' (looked for {})", paths(.looked))]
+    RuntimeNotFound { runtime: String, model: String, looked: Vec<PathBuf> },
+    /// The configuration's `runtime` reaches outside the folders a backend is looked for in.
+    #[error("backend library name '{runtime}' escapes backend directory")]
+    RuntimeEscapes { runtime: String },
     /// The backend's file is not a component of the `nereus:backend` world.
     #[error("backend '{backend}' is not a usable nereus:backend component: {error:#}")]
     NotAComponent {
@@ -192,6 +203,17 @@ pub enum OnnxError {
         #[source]
         source: InstanceError,
     },
+    /// Auto-complete found a model that does not batch, configured with a `max_batch_size`
+    /// (tritonserver's ONNX Runtime backend's words).
+    #[error(
+        "autofill failed for model '{model}': model does not support batching while non-zero max_batch_size is \
+         specified"
+    )]
+    AutofillBatching { model: String },
+    /// The configuration's inputs or outputs do not match the model's (the message is
+    /// tritonserver's ONNX Runtime backend's: counts, datatypes, dims).
+    #[error("{0}")]
+    Mismatch(String),
     /// The configuration names an input the model does not have (tritonserver's ONNX Runtime
     /// backend's words).
     #[error("unexpected inference input '{input}', allowed inputs are: {}", .available.join(", "))]
@@ -255,6 +277,10 @@ pub enum InstanceError {
 /// Why an ensemble's steps do not make a pipeline (the checks Triton makes at load).
 #[derive(Debug, thiserror::Error)]
 pub enum EnsembleError {
+    /// The ensemble does not fit its composing models (tritonserver's words: see
+    /// `ensemble::composition`).
+    #[error("{0}")]
+    Composition(String),
     #[error("missing ensemble_scheduling")]
     NoScheduling,
     /// An ensemble input or output (`"input"`, `"output"`) has no valid datatype.
@@ -300,12 +326,6 @@ pub enum StepError {
     NotProduced { input: String, tensor: String },
     #[error("tensor '{tensor}' is {produced} but input '{input}' expects {expected}")]
     Datatype { tensor: String, input: String, produced: DataType, expected: DataType },
-    #[error(
-        "tensor '{tensor}' has dims {} but input '{input}' expects {}",
-        shape_string(.produced),
-        shape_string(.expected)
-    )]
-    Dims { tensor: String, input: String, produced: Vec<i64>, expected: Vec<i64> },
 }
 
 /// Why a `sequence_batching { … }` configuration is unusable (see `scheduler::sequence::rules`).
@@ -366,6 +386,23 @@ pub enum SequenceError {
 }
 
 impl LoadError {
+    /// The name of the status code tritonserver gives a failure of this kind, as its log lines
+    /// write it before the message (`failed to load 'm' version 1: Invalid argument: …`): what
+    /// the model's files or configuration got wrong is an invalid argument; what went wrong in
+    /// the server or a sandbox, internal.
+    pub fn status_name(&self) -> &'static str {
+        match self {
+            LoadError::Remote(_)
+            | LoadError::Unreadable { .. }
+            | LoadError::NotAComponent { .. }
+            | LoadError::BackendInit { .. }
+            | LoadError::Plugin(_)
+            | LoadError::OverSandboxLimit(_)
+            | LoadError::Onnx(OnnxError::Runtime(_) | OnnxError::Instance { .. }) => "Internal",
+            _ => "Invalid argument",
+        }
+    }
+
     /// The folders a reason concerns, for the log (` (in /a/m, /b/m)`), or nothing.
     pub fn folders(&self) -> String {
         match self {
@@ -412,7 +449,11 @@ mod tests {
         assert_eq!(e.folders(), " (in /a/m, /b/m)");
         let e =
             LoadError::BackendNotFound { backend: "x".into(), looked: vec!["/m/1/x.wasm".into(), "/m/x.wasm".into()] };
-        assert_eq!(e.to_string(), "unable to find backend 'x': looked for /m/1/x.wasm, /m/x.wasm");
+        assert_eq!(
+            e.to_string(),
+            "unable to find backend library for backend 'x', try specifying runtime on the model configuration. \
+             Looked for /m/1/x.wasm, /m/x.wasm"
+        );
         let e = LoadError::BackendUnsupported { backend: "pytorch".into() };
         assert_eq!(
             e.to_string(),
@@ -447,8 +488,6 @@ mod tests {
             "no ONNX Runtime library: pass --onnxruntime-library or set NEREUS_ONNXRUNTIME_LIB \
              (scripts/setup-onnxruntime.sh installs one)"
         );
-        let e = StepError::Dims { tensor: "t".into(), input: "i".into(), produced: vec![-1, 2], expected: vec![3] };
-        assert_eq!(e.to_string(), "tensor 't' has dims [-1,2] but input 'i' expects [3]");
         assert_eq!(
             SequenceError::CorridDatatype("C".into()).to_string(),
             "control input 'C': CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, TYPE_UINT32, \

@@ -22,12 +22,6 @@ use crate::validate::IoSpec;
 /// Loads the versions of the models that name one backend (TRITONBACKEND_Backend, with the model
 /// lifecycle calls of Triton's backend API).
 pub trait BackendFactory: Send + Sync {
-    /// A configuration for a model folder that has none, when this backend recognises the folder's
-    /// contents (with auto-complete on). Default: none.
-    fn claim(&self, _folder: &ModelFolder<'_>) -> Option<ModelConfig> {
-        None
-    }
-
     /// Fills in what `config` leaves out, from the model itself (auto-complete), before it is
     /// validated. Default: nothing.
     fn autocomplete(&self, _config: &mut ModelConfig, _folder: &ModelFolder<'_>) -> Result<(), LoadError> {

@@ -25,6 +25,9 @@ pub struct BackendOptions {
 pub struct Backends {
     native: HashMap<&'static str, Arc<dyn BackendFactory>>,
     sandboxed: Arc<dyn BackendFactory>,
+    /// Configurations are completed from the models (`--disable-auto-complete-config` and
+    /// `--strict-model-config=true` turn it off).
+    autocomplete: bool,
 }
 
 impl Backends {
@@ -33,6 +36,7 @@ impl Backends {
         native.insert("onnxruntime", Arc::new(OnnxBackend::new(options.onnxruntime_library, options.autocomplete)));
         Backends {
             native,
+            autocomplete: options.autocomplete,
             sandboxed: Arc::new(WasmBackends::new(options.runtime, options.backend_dir, options.sandbox)),
         }
     }
@@ -42,8 +46,9 @@ impl Backends {
         self.native.get(name).cloned().unwrap_or_else(|| self.sandboxed.clone())
     }
 
-    /// Every native backend, to ask which recognises a model folder that has no configuration.
-    pub fn native(&self) -> impl Iterator<Item = &Arc<dyn BackendFactory>> {
-        self.native.values()
+    /// Whether configurations are completed from the models (tritonserver's auto-complete), which
+    /// also decides when their inputs and outputs are checked.
+    pub fn autocomplete(&self) -> bool {
+        self.autocomplete
     }
 }

@@ -1,14 +1,28 @@
 //! Model configuration: the `inference.ModelConfig` schema, `config.pbtxt` parsing, normalisation
 //! to Triton's defaults, validation, and the JSON rendering `GET …/config` returns.
+//!
+//! A configuration goes through tritonserver's stages in its order: [`fill_backend_fields`] and
+//! [`normalize`], then [`validate_model_config`] (and [`validate_io`] when auto-complete is off)
+//! when it is read; [`normalize_instance_groups`] and [`validate_instance_groups`] when the model
+//! is created, after its version folders; then the backend's auto-complete and [`validate_io`].
+mod ensemble_graph;
+mod error;
+mod instance_groups;
+mod io_rules;
 mod json;
+mod normalize;
 mod pbtxt;
 pub mod schema;
 mod validate;
 
+pub use error::ConfigError;
+pub use instance_groups::{normalize_instance_groups, validate_instance_groups};
+pub use io_rules::validate_io;
 pub use json::{JsonError, from_json, to_json};
+pub use normalize::{FirstVersion, fill_backend_fields, normalize};
 pub use pbtxt::{ParseError, SourceLines};
 pub use schema::ModelConfig;
-pub use validate::{ConfigError, normalize_and_validate};
+pub use validate::validate_model_config;
 
 /// Parses `config.pbtxt` text (without normalising it).
 pub fn parse_pbtxt(src: &str) -> Result<ModelConfig, ParseError> {

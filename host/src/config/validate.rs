@@ -1,223 +1,280 @@
-//! Normalisation to Triton's defaults and validation of a parsed model configuration.
-use std::collections::HashSet;
+//! tritonserver's `ValidateModelConfig`: the checks of a model's configuration that need neither
+//! its files nor its backend, in tritonserver's order and with its messages (most end in
+//! ` for <model>`), so that the first problem reported is the one tritonserver reports.
+use super::ConfigError;
+use super::schema::model_config::SchedulingChoice;
+use super::schema::model_queue_policy::TimeoutAction;
+use super::schema::model_sequence_batching::{self, control::Kind as ControlKind};
+use super::schema::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
+use crate::proto::inference::DataType;
 
-use super::ModelConfig;
-use super::schema::{ModelInstanceGroup, ModelVersionPolicy, model_instance_group::Kind, model_version_policy};
-use crate::tensor::DataType;
-
-/// Why a configuration is unusable: the message names the offending field, and `path` locates it
-/// (`input[1]`, `instance_group[0]`) so the caller can add its line in the file.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ConfigError {
-    pub path: Option<String>,
-    pub message: String,
+/// The framework a backend name or a platform denotes (tritonserver's `BackendType`): a backend
+/// and a platform that denote different known frameworks contradict each other.
+#[derive(PartialEq, Eq)]
+enum Framework {
+    TensorFlow,
+    TensorRt,
+    OnnxRuntime,
+    PyTorch,
+    Unknown,
 }
 
-impl ConfigError {
-    pub fn new(message: impl Into<String>) -> Self {
-        ConfigError { path: None, message: message.into() }
-    }
-
-    /// Places the error under field `parent` (a relative path becomes `parent.path`).
-    fn at(mut self, parent: String) -> Self {
-        self.path = Some(match self.path.take() {
-            Some(child) => format!("{parent}.{child}"),
-            None => parent,
-        });
-        self
-    }
-
-    /// The line of the offending field in the file, when `lines` knows it.
-    pub fn line_in(&self, lines: &super::SourceLines) -> Option<usize> {
-        self.path.as_deref().and_then(|p| lines.line_of(p))
+fn framework_of_backend(backend: &str) -> Framework {
+    match backend {
+        "tensorflow" => Framework::TensorFlow,
+        "tensorrt" => Framework::TensorRt,
+        "onnxruntime" => Framework::OnnxRuntime,
+        "pytorch" => Framework::PyTorch,
+        _ => Framework::Unknown,
     }
 }
 
-/// Returns a `ConfigError` located at field `path`.
-macro_rules! bail {
-    (at $path:expr; $($arg:tt)*) => {
-        return Err(ConfigError { path: Some($path.to_string()), message: format!($($arg)*) })
-    };
+fn framework_of_platform(platform: &str) -> Framework {
+    match platform {
+        "tensorflow_graphdef" | "tensorflow_savedmodel" => Framework::TensorFlow,
+        "tensorrt_plan" => Framework::TensorRt,
+        "onnxruntime_onnx" => Framework::OnnxRuntime,
+        "pytorch_libtorch" => Framework::PyTorch,
+        _ => Framework::Unknown,
+    }
 }
 
-/// Fills in what Triton fills in (name, version policy, instance groups) and rejects what Triton
-/// rejects. `gpu_count` is the number of usable GPUs (KIND_GPU needs at least one; KIND_GPU with
-/// no `gpus` means all of them); `auto_gpu` says whether KIND_AUTO becomes KIND_GPU, which Triton
-/// decides by whether the model's backend can use the GPUs.
-pub fn normalize_and_validate(
-    mut config: ModelConfig,
-    dir_name: &str,
-    gpu_count: usize,
-    auto_gpu: bool,
-) -> Result<ModelConfig, ConfigError> {
-    if config.name.is_empty() {
-        config.name = dir_name.to_string();
-    } else if config.name != dir_name {
-        bail!(at "name"; "unexpected 'name' \"{}\" in the configuration of model directory '{dir_name}'", config.name);
+/// Checks a normalised configuration (backend fields filled in, see `super::normalize`) as
+/// tritonserver's `ValidateModelConfig` does; inputs and outputs are `super::validate_io`'s.
+pub fn validate_model_config(config: &ModelConfig) -> Result<(), ConfigError> {
+    let name = &config.name;
+    if name.is_empty() {
+        return Err(ConfigError::at("name", "model configuration must specify 'name'"));
+    }
+    if config.backend.is_empty() {
+        if config.platform != "ensemble" {
+            return Err(ConfigError::at(
+                "platform",
+                format!("unexpected platform type '{}' for {name}", config.platform),
+            ));
+        }
+    } else if config.platform == "ensemble" {
+        return Err(ConfigError::at(
+            "backend",
+            format!("Ensemble model '{name}' must have platform type 'ensemble' and empty backend type"),
+        ));
+    }
+    let framework = framework_of_backend(&config.backend);
+    if framework != Framework::Unknown && framework != framework_of_platform(&config.platform) {
+        return Err(ConfigError::at(
+            "platform",
+            format!("unexpected 'platform' and 'backend' pair, got:{}, {}", config.platform, config.backend),
+        ));
     }
     if config.max_batch_size < 0 {
-        bail!(at "max_batch_size"; "'max_batch_size' must be non-negative, got {}", config.max_batch_size);
+        return Err(ConfigError::at(
+            "max_batch_size",
+            format!("'max_batch_size' must be non-negative value for {name}"),
+        ));
     }
-    match &config.version_policy {
-        None | Some(ModelVersionPolicy { policy_choice: None }) => {
-            config.version_policy = Some(ModelVersionPolicy {
-                policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
-                    num_versions: 1,
-                })),
-            });
-        }
-        Some(ModelVersionPolicy { policy_choice: Some(model_version_policy::PolicyChoice::Latest(l)) })
-            if l.num_versions == 0 =>
-        {
-            bail!(at "version_policy"; "'version_policy.latest.num_versions' must be at least 1");
+    if config.version_policy.is_none() {
+        return Err(ConfigError::new(format!("must specify 'version policy' for {name}")));
+    }
+    // Not a check of tritonserver's, which would load no version at all.
+    if let Some(super::schema::ModelVersionPolicy {
+        policy_choice: Some(super::schema::model_version_policy::PolicyChoice::Latest(l)),
+    }) = &config.version_policy
+        && l.num_versions == 0
+    {
+        return Err(ConfigError::at("version_policy", "'version_policy.latest.num_versions' must be at least 1"));
+    }
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(db)) => check_dynamic_batching(db, config.max_batch_size, name)?,
+        Some(SchedulingChoice::SequenceBatching(sb)) => check_sequence_batching(config, sb, name)?,
+        _ => {}
+    }
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::EnsembleScheduling(_)) => super::ensemble_graph::validate(config)?,
+        _ if config.platform == "ensemble" => {
+            return Err(ConfigError::new(format!(
+                "ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
+            )));
         }
         _ => {}
     }
-
-    let mut names = HashSet::new();
-    for (i, input) in config.input.iter().enumerate() {
-        let what = format!("input[{i}] '{}'", input.name);
-        if input.name.is_empty() {
-            bail!(at format!("input[{i}]"); "input[{i}] has no 'name'");
-        }
-        if !names.insert(input.name.as_str()) {
-            bail!(at format!("input[{i}]"); "{what}: duplicate input name");
-        }
-        check_tensor(&what, input.data_type, &input.dims, input.reshape.is_some())
-            .map_err(|e| e.at(format!("input[{i}]")))?;
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    if decoupled && config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Err(ConfigError::at(
+            "response_cache",
+            format!(
+                "Response Cache does not currently support model {name} with 'decoupled' transaction policy. \
+                 Please disable the response cache."
+            ),
+        ));
     }
-    let mut names = HashSet::new();
-    for (i, output) in config.output.iter().enumerate() {
-        let what = format!("output[{i}] '{}'", output.name);
-        if output.name.is_empty() {
-            bail!(at format!("output[{i}]"); "output[{i}] has no 'name'");
-        }
-        if !names.insert(output.name.as_str()) {
-            bail!(at format!("output[{i}]"); "{what}: duplicate output name");
-        }
-        check_tensor(&what, output.data_type, &output.dims, output.reshape.is_some())
-            .map_err(|e| e.at(format!("output[{i}]")))?;
-    }
-
-    check_dynamic_batching(&mut config)?;
-
-    // As Triton: a model with no instance group gets one named after the model; an unnamed group
-    // is named `<model>_<index>`; a count below 1 means 1.
-    // As Triton's normalisation: every configuration states its transaction policy.
-    config.model_transaction_policy.get_or_insert_default();
-    if config.platform == "ensemble" {
-        // An ensemble has no instances of its own; its steps' models do.
-        if super::ensemble_scheduling(&config).is_none_or(|e| e.step.is_empty()) {
-            bail!(at "ensemble_scheduling"; "an ensemble needs 'ensemble_scheduling' with at least one step");
-        }
-        return Ok(config);
-    }
-    if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup { name: config.name.clone(), count: 1, ..Default::default() });
-    }
-    let model_name = config.name.clone();
-    let mut group_names = HashSet::new();
-    for (i, group) in config.instance_group.iter_mut().enumerate() {
-        if group.name.is_empty() {
-            group.name = format!("{model_name}_{i}");
-        }
-        if !group_names.insert(group.name.clone()) {
-            bail!(at format!("instance_group[{i}]"); "instance_group[{i}]: duplicate group name '{}'", group.name);
-        }
-        group.count = group.count.max(1);
-        let kind = Kind::try_from(group.kind).unwrap_or(Kind::Auto);
-        match kind {
-            // As Triton: KIND_AUTO is KIND_GPU on every GPU when there are GPUs and the backend can
-            // use them (here: ONNX Runtime), else KIND_CPU.
-            Kind::Auto => {
-                if gpu_count > 0 && (auto_gpu || !group.gpus.is_empty()) {
-                    group.kind = Kind::Gpu as i32;
-                    if group.gpus.is_empty() {
-                        group.gpus = (0..gpu_count as i32).collect();
-                    }
-                } else {
-                    group.kind = Kind::Cpu as i32;
-                }
-            }
-            Kind::Gpu => {
-                if gpu_count == 0 {
-                    bail!(at format!("instance_group[{i}]");
-                        "instance_group[{i}] '{}' has kind KIND_GPU but no GPUs are available",
-                        group.name
-                    );
-                }
-                if let Some(g) = group.gpus.iter().find(|g| **g < 0 || **g as usize >= gpu_count) {
-                    bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}' names GPU {g}, which does not exist", group.name);
-                }
-                if group.gpus.is_empty() {
-                    group.gpus = (0..gpu_count as i32).collect();
-                }
-            }
-            Kind::Cpu | Kind::Model => {
-                if !group.gpus.is_empty() {
-                    bail!(at format!("instance_group[{i}]"); "instance_group[{i}] '{}' lists 'gpus' but its kind is not KIND_GPU", group.name);
-                }
-            }
-        }
-    }
-    Ok(config)
+    Ok(())
 }
 
-/// Fills in Triton's default preferred batch size (`[max_batch_size]`) and rejects what Triton's
-/// `ValidateModelConfig` rejects in `dynamic_batching`, with its reasons.
-fn check_dynamic_batching(config: &mut ModelConfig) -> Result<(), ConfigError> {
-    use super::schema::model_config::SchedulingChoice;
-    use super::schema::model_queue_policy::TimeoutAction;
-    let max_batch_size = config.max_batch_size;
-    let Some(SchedulingChoice::DynamicBatching(db)) = &mut config.scheduling_choice else {
-        return Ok(());
-    };
-    if db.preferred_batch_size.is_empty() && max_batch_size > 0 {
-        db.preferred_batch_size.push(max_batch_size);
-    }
+/// `dynamic_batching`: preferred sizes within `max_batch_size`, priority levels in range, and what
+/// `preserve_ordering` rules out.
+fn check_dynamic_batching(db: &ModelDynamicBatching, max_batch_size: i32, name: &str) -> Result<(), ConfigError> {
+    let at = |message: String| ConfigError::at("dynamic_batching", message);
     for size in &db.preferred_batch_size {
         if *size <= 0 {
-            bail!(at "dynamic_batching"; "dynamic batching preferred size must be positive, got {size}");
+            return Err(at(format!("dynamic batching preferred size must be positive for {name}")));
         }
         if *size > max_batch_size {
-            bail!(at "dynamic_batching"; "dynamic batching preferred size must be <= max batch size ({max_batch_size}), got {size}");
+            return Err(at(format!("dynamic batching preferred size must be <= max batch size for {name}")));
         }
     }
     let levels = db.priority_levels;
     if levels != 0 {
         if db.default_priority_level == 0 || db.default_priority_level > levels {
-            bail!(at "dynamic_batching"; "default priority level must be in range [1, {levels}]");
+            return Err(at(format!("default priority level must be in range [1, {levels}] for {name}")));
         }
-        if let Some(level) = db.priority_queue_policy.keys().find(|l| **l == 0 || **l > levels) {
-            bail!(at "dynamic_batching"; "priority queue policy must have priority level in range [1, {levels}], got {level}");
+        if db.priority_queue_policy.keys().any(|l| *l == 0 || *l > levels) {
+            return Err(at(format!(
+                "priority queue policy must have priority level in range [1, {levels}] for {name}"
+            )));
         }
     }
     if db.preserve_ordering {
         if levels > 1 {
-            bail!(at "dynamic_batching"; "Only one priority level is allowed when 'preserve_ordering' is true");
+            return Err(at(format!("Only one priority level is allowed when 'preserve_ordering' is true for {name}")));
         }
-        let delays = |p: &super::schema::ModelQueuePolicy| {
+        let delays = |p: &ModelQueuePolicy| {
             p.default_timeout_microseconds != 0 && p.timeout_action == TimeoutAction::Delay as i32
         };
         if db.default_queue_policy.as_ref().is_some_and(delays) || db.priority_queue_policy.values().any(delays) {
-            bail!(at "dynamic_batching"; "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true");
+            return Err(at(format!(
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {name}"
+            )));
         }
     }
     Ok(())
 }
 
-fn check_tensor(what: &str, data_type: i32, dims: &[i64], has_reshape: bool) -> Result<(), ConfigError> {
-    if DataType::from_config(data_type).is_none() {
-        return Err(ConfigError::new(format!("{what}: 'data_type' must be set to a valid TYPE_*")));
+/// `sequence_batching`: each control kind at most once, on a named tensor used for one kind only,
+/// with the values its kind needs; the strategy's settings in range.
+fn check_sequence_batching(
+    config: &ModelConfig,
+    sb: &crate::proto::inference::ModelSequenceBatching,
+    name: &str,
+) -> Result<(), ConfigError> {
+    let at = |message: String| ConfigError::at("sequence_batching", message);
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Err(ConfigError::at(
+            "response_cache",
+            format!(
+                "Response Cache does not currently support model {name} with sequence batching scheduler. \
+                 Please disable the response cache."
+            ),
+        ));
     }
-    if dims.is_empty() && !has_reshape {
-        return Err(ConfigError::new(format!("{what}: 'dims' must be specified")));
+    for kind in [ControlKind::ControlSequenceStart, ControlKind::ControlSequenceEnd, ControlKind::ControlSequenceReady]
+    {
+        check_control(sb, kind, true, name).map_err(at)?;
     }
-    if let Some(d) = dims.iter().find(|d| **d == 0 || **d < -1) {
-        bail!(at "dims"; "{what}: dimension {d} in 'dims' is invalid (each must be positive or -1)");
+    if let Some(datatype) = check_control(sb, ControlKind::ControlSequenceCorrid, false, name).map_err(at)? {
+        let allowed = [
+            DataType::TypeUint64,
+            DataType::TypeInt64,
+            DataType::TypeUint32,
+            DataType::TypeInt32,
+            DataType::TypeString,
+        ];
+        if !allowed.iter().any(|d| *d as i32 == datatype) {
+            return Err(at(format!(
+                "unexpected data type for control CONTROL_SEQUENCE_CORRID for {name}. Allowed data types are \
+                 TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
+            )));
+        }
+    }
+    match &sb.strategy_choice {
+        Some(model_sequence_batching::StrategyChoice::Oldest(oldest)) => {
+            for size in &oldest.preferred_batch_size {
+                if *size <= 0 {
+                    return Err(at(format!("sequence batching preferred batch size must be positive for {name}")));
+                }
+                if *size > config.max_batch_size {
+                    return Err(at(format!(
+                        "sequence batching preferred batch size must be <= max batch size for {name}"
+                    )));
+                }
+            }
+        }
+        Some(model_sequence_batching::StrategyChoice::Direct(direct))
+            if !(0.0..=1.0).contains(&direct.minimum_slot_utilization) =>
+        {
+            return Err(at(format!(
+                "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
+            )));
+        }
+        _ => {}
     }
     Ok(())
+}
+
+/// The checks tritonserver makes of one control kind (`GetBooleanSequenceControlProperties` when
+/// `boolean`, else `GetTypedSequenceControlProperties`). Returns the datatype a typed control
+/// declares, when the kind is present.
+fn check_control(
+    sb: &crate::proto::inference::ModelSequenceBatching,
+    kind: ControlKind,
+    boolean: bool,
+    name: &str,
+) -> Result<Option<i32>, String> {
+    let kind_name = kind.as_str_name();
+    let mut seen_tensors = std::collections::HashSet::new();
+    let mut found = None;
+    for input in &sb.control_input {
+        if input.name.is_empty() {
+            return Err(format!("sequence batching control tensor must have a name for {name}"));
+        }
+        if !seen_tensors.insert(input.name.as_str()) {
+            return Err(format!(
+                "sequence batching control tensor '{}' is specified for multiple control kinds for {name}",
+                input.name
+            ));
+        }
+        for c in input.control.iter().filter(|c| c.kind == kind as i32) {
+            if found.is_some() {
+                return Err(format!("sequence batching specifies multiple {kind_name} tensors for {name}"));
+            }
+            found = Some(c.data_type);
+            let lists = [c.int32_false_true.len(), c.fp32_false_true.len(), c.bool_false_true.len()];
+            let given = lists.iter().filter(|n| **n != 0).count();
+            if !boolean {
+                if given != 0 {
+                    return Err(format!(
+                        "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or \
+                         'bool_false_true' for {kind_name} for {name}"
+                    ));
+                }
+                continue;
+            }
+            if given == 0 {
+                return Err(format!(
+                    "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or \
+                     'bool_false_true' for {kind_name} for {name}"
+                ));
+            }
+            if given > 1 {
+                return Err(format!(
+                    "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and \
+                     'bool_false_true' for {kind_name} for {name}"
+                ));
+            }
+            let (list, len) = if lists[0] != 0 {
+                ("int32_false_true", lists[0])
+            } else if lists[1] != 0 {
+                ("fp32_false_true", lists[1])
+            } else {
+                ("bool_false_true", lists[2])
+            };
+            if len != 2 {
+                return Err(format!(
+                    "sequence batching control '{list}' must have exactly 2 entries for {kind_name} for {name}"
+                ));
+            }
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -225,94 +282,54 @@ mod tests {
     use super::*;
     use crate::config::parse_pbtxt;
 
-    fn check(src: &str) -> Result<ModelConfig, ConfigError> {
-        normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 0, false)
+    fn check(src: &str) -> Result<(), ConfigError> {
+        let mut config = parse_pbtxt(src).unwrap();
+        let no_files = crate::config::FirstVersion { exists: false, entries: Vec::new() };
+        crate::config::fill_backend_fields(&mut config, "m", &no_files)?;
+        crate::config::normalize(&mut config);
+        validate_model_config(&config)
     }
 
     #[test]
-    fn defaults_are_filled() {
-        let cfg = check(r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]"#).unwrap();
-        assert_eq!(cfg.name, "m");
-        assert_eq!(cfg.instance_group.len(), 1);
-        assert_eq!(cfg.instance_group[0].count, 1);
-        assert_eq!(cfg.instance_group[0].name, "m");
-        assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
-        assert!(cfg.version_policy.is_some());
-    }
-
-    #[test]
-    fn instance_groups_and_batching_defaults_follow_triton() {
-        let cfg = check(
-            "max_batch_size: 8 dynamic_batching { } instance_group [ { count: -3 }, { name: \"g\" kind: KIND_CPU } ]",
-        )
-        .unwrap();
-        let groups: Vec<(&str, i32)> = cfg.instance_group.iter().map(|g| (g.name.as_str(), g.count)).collect();
-        assert_eq!(groups, [("m_0", 1), ("g", 1)]);
-        let Some(crate::config::schema::model_config::SchedulingChoice::DynamicBatching(db)) = &cfg.scheduling_choice
-        else {
-            panic!("dynamic_batching lost")
-        };
-        assert_eq!(db.preferred_batch_size, [8]);
-    }
-
-    #[test]
-    fn gpu_groups_take_every_gpu_unless_named_and_auto_follows_the_backend() {
-        let on = |src: &str, auto_gpu: bool| {
-            let cfg = normalize_and_validate(parse_pbtxt(src).unwrap(), "m", 2, auto_gpu).unwrap();
-            cfg.instance_group.iter().map(|g| (Kind::try_from(g.kind).unwrap(), g.gpus.clone())).collect::<Vec<_>>()
-        };
-        assert_eq!(on("instance_group [ { kind: KIND_GPU } ]", false), [(Kind::Gpu, vec![0, 1])]);
-        assert_eq!(on("instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]", false), [(Kind::Gpu, vec![1])]);
-        assert_eq!(on("", true), [(Kind::Gpu, vec![0, 1])], "KIND_AUTO with a GPU-capable backend");
-        assert_eq!(on("", false), [(Kind::Cpu, vec![])], "KIND_AUTO with a CPU-only backend");
-        assert_eq!(on("instance_group [ { gpus: [ 1 ] } ]", false), [(Kind::Gpu, vec![1])], "AUTO naming GPUs");
-        let err = normalize_and_validate(
-            parse_pbtxt("instance_group [ { kind: KIND_GPU gpus: [ 2 ] } ]").unwrap(),
-            "m",
-            2,
-            true,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("GPU 2, which does not exist"), "{err}");
-    }
-
-    #[test]
-    fn rejects_bad_configs() {
-        for (src, needle) in [
-            (r#"name: "other""#, "unexpected 'name'"),
-            ("max_batch_size: -1", "max_batch_size"),
+    fn rejects_with_tritonservers_words() {
+        for (src, message) in [
+            (r#"platform: "onnxruntime_onnx" max_batch_size: -1"#, "'max_batch_size' must be non-negative value for m"),
+            (r#"platform: "x""#, "unexpected platform type 'x' for m"),
             (
-                r#"input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ]"#,
-                "duplicate",
-            ),
-            (r#"input [ { name: "I" dims: [ 4 ] } ]"#, "data_type"),
-            (r#"output [ { name: "O" data_type: TYPE_FP32 dims: [ 0 ] } ]"#, "dimension 0"),
-            (r#"output [ { name: "O" data_type: TYPE_FP32 } ]"#, "'dims'"),
-            ("instance_group [ { kind: KIND_GPU } ]", "no GPUs"),
-            ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }", "<= max batch size (4)"),
-            ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 0 ] }", "must be positive"),
-            (
-                "max_batch_size: 4 dynamic_batching { priority_levels: 2 }",
-                "default priority level must be in range [1, 2]",
+                r#"platform: "ensemble" backend: "b""#,
+                "Ensemble model 'm' must have platform type 'ensemble' and empty backend type",
             ),
             (
-                "max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 1 \
-                 priority_queue_policy { key: 3 value: { max_queue_size: 1 } } }",
-                "priority level in range [1, 2], got 3",
+                r#"platform: "tensorrt_plan" backend: "onnxruntime""#,
+                "unexpected 'platform' and 'backend' pair, got:tensorrt_plan, onnxruntime",
+            ),
+            (r#"platform: "ensemble""#, "ensemble scheduling must be set for ensemble m whose platform is ensemble"),
+            (
+                r#"backend: "b" max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }"#,
+                "dynamic batching preferred size must be <= max batch size for m",
             ),
             (
-                "max_batch_size: 4 dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }",
-                "Only one priority level",
+                r#"backend: "b" max_batch_size: 4 dynamic_batching { priority_levels: 2 }"#,
+                "default priority level must be in range [1, 2] for m",
             ),
             (
-                "max_batch_size: 4 dynamic_batching { preserve_ordering: true \
-                 default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5 } }",
-                "DELAY",
+                r#"backend: "b" max_batch_size: 4 dynamic_batching { preserve_ordering: true
+                   default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5 } }"#,
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for m",
             ),
-            ("version_policy { latest { num_versions: 0 } }", "num_versions"),
+            (
+                r#"backend: "b" sequence_batching { control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_READY } ] } ] }"#,
+                "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' \
+                 for CONTROL_SEQUENCE_READY for m",
+            ),
+            (
+                r#"backend: "b" sequence_batching { control_input [
+                   { name: "S" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+                   { name: "T" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] } ] }"#,
+                "sequence batching specifies multiple CONTROL_SEQUENCE_END tensors for m",
+            ),
         ] {
-            let err = check(src).unwrap_err();
-            assert!(err.message.contains(needle), "{src}: {err}");
+            assert_eq!(check(src).unwrap_err().message, message, "{src}");
         }
     }
 }

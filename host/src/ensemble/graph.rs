@@ -1,6 +1,6 @@
 //! Building an ensemble's step graph from `ensemble_scheduling`, with the checks Triton makes at
 //! load: known and available composing models, known step inputs and outputs, every consumed tensor
-//! produced exactly once, no cycles, matching datatypes and shapes, every ensemble output produced.
+//! produced exactly once, no cycles, matching datatypes, every ensemble output produced.
 use std::collections::HashMap;
 
 use super::{Ensemble, Step};
@@ -9,16 +9,11 @@ use crate::load_error::{EnsembleError, StepError};
 use crate::model::ModelResolver;
 use crate::tensor::DataType;
 
-/// A tensor of the graph: its datatype and dims (without the batch dimension), and who makes it.
+/// A tensor of the graph: its datatype, and who makes it.
 struct Produced {
     datatype: DataType,
-    dims: Vec<i64>,
     /// `None`: an ensemble input.
     step: Option<usize>,
-}
-
-fn dims_compatible(a: &[i64], b: &[i64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x == -1 || *y == -1 || x == y)
 }
 
 impl Ensemble {
@@ -29,7 +24,7 @@ impl Ensemble {
         let mut tensors: HashMap<String, Produced> = HashMap::new();
         for input in &config.input {
             let datatype = DataType::from_config(input.data_type).ok_or(EnsembleError::Datatype("input"))?;
-            tensors.insert(input.name.clone(), Produced { datatype, dims: input.dims.clone(), step: None });
+            tensors.insert(input.name.clone(), Produced { datatype, step: None });
         }
         let mut steps = Vec::with_capacity(scheduling.step.len());
         for (i, s) in scheduling.step.iter().enumerate() {
@@ -56,7 +51,7 @@ impl Ensemble {
             }
             for (step_output, tensor) in &outputs {
                 let out = model.io.output(step_output).ok_or_else(|| at(StepError::NoOutput(step_output.clone())))?;
-                let produced = Produced { datatype: out.datatype, dims: out.dims.clone(), step: Some(i) };
+                let produced = Produced { datatype: out.datatype, step: Some(i) };
                 if let Some(previous) = tensors.insert(tensor.clone(), produced) {
                     return Err(at(StepError::ProducedTwice { tensor: tensor.clone(), by: previous.step }));
                 }
@@ -93,14 +88,8 @@ impl Ensemble {
                         expected: wanted.datatype,
                     }));
                 }
-                if !dims_compatible(&p.dims, &wanted.dims) {
-                    return Err(at(StepError::Dims {
-                        tensor: tensor.clone(),
-                        input: step_input.clone(),
-                        produced: p.dims.clone(),
-                        expected: wanted.dims.clone(),
-                    }));
-                }
+                // Shapes were checked by `super::composition`, as tritonserver checks them (a
+                // non-batching step's [-1, d…] meets a batching one's [d…]).
                 if let Some(producer) = p.step
                     && !step.depends_on.contains(&producer)
                 {

@@ -4,6 +4,7 @@
 //! at once and may finish in any order. Tensors pass between steps by reference (the bytes are
 //! shared, never copied). The ensemble answers once no further step can run, with the outputs the
 //! client asked for; a failing step fails the request with an error naming the step.
+pub mod composition;
 mod graph;
 
 use std::collections::{HashMap, VecDeque};

@@ -15,7 +15,10 @@ use parking_lot::RwLock;
 use crate::backend::registry::Backends;
 use crate::backend::{BackendFactory, ModelFolder, VersionLoad, backend_name, instances_of};
 use crate::config::schema::model_version_policy::PolicyChoice;
-use crate::config::{ModelConfig, normalize_and_validate, parse_pbtxt_with_lines};
+use crate::config::{
+    ConfigError, FirstVersion, ModelConfig, SourceLines, fill_backend_fields, normalize, normalize_instance_groups,
+    parse_pbtxt_with_lines, validate_instance_groups, validate_io, validate_model_config,
+};
 use crate::ensemble::{Ensemble, EnsembleScheduler};
 use crate::error::InferError;
 use crate::load_error::LoadError;
@@ -360,70 +363,110 @@ pub fn config_file(dir: &Path, config_name: Option<&str>) -> PathBuf {
     dir.join("config.pbtxt")
 }
 
-/// Reads and validates the model's configuration file ([`config_file`]) as it is (no
-/// auto-complete).
-pub fn read_config(
-    name: &str,
-    dir: &Path,
-    gpu_count: usize,
-    config_name: Option<&str>,
-) -> Result<ModelConfig, LoadError> {
-    read_config_with(name, dir, gpu_count, None, None, config_name)
+/// Reads the model's configuration file ([`config_file`]) and checks it as tritonserver does when
+/// it reads one (no backend, no auto-complete from the model's files).
+pub fn read_config(name: &str, dir: &Path, config_name: Option<&str>) -> Result<ModelConfig, LoadError> {
+    read_config_with(name, dir, None, None, config_name).map(|(config, _)| config)
 }
 
-/// Reads `<dir>/config.pbtxt` (or takes `given`, a load request's override), lets the model's
-/// backend auto-complete it from the model where `backends` are given (a backend may then claim a
-/// folder with no `config.pbtxt` at all, or a configuration naming no backend), and validates it.
+/// What is in the first sub-folder (in name order) of the model folder `dir`: where tritonserver
+/// looks for the model file that says which backend a configuration naming none needs.
+fn first_version(dir: &Path) -> FirstVersion {
+    let mut folders: Vec<PathBuf> =
+        std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    folders.sort();
+    let Some(first) = folders.first() else { return FirstVersion { exists: false, entries: Vec::new() } };
+    let entries = std::fs::read_dir(first)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.to_string(), e.path().is_dir())))
+        .collect();
+    FirstVersion { exists: true, entries }
+}
+
+/// Reads `<dir>/config.pbtxt` (or takes `given`, a load request's override) and takes it through
+/// tritonserver's stages at that point, in its order, so that the first problem reported is the
+/// one tritonserver reports: the backend fields, the defaults, [`validate_model_config`], the
+/// inputs and outputs when auto-complete is off (with it on they are checked once the backend has
+/// completed them), and the name. With auto-complete a folder without `config.pbtxt` starts from
+/// an empty configuration; unless its files or its name say which backend it needs, it is not a
+/// model (the file cannot be read). `backends` is `None` when only the configuration is wanted.
+/// Returns where each field is in the file, for later errors.
 fn read_config_with(
     name: &str,
     dir: &Path,
-    gpu_count: usize,
     backends: Option<&Backends>,
     given: Option<ModelConfig>,
     config_name: Option<&str>,
-) -> Result<ModelConfig, LoadError> {
+) -> Result<(ModelConfig, SourceLines), LoadError> {
+    let autofill = backends.is_none_or(Backends::autocomplete);
     let path = config_file(dir, config_name);
-    let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
-    let claim = || backends.and_then(|b| b.native().find_map(|f| f.claim(&folder)));
+    let first = first_version(dir);
     let (mut config, lines) = match given {
         Some(config) => (config, Default::default()),
         None => match std::fs::read_to_string(&path) {
             Ok(text) => parse_pbtxt_with_lines(&text).map_err(LoadError::Parse)?,
-            Err(source) => match claim() {
-                Some(claimed) => (claimed, Default::default()),
-                None => return Err(LoadError::Unreadable { path, source }),
-            },
+            Err(source) if autofill && source.kind() == std::io::ErrorKind::NotFound => {
+                let mut empty = ModelConfig::default();
+                if fill_backend_fields(&mut empty, name, &first).is_err() {
+                    return Err(LoadError::Unreadable { path, source });
+                }
+                (empty, Default::default())
+            }
+            Err(source) => return Err(LoadError::Unreadable { path, source }),
         },
     };
-    // A configuration that names neither backend nor platform takes them from the backend that
-    // recognises the model's files, as Triton's auto-complete does (`model.onnx`: onnxruntime).
-    if config.backend.is_empty()
-        && config.platform.is_empty()
-        && crate::config::ensemble_scheduling(&config).is_none()
-        && let Some(claimed) = claim()
-    {
-        config.backend = claimed.backend;
-        config.platform = claimed.platform;
+    let located = |source: ConfigError| LoadError::Config { line: source.line_in(&lines), source };
+    fill_backend_fields(&mut config, name, &first).map_err(located)?;
+    normalize(&mut config);
+    validate_model_config(&config).map_err(located)?;
+    if !autofill {
+        validate_io(&config).map_err(located)?;
     }
-    let factory: Option<Arc<dyn BackendFactory>> =
-        backends.and_then(|b| backend_name(&config).ok().map(|name| b.factory(&name)));
-    if let Some(factory) = &factory {
-        factory.autocomplete(&mut config, &folder)?;
+    if config.name != name {
+        return Err(located(ConfigError::at(
+            "name",
+            format!(
+                "unexpected directory name '{name}' for model '{}', directory name must equal model name",
+                config.name
+            ),
+        )));
     }
-    let auto_gpu = gpu_count > 0 && factory.is_some_and(|f| f.uses_gpus());
-    normalize_and_validate(config, name, gpu_count, auto_gpu)
-        .map_err(|source| LoadError::Config { line: source.line_in(&lines), source })
+    Ok((config, lines))
+}
+
+/// What tritonserver does to a configuration when it creates the model, after its versions are
+/// known: the instance groups, filled in and checked; the backend's auto-complete from the model
+/// file; the whole configuration checked again, inputs and outputs included.
+fn complete_config(
+    mut config: ModelConfig,
+    lines: &SourceLines,
+    dir: &Path,
+    factory: &dyn BackendFactory,
+    gpu_count: usize,
+) -> Result<ModelConfig, LoadError> {
+    let located = |source: ConfigError| LoadError::Config { line: source.line_in(lines), source };
+    let auto_gpu = gpu_count > 0 && factory.uses_gpus();
+    normalize_instance_groups(&mut config, gpu_count, auto_gpu);
+    validate_instance_groups(&config, gpu_count).map_err(located)?;
+    let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
+    factory.autocomplete(&mut config, &folder)?;
+    normalize(&mut config);
+    validate_model_config(&config).map_err(located)?;
+    validate_io(&config).map_err(located)?;
+    Ok(config)
 }
 
 /// Whether the model in `dir` is an ensemble (judged from its configuration; unreadable ones are
 /// not, and report their error when loaded).
 pub fn is_ensemble(name: &str, dir: &Path, config_name: Option<&str>) -> bool {
-    read_config(name, dir, 0, config_name).is_ok_and(|c| c.platform == "ensemble")
+    read_config(name, dir, config_name).is_ok_and(|c| c.platform == "ensemble")
 }
 
 /// The models an ensemble's steps name, read from its folder.
 pub fn ensemble_steps(name: &str, dir: &Path, config_name: Option<&str>) -> Vec<String> {
-    read_config(name, dir, 0, config_name).map(|c| steps_of(&c)).unwrap_or_default()
+    read_config(name, dir, config_name).map(|c| steps_of(&c)).unwrap_or_default()
 }
 
 /// The models a configuration's ensemble steps name (none for a model that is not an ensemble).
@@ -437,23 +480,23 @@ pub fn steps_of(config: &ModelConfig) -> Vec<String> {
 /// the configuration names.
 /// `given` is a load request's configuration, used instead of the folder's `config.pbtxt`.
 pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<ModelConfig>) -> ModelEntry {
-    let config =
-        match read_config_with(name, dir, ctx.gpu_count, Some(&ctx.backends), given, ctx.config_name.as_deref()) {
-            Ok(c) => c,
-            Err(reason) => return ModelEntry::unavailable(name, dir, reason),
-        };
+    let (config, lines) = match read_config_with(name, dir, Some(&ctx.backends), given, ctx.config_name.as_deref()) {
+        Ok(read) => read,
+        Err(reason) => return ModelEntry::unavailable(name, dir, reason),
+    };
     if config.platform == "ensemble" {
         return load_ensemble(name, dir, Arc::new(config), ctx);
     }
-    let instances = instances_of(&config);
     let prepared = backend_name(&config).and_then(|backend| {
         let factory = ctx.backends.factory(&backend);
         let selected = select_versions(name, &config, dir)?;
+        let config = complete_config(config.clone(), &lines, dir, factory.as_ref(), ctx.gpu_count)?;
         let sequence = SequenceRules::from_config(&config, dir).map_err(LoadError::Sequence)?;
-        let config = factory.prepare(config.clone(), &instances)?;
-        Ok((backend, factory, selected, sequence, Arc::new(config)))
+        let instances = instances_of(&config);
+        let config = factory.prepare(config, &instances)?;
+        Ok((backend, factory, selected, sequence, instances, Arc::new(config)))
     });
-    let (backend, factory, selected, sequence, config) = match prepared {
+    let (backend, factory, selected, sequence, instances, config) = match prepared {
         Ok(p) => p,
         Err(reason) => {
             return ModelEntry { config: Some(Arc::new(config)), ..ModelEntry::unavailable(name, dir, reason) };
@@ -505,7 +548,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
                 VersionState::Ready(Arc::new(m))
             }
             Err(reason) => {
-                tracing::error!("failed to load '{name}' version {version}: {reason}");
+                tracing::error!("failed to load '{name}' version {version}: {}: {reason}", reason.status_name());
                 VersionState::Unavailable(reason)
             }
         };
@@ -542,20 +585,29 @@ fn load_version(
 /// Loads an ensemble: its steps are checked against the composing models already loaded; every
 /// version the policy selects serves the same pipeline.
 fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadContext) -> ModelEntry {
-    let prepared = select_versions(name, &config, dir)
-        .and_then(|selected| Ok((selected, Ensemble::build(&config, ctx.models.as_ref())?)));
+    let prepared = select_versions(name, &config, dir).and_then(|selected| {
+        // The other models' steps, from their folders beside this one.
+        let own_steps = steps_of(&config);
+        let steps_of = |model: &str| match (model == name, dir.parent()) {
+            (true, _) => own_steps.clone(),
+            (false, Some(repository)) => ensemble_steps(model, &repository.join(model), ctx.config_name.as_deref()),
+            (false, None) => Vec::new(),
+        };
+        crate::ensemble::composition::check_cycles(name, &steps_of)?;
+        crate::ensemble::composition::check(&config, ctx.models.as_ref())?;
+        Ok((selected, Ensemble::build(&config, ctx.models.as_ref())?))
+    });
     let (selected, ensemble) = match prepared {
         Ok(p) => p,
         Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
     };
     let ensemble = Arc::new(ensemble);
-    // A decoupled step makes the ensemble decoupled: its configuration says so, as clients see it.
-    let config = if ensemble.is_decoupled() {
+    // A decoupled step makes the ensemble decoupled: its configuration says so (and, as
+    // tritonserver's, states its transaction policy either way), as clients see it.
+    let config = {
         let mut c = (*config).clone();
-        c.model_transaction_policy.get_or_insert_default().decoupled = true;
+        c.model_transaction_policy.get_or_insert_default().decoupled = ensemble.is_decoupled();
         Arc::new(c)
-    } else {
-        config
     };
     let io = Arc::new(IoSpec::new(&config));
     let models: Arc<dyn ModelResolver> = ctx.models.clone();

@@ -1,12 +1,14 @@
 //! Auto-completing an ONNX model's configuration from the model, as Triton's ONNX Runtime backend
 //! does when auto-complete is on (tritonserver's default; `--disable-auto-complete-config` or
-//! `--strict-model-config=true` turn it off):
+//! `--strict-model-config=true` turn it off). Nothing is completed when the configuration lists
+//! both inputs and outputs; otherwise:
 //!
-//! - no `input` / `output` given: the model's own, with their datatypes and dims (sequence control
-//!   and implicit-state tensors excepted);
-//! - `max_batch_size` 0 and every input and output has a variable first dimension: the model batches,
-//!   so `max_batch_size` becomes the default (4) and that first dimension is the batch dimension;
-//! - `max_batch_size` > 1 and no scheduler: dynamic batching is switched on.
+//! - the model batches when every input and output has a variable first dimension: then
+//!   `max_batch_size` 0 becomes the default (4), and above 1 with no scheduler dynamic batching is
+//!   switched on; a model that does not batch with a non-zero `max_batch_size` is refused;
+//! - the missing list (inputs or outputs) is the model's own, with their datatypes and dims (less
+//!   the batch dimension; a scalar is `dims: [ 1 ]`, with an empty reshape when batching), sequence
+//!   control and implicit-state tensors excepted.
 use std::path::Path;
 
 use ort::value::{TensorElementType, ValueType};
@@ -15,11 +17,12 @@ use crate::config::ModelConfig;
 use crate::config::schema::model_config::SchedulingChoice;
 use crate::config::schema::{DataType as ConfigType, ModelDynamicBatching, ModelInput, ModelOutput};
 use crate::load_error::OnnxError;
+use crate::proto::inference::ModelTensorReshape;
 
 /// tritonserver's `--backend-config=default-max-batch-size` default.
 const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
-fn config_type(ty: TensorElementType) -> Option<ConfigType> {
+pub(super) fn config_type(ty: TensorElementType) -> Option<ConfigType> {
     Some(match ty {
         TensorElementType::Bool => ConfigType::TypeBool,
         TensorElementType::Uint8 => ConfigType::TypeUint8,
@@ -40,7 +43,7 @@ fn config_type(ty: TensorElementType) -> Option<ConfigType> {
 }
 
 /// (name, datatype, dims) of a session's inputs or outputs.
-type Outlets = Vec<(String, ConfigType, Vec<i64>)>;
+pub(super) type Outlets = Vec<(String, ConfigType, Vec<i64>)>;
 
 fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, OnnxError> {
     list.iter()
@@ -55,8 +58,31 @@ fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, OnnxError> {
         .collect()
 }
 
+/// The tensors of a session as the load-time checks compare them: like [`outlets`], but a value
+/// that is not a tensor, or of an element type Nereus cannot serve, is listed with no datatype
+/// (`TYPE_INVALID`) rather than refused, so that only a configuration naming it fails.
+pub(super) fn described(list: &[ort::value::Outlet]) -> Outlets {
+    list.iter()
+        .map(|o| match o.dtype() {
+            ValueType::Tensor { ty, shape, .. } => (
+                o.name().to_string(),
+                config_type(*ty).unwrap_or(ConfigType::TypeInvalid),
+                shape.iter().copied().collect(),
+            ),
+            _ => (o.name().to_string(), ConfigType::TypeInvalid, Vec::new()),
+        })
+        .collect()
+}
+
 /// Fills in what the configuration leaves out from `model_file`'s inputs and outputs.
 pub fn complete(config: &mut ModelConfig, model_file: &Path, library: Option<&Path>) -> Result<(), OnnxError> {
+    if (!config.input.is_empty() || !config.batch_input.is_empty()) && !config.output.is_empty() {
+        tracing::info!(
+            "skipping model configuration auto-complete for '{}': inputs and outputs already specified",
+            config.name
+        );
+        return Ok(());
+    }
     let environment = super::runtime(library)?;
     let session = ort::session::Session::builder(environment)
         .and_then(|mut b| b.commit_from_file(model_file))
@@ -72,44 +98,50 @@ pub fn complete(config: &mut ModelConfig, model_file: &Path, library: Option<&Pa
     let inputs: Outlets = inputs.into_iter().filter(|(n, ..)| !internal.contains(n)).collect();
     let outputs: Outlets = outputs.into_iter().filter(|(n, ..)| !internal.contains(n)).collect();
 
-    if config.max_batch_size == 0 {
-        let batchable = |list: &Outlets| list.iter().all(|(_, _, dims)| dims.first() == Some(&-1));
-        let listed_without_batch = config.input.iter().any(|i| !i.dims.is_empty());
-        if !inputs.is_empty() && batchable(&inputs) && batchable(&outputs) && !listed_without_batch {
+    let batchable = inputs.iter().chain(&outputs).all(|(_, _, dims)| dims.first() == Some(&-1));
+    if batchable {
+        if config.max_batch_size == 0 {
             config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+            tracing::warn!(
+                "autofilled max_batch_size to {DEFAULT_MAX_BATCH_SIZE} for model '{}' since batching is supporrted \
+                 but no max_batch_size is specified in model configuration. Must specify max_batch_size to utilize \
+                 autofill with a larger max batch size",
+                config.name
+            );
         }
+        if config.max_batch_size > 1 && config.scheduling_choice.is_none() {
+            config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(ModelDynamicBatching::default()));
+        }
+    } else if config.max_batch_size != 0 {
+        return Err(OnnxError::AutofillBatching { model: config.name.clone() });
     }
-    let strip = |dims: &[i64]| -> Vec<i64> {
-        let inner = if config.max_batch_size > 0 { dims.get(1..).unwrap_or(&[]) } else { dims };
-        inner.to_vec()
+    let batching = config.max_batch_size > 0;
+    // The dims clients see: less the batch dimension; a scalar is [1], reshaped to nothing when
+    // the model batches.
+    let shape = |dims: &[i64]| -> (Vec<i64>, Option<ModelTensorReshape>) {
+        let inner = if batching { dims.get(1..).unwrap_or(&[]) } else { dims };
+        match inner {
+            [] => (vec![1], batching.then(ModelTensorReshape::default)),
+            inner => (inner.to_vec(), None),
+        }
     };
     if config.input.is_empty() {
         config.input = inputs
             .iter()
-            .map(|(name, dt, dims)| ModelInput {
-                name: name.clone(),
-                data_type: *dt as i32,
-                dims: strip(dims),
-                ..Default::default()
+            .map(|(name, dt, dims)| {
+                let (dims, reshape) = shape(dims);
+                ModelInput { name: name.clone(), data_type: *dt as i32, dims, reshape, ..Default::default() }
             })
             .collect();
     }
     if config.output.is_empty() {
         config.output = outputs
             .iter()
-            .map(|(name, dt, dims)| ModelOutput {
-                name: name.clone(),
-                data_type: *dt as i32,
-                dims: strip(dims),
-                ..Default::default()
+            .map(|(name, dt, dims)| {
+                let (dims, reshape) = shape(dims);
+                ModelOutput { name: name.clone(), data_type: *dt as i32, dims, reshape, ..Default::default() }
             })
             .collect();
-    }
-    if config.max_batch_size > 1 && config.scheduling_choice.is_none() {
-        config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(ModelDynamicBatching::default()));
-    }
-    if config.backend.is_empty() && config.platform.is_empty() {
-        config.platform = "onnxruntime_onnx".into();
     }
     Ok(())
 }

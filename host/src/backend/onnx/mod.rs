@@ -17,6 +17,7 @@ use ort::session::{OutputSelector, RunOptions, Session};
 use ort::value::DynValue;
 
 pub mod autocomplete;
+mod check;
 mod gpu;
 mod values;
 
@@ -96,13 +97,6 @@ impl OnnxBackend {
 }
 
 impl BackendFactory for OnnxBackend {
-    /// A folder with no `config.pbtxt` whose latest version holds a `model.onnx` is an ONNX model.
-    fn claim(&self, folder: &ModelFolder<'_>) -> Option<ModelConfig> {
-        let latest = folder.latest_version?;
-        (self.autocomplete && Self::model_file(&ModelConfig::default(), folder.dir, latest).is_file())
-            .then(|| ModelConfig { platform: "onnxruntime_onnx".into(), ..Default::default() })
-    }
-
     fn autocomplete(&self, config: &mut ModelConfig, folder: &ModelFolder<'_>) -> Result<(), LoadError> {
         let Some(latest) = folder.latest_version else { return Ok(()) };
         let file = Self::model_file(config, folder.dir, latest);
@@ -188,17 +182,11 @@ fn load_instances(
         let session = builder
             .commit_from_file(model_file)
             .map_err(|error| fail(InstanceError::Model { path: model_file.to_path_buf(), error }))?;
-        let session_inputs: Vec<String> = session.inputs().iter().map(|i| i.name().to_string()).collect();
-        for input in &io.inputs {
-            if !session_inputs.contains(&input.name) {
-                return Err(OnnxError::NoSuchInput { input: input.name.clone(), available: session_inputs });
-            }
-        }
-        let session_outputs: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
-        for output in &io.outputs {
-            if !session_outputs.contains(&output.name) {
-                return Err(OnnxError::NoSuchOutput { output: output.name.clone(), available: session_outputs });
-            }
+        // Once per version: every instance has the same model.
+        if out.is_empty() {
+            let inputs = autocomplete::described(session.inputs());
+            let outputs = autocomplete::described(session.outputs());
+            check::check_io(config, &inputs, &outputs)?;
         }
         let gpu = match stream {
             Some(stream) => Some(GpuIo::new(&session, stream, desc.device_id).map_err(fail)?),

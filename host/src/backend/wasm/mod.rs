@@ -75,14 +75,20 @@ impl BackendFactory for WasmBackends {
 
     fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
         let mut policy = SandboxPolicy::from_config(v.config).map_err(LoadError::SandboxPolicy)?;
-        let bytes: std::borrow::Cow<'static, [u8]> =
-            match component::find(v.backend, v.model_dir, v.version, self.backend_dir.as_deref())? {
-                component::Source::File(path) => match std::fs::read(&path) {
-                    Ok(bytes) => bytes.into(),
-                    Err(source) => return Err(LoadError::Unreadable { path, source }),
-                },
-                component::Source::Bundled(bytes) => bytes.into(),
-            };
+        let bytes: std::borrow::Cow<'static, [u8]> = match component::find(
+            v.backend,
+            &v.config.runtime,
+            &v.config.name,
+            v.model_dir,
+            v.version,
+            self.backend_dir.as_deref(),
+        )? {
+            component::Source::File(path) => match std::fs::read(&path) {
+                Ok(bytes) => bytes.into(),
+                Err(source) => return Err(LoadError::Unreadable { path, source }),
+            },
+            component::Source::Bundled(bytes) => bytes.into(),
+        };
         let (compiled, source) = self
             .runtime
             .load(&bytes, if policy.fuel.is_some() { Metering::Fuel } else { Metering::Off })
@@ -122,7 +128,7 @@ impl BackendFactory for WasmBackends {
     /// The component's file (or that it is bundled into the binary), and the operator's sandbox
     /// ceilings every model of it is held to.
     fn describe(&self, backend: &str, model_dir: &Path, version: i64) -> super::BackendSummary {
-        let path = match component::find(backend, model_dir, version, self.backend_dir.as_deref()) {
+        let path = match component::find(backend, "", "", model_dir, version, self.backend_dir.as_deref()) {
             Ok(component::Source::File(path)) => path.display().to_string(),
             Ok(component::Source::Bundled(_)) => "(bundled into nereus)".into(),
             Err(e) => e.to_string(),
