@@ -13,20 +13,24 @@ bin=${1:-${CARGO_TARGET_DIR:-$here/../target}/release/nereus}
 rounds=${2:-5}; shift $(( $# < 2 ? $# : 2 ))
 concs=("${@:-1 4}"); read -r -a concs <<<"${concs[*]}"
 A=${ANCHORS_HOME:-$HOME/.cache/anchors}
+tport=${TRITON_PORT:-18400} nport=${NEREUS_PORT:-18500}
+for port in "$tport" "$nport"; do  # never measure (or stop) a server this script did not start
+  ! curl -s -o /dev/null "localhost:$port/v2/health/live" || { echo "port $port is in use" >&2; exit 1; }
+done
 [[ -x $A/bin/perf_analyzer ]] || "$anchors/setup.sh"
 log=$(mktemp -d)
 # Triton's repository: the anchors' python `simple` and ensemble, plus the BLS model.
 cp -r "$anchors/triton_models/simple" "$anchors/triton_models/ensemble_add_sub" "$here/triton_models/bls_add_sub" "$log/"
 mkdir -p "$log/triton" && mv "$log/simple" "$log/ensemble_add_sub" "$log/bls_add_sub" "$log/triton/"
-"$bin" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port 18100 \
-  --grpc-address 127.0.0.1 --grpc-port 18101 --metrics-port 18102 >"$log/nereus.log" 2>&1 &
+"$bin" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port "$nport" \
+  --grpc-address 127.0.0.1 --grpc-port $((nport + 1)) --metrics-port $((nport + 2)) >"$log/nereus.log" 2>&1 &
 pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; "$anchors/triton.sh" stop 18000 >/dev/null 2>&1 || true; }
+cleanup() { kill "$pid" 2>/dev/null || true; "$anchors/triton.sh" stop "$tport" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-"$anchors/triton.sh" start "$log/triton" 18000 >&2
-for _ in $(seq 1 100); do curl -sf localhost:18100/v2/health/ready >/dev/null && break; sleep 0.1; done
+"$anchors/triton.sh" start "$log/triton" "$tport" >&2
+for _ in $(seq 1 100); do curl -sf "localhost:$nport/v2/health/ready" >/dev/null && break; sleep 0.1; done
 body='{"inputs":[{"name":"A","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},{"name":"B","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}'
-for target in 18100/bls_add_sub 18100/ensemble_add_sub 18000/bls_add_sub; do  # same answers, or nothing to measure
+for target in "$nport/bls_add_sub" "$nport/ensemble_add_sub" "$tport/bls_add_sub"; do  # same answers, or nothing to measure
   out=$(curl -s -X POST "localhost:${target%%/*}/v2/models/${target#*/}/infer" -d "$body")
   grep -q '"data":\[0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30\]' <<<"$out" || { echo "$target answers wrongly: $out" >&2; exit 1; }
 done
@@ -36,8 +40,8 @@ for r in $(seq 1 "$rounds"); do
   for c in "${concs[@]}"; do
     for k in 0 1 2; do
       s=${names[$(((r + k) % 3))]}
-      case $s in bls) url=localhost:18100 m=bls_add_sub ;; ensemble) url=localhost:18100 m=ensemble_add_sub ;;
-        triton_bls) url=localhost:18000 m=bls_add_sub ;; esac
+      case $s in bls) url=localhost:$nport m=bls_add_sub ;; ensemble) url=localhost:$nport m=ensemble_add_sub ;;
+        triton_bls) url=localhost:$tport m=bls_add_sub ;; esac
       line=$(PERF_INTERVAL_MS=${PERF_INTERVAL_MS:-2000} "$anchors/perf.sh" "$url" "$m" http "$c")
       echo "$r $s $line" | tee -a "$out" >&2
     done

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::FutureExt;
+use tokio::sync::oneshot::error::TryRecvError;
 use wasmtime_wasi::runtime::in_tokio;
 
 use super::super::bindings::nereus::backend::models::{CallError, CallErrorKind, InferenceRequest, InferenceResponse};
@@ -24,6 +25,11 @@ use crate::scheduler::Caller;
 /// How often a waiting call looks whether its parent request was cancelled.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
 
+/// How long a call first polls for a unary callee's answer (yielding the CPU) before it parks its
+/// thread: waking a parked thread costs tens of microseconds here, as much as a small model's
+/// whole execution (the instance workers' `--instance-poll-us` window, for the same reason).
+const ANSWER_POLL: Duration = Duration::from_micros(100);
+
 /// Where a call's answers arrive.
 enum Answers {
     /// A model that is not decoupled: one outcome; `None` once taken.
@@ -31,6 +37,9 @@ enum Answers {
     /// A decoupled model's stream; `done` once its final item came.
     Stream { rx: StreamReceiver, done: bool },
 }
+
+/// The callee's sender went away without an answer.
+pub struct Gone;
 
 /// An answer a waiting call got.
 pub enum Next {
@@ -183,7 +192,9 @@ impl PendingCall {
         let model = self.model.clone();
         let taken = match &mut self.answers {
             Answers::Unary(None) | Answers::Stream { done: true, .. } => return true,
-            Answers::Unary(Some(rx)) => rx.now_or_never().map(|outcome| Self::unary(&model, Some(outcome))),
+            Answers::Unary(Some(rx)) => {
+                rx.now_or_never().map(|outcome| Self::unary(&model, Some(outcome.map_err(|_| Gone))))
+            }
             Answers::Stream { rx, done } => std::future::poll_fn(|cx| rx.poll_recv(cx))
                 .now_or_never()
                 .map(|item| Self::streamed(&model, item, done)),
@@ -198,10 +209,7 @@ impl PendingCall {
         false
     }
 
-    fn unary(
-        model: &str,
-        outcome: Option<Result<Result<CoreResponse, InferError>, tokio::sync::oneshot::error::RecvError>>,
-    ) -> Result<Next, CallError> {
+    fn unary(model: &str, outcome: Option<Result<Result<CoreResponse, InferError>, Gone>>) -> Result<Next, CallError> {
         match outcome {
             Some(Ok(Ok(r))) => Ok(Next::Response(response(r))),
             Some(Ok(Err(e))) => Err(call_error(model, e)),
@@ -239,7 +247,19 @@ impl PendingCall {
         let answer = match &mut self.answers {
             Answers::Unary(None) | Answers::Stream { done: true, .. } => return Ok(Next::Done),
             Answers::Unary(Some(rx)) => {
-                let outcome = in_tokio(wait_within(deadline, cancelled, &model, rx));
+                let polled = Instant::now() + ANSWER_POLL;
+                let early = loop {
+                    match rx.try_recv() {
+                        Ok(outcome) => break Some(Ok(outcome)),
+                        Err(TryRecvError::Empty) if Instant::now() < polled => std::thread::yield_now(),
+                        Err(TryRecvError::Empty) => break None,
+                        Err(TryRecvError::Closed) => break Some(Err(Gone)),
+                    }
+                };
+                let outcome = match early {
+                    Some(outcome) => Ok(outcome),
+                    None => in_tokio(wait_within(deadline, cancelled, &model, rx)).map(|o| o.map_err(|_| Gone)),
+                };
                 self.answers = Answers::Unary(None);
                 outcome.and_then(|o| Self::unary(&model, Some(o)))
             }
