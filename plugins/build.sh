@@ -73,7 +73,7 @@ if [[ $lang == python ]]; then
     "$tools/python/bin/pip" install -q --disable-pip-version-check "componentize-py==$PY" >&2
   fi
   say "componentize-py $PY: $here/app.py with WIT $wit -> $out"
-  "$tools/python/bin/componentize-py" -d "$wit" -w nereus:backend/backend@1.1.0 componentize \
+  "$tools/python/bin/componentize-py" -d "$wit" -w nereus:backend/backend@1.2.0 componentize \
     -p "$here" -p "$sdk" app -o "$out.tmp" >&2
 else
   if [[ $(npm_version componentize-js) != "$CJS" || $(npm_version jco) != "$JCO" ]]; then

@@ -36,8 +36,8 @@ fn line<'a>(report: &'a str, head: &str) -> &'a str {
 fn check_lists_the_capabilities_a_component_asks_for_and_what_the_sandbox_grants() {
     let (ok, report) = check(Path::new(nereus_plugins::TEST_FAULTS), None);
     assert!(ok, "{report}");
-    assert!(line(&report, "world").contains("nereus:backend@1.1.0"), "{report}");
-    assert!(line(&report, "exports").contains("nereus:backend/lifecycle@1.1.0"), "{report}");
+    assert!(line(&report, "world").contains("nereus:backend@1.2.0"), "{report}");
+    assert!(line(&report, "exports").contains("nereus:backend/lifecycle@1.2.0"), "{report}");
     let network = report.lines().find(|l| l.contains("network")).expect("the network is listed");
     assert!(network.contains("denied") && network.contains("wasi:sockets/tcp"), "{network}");
     let files = report.lines().find(|l| l.contains(" files ")).expect("files are listed");

@@ -206,14 +206,14 @@ fn malformed_and_mismatched_components_are_unavailable_with_the_reason() {
             "lifecycle_v9",
             wat::parse_str(r#"(component (instance $l) (export "nereus:backend/lifecycle@9.0.0" (instance $l)))"#)
                 .unwrap(),
-            "it was built against nereus:backend@9.0.0, which this server (1.1.0) does not implement",
+            "it was built against nereus:backend@9.0.0, which this server (1.2.0) does not implement",
         ),
         (
             // A lifecycle export whose functions are not the WIT's: the linker's type check says so.
             "hollow_lifecycle",
-            wat::parse_str(r#"(component (instance $l) (export "nereus:backend/lifecycle@1.1.0" (instance $l)))"#)
+            wat::parse_str(r#"(component (instance $l) (export "nereus:backend/lifecycle@1.2.0" (instance $l)))"#)
                 .unwrap(),
-            "nereus:backend/lifecycle@1.1.0",
+            "nereus:backend/lifecycle@1.2.0",
         ),
     ];
     for (name, bytes, _) in &fixtures {

@@ -150,6 +150,7 @@ fn the_sandbox_policy_is_visible_and_grants_only_the_model_folder_read_only() {
         ("sandbox.max_instances", "32"),
         ("sandbox.fuel", "none"),
         ("sandbox.model_dir", "none"),
+        ("sandbox.callable_models", ""),
     ] {
         assert_eq!(parameters[key]["string_value"], value, "{key} in {parameters}");
     }

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod backend;
 pub mod busy_poll;
+pub mod call_chain;
 pub mod cli;
 pub mod config;
 pub mod control;

@@ -8,6 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::call_chain::CallChain;
 use crate::error::InferError;
 use crate::stats::{ModelStats, ResponseKind};
 use crate::tensor::DataType;
@@ -96,6 +97,8 @@ pub struct InferenceRequest {
     pub requested_outputs: Vec<String>,
     /// The request's trace, when it was sampled (the model it reaches records into it).
     pub trace: Option<Trace>,
+    /// The models that called it and the deadline it inherited (empty for a client's request).
+    pub calls: CallChain,
 }
 
 impl InferenceRequest {

@@ -155,6 +155,10 @@ impl Server {
             onnxruntime_library: options.onnxruntime_library.clone(),
             autocomplete: options.autocomplete,
             sandbox: crate::backend::wasm::SandboxBudget::new(options.sandbox_limits.clone()),
+            models: {
+                let resolver: Arc<dyn ModelResolver> = models.clone();
+                Arc::downgrade(&resolver)
+            },
         });
         let ctx = LoadContext {
             backends: Arc::new(backends),

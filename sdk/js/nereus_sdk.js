@@ -10,7 +10,7 @@
 // out of memory (the sandbox's `sandbox.memory_limit_mb`) ends the call, as a trap does.
 // Optional hooks: `setupModel(model)` and `setupInstance(model, instance)`. Module state is per
 // instance: every instance is its own sandbox. See docs/authoring/javascript.md.
-import { isCancelled, log, sendError, sendResponse } from 'nereus:backend/host@1.1.0';
+import { isCancelled, log, sendError, sendResponse } from 'nereus:backend/host@1.2.0';
 
 // The typed array of each numeric datatype (WebAssembly is little-endian, as the wire is).
 const ARRAYS = {

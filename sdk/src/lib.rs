@@ -8,6 +8,8 @@
 //! * [`Request`] and [`Tensor`] views: typed element slices ([`Tensor::as_slice`]), BYTES
 //!   elements ([`Tensor::bytes_elements`]), batch gathering ([`gather_batch`]);
 //! * [`TensorBuilder`]/[`BytesBuilder`] and [`Response`] to answer;
+//! * [`Request::call`] to run inference on other models from `execute` ([`models`]: business
+//!   logic scripting, with fan-out and decoupled callees);
 //! * [`export!`] to turn your type into the component's exports.
 //!
 //! Build with `cargo build --target wasm32-wasip2 --release`; the `.wasm` that comes out is the
@@ -40,9 +42,11 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod models;
 mod request;
 mod tensor;
 
+pub use models::{CallError, CallErrorKind, ModelRequest, ModelResponse, PendingCall};
 pub use request::{Request, Response, gather_batch};
 pub use tensor::{BytesBuilder, Element, Tensor, TensorBuilder, bytes_elements};
 

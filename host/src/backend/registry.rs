@@ -2,11 +2,12 @@
 //! component. A new native backend is one line here.
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::BackendFactory;
 use super::onnx::OnnxBackend;
 use super::wasm::{SandboxBudget, WasmBackends, WasmRuntime};
+use crate::model::ModelResolver;
 
 /// What the backends need from the server's options.
 pub struct BackendOptions {
@@ -19,6 +20,9 @@ pub struct BackendOptions {
     pub autocomplete: bool,
     /// The operator's sandbox limits and the server-wide totals.
     pub sandbox: Arc<SandboxBudget>,
+    /// How a plugin finds the models it calls (the server's model table; weak, as the table
+    /// holds the models whose instances hold this).
+    pub models: Weak<dyn ModelResolver>,
 }
 
 /// Every backend the server can load models with.
@@ -37,7 +41,12 @@ impl Backends {
         Backends {
             native,
             autocomplete: options.autocomplete,
-            sandboxed: Arc::new(WasmBackends::new(options.runtime, options.backend_dir, options.sandbox)),
+            sandboxed: Arc::new(WasmBackends::new(
+                options.runtime,
+                options.backend_dir,
+                options.sandbox,
+                options.models,
+            )),
         }
     }
 

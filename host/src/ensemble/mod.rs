@@ -273,6 +273,7 @@ impl Ensemble {
             parameters,
             inputs,
             requested_outputs,
+            calls,
             ..
         } = request;
         let n = self.steps.len();
@@ -290,6 +291,16 @@ impl Ensemble {
         let step_trace = sender.trace().map(|t| t.child());
         let launch = |step: usize, context: usize, contexts: &Contexts, permit: Option<OwnedSemaphorePermit>| {
             let s = &self.steps[step];
+            // A request a plugin called carries its chain on through the steps: a step reaching a
+            // model already on it (a plugin calling an ensemble that calls the plugin) is a cycle.
+            let step_calls = if calls.is_empty() {
+                Default::default()
+            } else {
+                match calls.enter(&self.name, &s.model, None) {
+                    Ok(chain) => chain,
+                    Err(e) => return Err::<Running, InferError>(self.step_error(step, e.into_infer_error())),
+                }
+            };
             let step_request = InferenceRequest {
                 model_name: s.model.clone(),
                 model_version: s.version,
@@ -309,6 +320,7 @@ impl Ensemble {
                     .collect(),
                 requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
                 trace: step_trace.clone(),
+                calls: step_calls,
             };
             let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
             let answers = if self.decoupled && model.is_decoupled() {

@@ -214,6 +214,7 @@ fn zeros_for(name: &str, config: &ModelConfig) -> Result<InferenceRequest, Strin
         inputs,
         requested_outputs: Vec::new(),
         trace: None,
+        calls: Default::default(),
     })
 }
 

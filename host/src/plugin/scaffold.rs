@@ -175,6 +175,7 @@ serde_json = "1"
 "#,
         ),
         File::new(".nereus/sdk/src/lib.rs", include_str!("../../../sdk/src/lib.rs")),
+        File::new(".nereus/sdk/src/models.rs", include_str!("../../../sdk/src/models.rs")),
         File::new(".nereus/sdk/src/request.rs", include_str!("../../../sdk/src/request.rs")),
         File::new(".nereus/sdk/src/tensor.rs", include_str!("../../../sdk/src/tensor.rs")),
         File::script(

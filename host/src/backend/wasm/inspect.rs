@@ -14,7 +14,10 @@ use wasmtime::component::types::ComponentItem;
 
 /// The `nereus:backend` version this server implements (`wit/backend.wit`'s package line; a unit
 /// test keeps them equal). A component built against any 1.x up to it loads.
-pub const HOST_WORLD_VERSION: Version = Version { major: 1, minor: 1, patch: 0 };
+pub const HOST_WORLD_VERSION: Version = Version { major: 1, minor: 2, patch: 0 };
+
+/// The capability of `nereus:backend/models`, which `sandbox.callable_models` grants.
+pub const MODEL_CALLS: &str = "calls to other models";
 
 /// The interface every backend exports.
 const LIFECYCLE: &str = "nereus:backend/lifecycle";
@@ -173,6 +176,9 @@ fn classify(name: &str) -> Import {
         }
         "nereus:backend" => match item {
             "host" | "types" => ("the Nereus host API", Grant::Granted, "logging and the response sender"),
+            "models" => {
+                (MODEL_CALLS, Grant::ByPolicy, "only the models sandbox.callable_models lists (none by default)")
+            }
             _ => ("an unknown part of the Nereus host API", Grant::Missing, "not in nereus:backend"),
         },
         _ if package.starts_with("wasi:") && !wasi_02 => {

@@ -1,6 +1,7 @@
 //! Sandboxed WebAssembly backends: loading a model's lifecycle (backend → model → instances) and
 //! executing batches in an instance's sandbox, rebuilding it after a fault.
 mod bindings;
+mod bls;
 mod budget;
 mod component;
 mod host_api;
@@ -13,7 +14,7 @@ mod state;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -31,6 +32,7 @@ use super::{
 use crate::config::ModelConfig;
 use crate::error::InferError;
 use crate::load_error::{LoadError, PluginError};
+use crate::model::ModelResolver;
 use crate::model::health::Health;
 use crate::request::{CorrelationId, Job};
 use crate::stats::ExecutionTimes;
@@ -45,11 +47,21 @@ pub struct WasmBackends {
     backend_dir: Option<PathBuf>,
     /// The operator's limits and the server-wide totals every model's sandboxes count in.
     budget: Arc<SandboxBudget>,
+    /// How plugins reach the models they call (`nereus:backend/models`).
+    models: Weak<dyn ModelResolver>,
+    /// The server's async runtime, where a called ensemble runs its steps (`None` outside one).
+    reactor: Option<tokio::runtime::Handle>,
 }
 
 impl WasmBackends {
-    pub fn new(runtime: Arc<WasmRuntime>, backend_dir: Option<PathBuf>, budget: Arc<SandboxBudget>) -> Self {
-        WasmBackends { runtime, registry: Arc::new(BackendRegistry::default()), backend_dir, budget }
+    pub fn new(
+        runtime: Arc<WasmRuntime>,
+        backend_dir: Option<PathBuf>,
+        budget: Arc<SandboxBudget>,
+        models: Weak<dyn ModelResolver>,
+    ) -> Self {
+        let reactor = tokio::runtime::Handle::try_current().ok();
+        WasmBackends { runtime, registry: Arc::new(BackendRegistry::default()), backend_dir, budget, models, reactor }
     }
 }
 
@@ -68,9 +80,10 @@ impl BackendFactory for WasmBackends {
 
     /// A sandbox cannot wait inline (a blocking `wasi:io` call traps and hands the request back,
     /// see `io_guard`), so its CPU time is its whole cost — unless the policy grants it its model's
-    /// folder: file operations block, and are not guarded.
+    /// folder (file operations block, and are not guarded) or lets it call other models (it
+    /// waits for their answers).
     fn may_run_inline(&self, config: &ModelConfig) -> bool {
-        SandboxPolicy::from_config(config).is_ok_and(|p| !p.grant_model_dir)
+        SandboxPolicy::from_config(config).is_ok_and(|p| !p.grant_model_dir && !p.callable_models.any())
     }
 
     fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
@@ -100,7 +113,16 @@ impl BackendFactory for WasmBackends {
         if policy.grant_model_dir {
             policy.model_dir = Some(v.model_dir.join(v.version.to_string()));
         }
+        let calls = policy.callable_models.any().then(|| {
+            Arc::new(bls::context::ModelCalls {
+                model: v.config.name.as_str().into(),
+                callable: policy.callable_models.clone(),
+                models: self.models.clone(),
+                reactor: self.reactor.clone(),
+            })
+        });
         let loaded = load(WasmLoad {
+            calls,
             registry: &self.registry,
             budget: &self.budget,
             component: compiled,
@@ -194,7 +216,14 @@ impl BackendRegistry {
 fn log_withheld(report: &inspect::ComponentReport, model: &str, version: i64, backend: &str, policy: &SandboxPolicy) {
     let mut withheld: Vec<&str> = report
         .withheld()
-        .filter(|i| !(policy.grant_model_dir && i.grant == inspect::Grant::ByPolicy))
+        .filter(|i| {
+            let granted = if i.capability == inspect::MODEL_CALLS {
+                policy.callable_models.any()
+            } else {
+                policy.grant_model_dir
+            };
+            !(granted && i.grant == inspect::Grant::ByPolicy)
+        })
         .map(|i| i.capability)
         .collect();
     withheld.dedup();
@@ -224,12 +253,15 @@ struct InstanceFactory {
     /// How much an instance's memory may grow past what it held once built before an idle
     /// worker rebuilds it (`--sandbox-trim-above-mb`); `None`: never.
     trim_above: Option<usize>,
+    /// The models its instances may call, and how they reach them (`None`: it may call none).
+    calls: Option<Arc<bls::context::ModelCalls>>,
 }
 
 impl InstanceFactory {
     fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, PluginError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
         let mut sandbox = Sandbox::new(&self.component, &self.policy, self.memory.clone(), label)?;
+        sandbox.allow_calls(self.calls.clone());
         let result = sandbox
             .initialize_backend(&self.backend_name)
             .and_then(|_| sandbox.initialize_model(&self.model_info))
@@ -277,6 +309,7 @@ impl ModelTeardown for WasmModelTeardown {
 
 /// Parameters of one model version's load.
 struct WasmLoad<'a> {
+    pub calls: Option<Arc<bls::context::ModelCalls>>,
     pub registry: &'a Arc<BackendRegistry>,
     pub budget: &'a Arc<SandboxBudget>,
     pub component: Arc<CompiledComponent>,
@@ -347,6 +380,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         decoupled: params.decoupled,
         memory,
         trim_above: params.trim_above,
+        calls: params.calls,
     });
     let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
     for desc in params.instances {

@@ -10,6 +10,7 @@
 //! | `sandbox.max_instances`          | 32        | most instances (sandboxes) the model may have  |
 //! | `sandbox.fuel`                   | `none`    | instructions one call may execute (deterministic) |
 //! | `sandbox.model_dir`              | `none`    | `read_only`: the version folder at `/model`    |
+//! | `sandbox.callable_models`        | (none)    | models it may call (`a,b` or `*`; `models.infer`) |
 //!
 //! Nothing else is granted: no network, no environment, no other paths, no stdio; WASI's clocks
 //! and random numbers are all a sandbox can ask of the host. The policy in force is written back
@@ -40,6 +41,55 @@ pub struct SandboxPolicy {
     pub grant_model_dir: bool,
     /// The folder granted, set per version at load.
     pub model_dir: Option<PathBuf>,
+    /// The models the plugin may call from `execute` (`nereus:backend/models`): none by default.
+    pub callable_models: CallableModels,
+}
+
+/// Which models a plugin may call (`sandbox.callable_models`): deny by default, a list of names,
+/// or every model (`*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CallableModels {
+    #[default]
+    None,
+    Listed(Vec<String>),
+    All,
+}
+
+impl CallableModels {
+    fn parse(text: &str) -> Result<Self, ConfigError> {
+        let names: Vec<String> = text.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
+        match names.as_slice() {
+            [] => Ok(CallableModels::None),
+            [all] if all == "*" => Ok(CallableModels::All),
+            _ if names.iter().any(|n| n == "*") => Err(ConfigError::new(
+                "parameter 'sandbox.callable_models' is either \"*\" or a comma-separated list of model names, not both",
+            )),
+            _ => Ok(CallableModels::Listed(names)),
+        }
+    }
+
+    /// Whether the plugin may call `model`.
+    pub fn allows(&self, model: &str) -> bool {
+        match self {
+            CallableModels::None => false,
+            CallableModels::All => true,
+            CallableModels::Listed(names) => names.iter().any(|n| n == model),
+        }
+    }
+
+    /// Whether the plugin may call any model at all.
+    pub fn any(&self) -> bool {
+        *self != CallableModels::None
+    }
+
+    /// As the configuration shows it.
+    fn shown(&self) -> String {
+        match self {
+            CallableModels::None => String::new(),
+            CallableModels::All => "*".into(),
+            CallableModels::Listed(names) => names.join(","),
+        }
+    }
 }
 
 impl Default for SandboxPolicy {
@@ -54,6 +104,7 @@ impl Default for SandboxPolicy {
             fuel: None,
             grant_model_dir: false,
             model_dir: None,
+            callable_models: CallableModels::None,
         }
     }
 }
@@ -133,6 +184,9 @@ impl SandboxPolicy {
                 )));
             }
         };
+        if let Some(p) = config.parameters.get("sandbox.callable_models") {
+            policy.callable_models = CallableModels::parse(&p.string_value)?;
+        }
         Ok(policy)
     }
 
@@ -151,6 +205,23 @@ impl SandboxPolicy {
         set("sandbox.max_instances", self.max_instances.to_string());
         set("sandbox.fuel", self.fuel.map_or("none".to_string(), |f| f.to_string()));
         set("sandbox.model_dir", if self.grant_model_dir { "read_only" } else { "none" }.to_string());
+        set("sandbox.callable_models", self.callable_models.shown());
         config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallableModels;
+
+    #[test]
+    fn callable_models_deny_by_default_and_read_lists_and_star() {
+        assert_eq!(CallableModels::parse("").unwrap(), CallableModels::None);
+        assert!(!CallableModels::None.allows("simple"));
+        let listed = CallableModels::parse(" simple , digit_classifier,").unwrap();
+        assert!(listed.allows("simple") && listed.allows("digit_classifier") && !listed.allows("other"));
+        assert_eq!(listed.shown(), "simple,digit_classifier");
+        assert!(CallableModels::parse("*").unwrap().allows("anything"));
+        assert!(CallableModels::parse("simple,*").is_err());
     }
 }

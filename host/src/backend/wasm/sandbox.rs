@@ -8,6 +8,7 @@ use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
 use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
+use super::bls::context::ModelCalls;
 pub use super::budget::ModelMeter;
 use super::io_guard::{Interrupted, WouldBlock};
 use super::policy::SandboxPolicy;
@@ -209,6 +210,11 @@ impl Sandbox {
         Ok(Sandbox { store, bindings, policy: policy.clone(), metered, level: Level::Fresh, faulted: false })
     }
 
+    /// Lets the sandbox's `execute` call other models (`nereus:backend/models`), as `calls` says.
+    pub fn allow_calls(&mut self, calls: Option<Arc<ModelCalls>>) {
+        self.store.data_mut().calls.allow(calls);
+    }
+
     /// The linear memory the sandbox holds now, in bytes.
     pub fn memory_in_use(&self) -> usize {
         self.store.data().limiter.in_use
@@ -315,6 +321,8 @@ impl Sandbox {
         }));
         let state = self.store.data_mut();
         state.may_block = true;
+        // Whatever calls to other models `execute` left running are cancelled, however it ended.
+        state.calls.cancel_all();
         let batch = state.batch.take().expect("the batch stays in the store during execute");
         // An interpreter (JavaScript's, Python's) turns a refused memory growth into an exception
         // and may give the batch up with an error instead of trapping: the memory cap stopped it

@@ -8,6 +8,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bls::calls::Calls;
 use super::budget::ModelMeter;
 use super::io_guard::IoGuard;
 use crate::request::Job;
@@ -105,6 +106,8 @@ pub struct SandboxState {
     pub(super) armed: Armed,
     /// Whether a wait of the call in progress has ended early because its requests were cancelled.
     pub(super) cancel_told: bool,
+    /// The calls to other models `execute` has in flight, and whether it may make any.
+    pub(super) calls: Calls,
 }
 
 impl WasiView for SandboxState {
@@ -127,6 +130,7 @@ impl SandboxState {
             deadline: None,
             armed: Armed::Lifecycle(std::time::Duration::ZERO),
             cancel_told: false,
+            calls: Calls::default(),
         }
     }
 

@@ -1,0 +1,195 @@
+//! `bls_probe`: a test backend that calls other models as its request's parameters say, for the
+//! integration tests of business logic scripting (`tests/bls.rs`). INPUT0 INT32 [-1] → OUTPUT0.
+//!
+//! Request parameters:
+//! - `route` (text, comma-separated model names): the first is called with this request's INPUT0
+//!   and every parameter of it, `route` shortened by one; OUTPUT0 is the callee's OUTPUT0 + 1. With
+//!   no route, OUTPUT0 = INPUT0 + 1. A failed call fails the request with the call's error, its
+//!   message starting with the kind (`cycle: …`).
+//! - `timeout_ms` (int64): the call's timeout.
+//! - `mode` (text), for the first model of `route` only:
+//!   - "fanout": INPUT0 is split into `parts` (int64, default 4) parts, each sent to the model at
+//!     once; part `fail_part` (int64) gets the parameter `fault` = "error" (a `test_faults` callee
+//!     fails it). OUTPUT0 is the parts' answers merged, -1 for the failed part's elements, and the
+//!     response parameter `failed` says which part failed and why.
+//!   - "stream": the model is decoupled (`repeat_int32`): IN = INPUT0, no delays; OUTPUT0 is every
+//!     OUT it sends, in order, and the response parameter `responses` counts them.
+//!   - "sequence": the model is stateful (`accumulate_state`): each element of INPUT0 is sent as
+//!     one request of sequence `corrid` (int64), the first flagged start and the last end; OUTPUT0
+//!     is the model's OUTPUT after each.
+//!   - "leave": starts the call and answers INPUT0 without waiting for it (the host cancels it).
+//!   - "trap_after_start": starts the call, then traps.
+use nereus_sdk::{
+    Backend, CallError, CorrelationId, InstanceInfo, ModelInfo, ModelRequest, ModelResponse, Parameter, ParameterValue,
+    Request, Response, SequenceFlags, Tensor,
+};
+
+struct Probe;
+
+fn text(request: &Request, key: &str) -> String {
+    match request.parameter(key) {
+        Some(ParameterValue::Text(t)) => t.clone(),
+        _ => String::new(),
+    }
+}
+
+fn int(request: &Request, key: &str) -> Option<i64> {
+    match request.parameter(key) {
+        Some(ParameterValue::Int64(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A call to `model` carrying this request's parameters (but `mode`), `route` set to `rest`.
+fn call(request: &Request, model: &str, rest: &str) -> ModelRequest {
+    let mut call = request.call(model);
+    for Parameter { key, value } in request.parameters() {
+        match key.as_str() {
+            "route" | "mode" => {}
+            _ => call = call.parameter(key.clone(), value.clone()),
+        }
+    }
+    if let Some(ms) = int(request, "timeout_ms") {
+        call = call.timeout_ms(ms as u64);
+    }
+    call.parameter("route", ParameterValue::Text(rest.to_string()))
+}
+
+fn ints(t: &Tensor) -> Result<Vec<i32>, String> {
+    Ok(t.as_slice::<i32>()?.into_owned())
+}
+
+fn output(values: &[i32]) -> Tensor {
+    Tensor::from_slice("OUTPUT0", vec![values.len() as i64], values)
+}
+
+fn plus_one(response: &ModelResponse) -> Result<Vec<i32>, String> {
+    Ok(ints(response.output("OUTPUT0")?)?.iter().map(|v| v.wrapping_add(1)).collect())
+}
+
+/// A failed call, as this request's failure: the kind first, so that tests can tell them apart.
+fn fail(request: &Request, e: &CallError) -> Result<(), String> {
+    request.fail_with(e.error_kind(), &format!("{}: {}", e.kind_name(), e.message))
+}
+
+fn handle(request: &Request) -> Result<(), String> {
+    let input = request.input("INPUT0")?;
+    let values = ints(input)?;
+    let route = text(request, "route");
+    let (next, rest) = match route.split_once(',') {
+        Some((next, rest)) => (next.trim().to_string(), rest.to_string()),
+        None => (route.trim().to_string(), String::new()),
+    };
+    if next.is_empty() {
+        let out: Vec<i32> = values.iter().map(|v| v.wrapping_add(1)).collect();
+        return request.respond(Response::new().output(output(&out)));
+    }
+    match text(request, "mode").as_str() {
+        "fanout" => {
+            let parts = int(request, "parts").unwrap_or(4).max(1) as usize;
+            let fail_part = int(request, "fail_part").map(|p| p as usize);
+            let n = values.len();
+            let bounds: Vec<(usize, usize)> = (0..parts).map(|k| (k * n / parts, (k + 1) * n / parts)).collect();
+            let calls: Vec<_> = bounds
+                .iter()
+                .enumerate()
+                .map(|(k, &(from, to))| {
+                    let mut c = call(request, &next, &rest).input(Tensor::from_slice(
+                        "INPUT0",
+                        vec![(to - from) as i64],
+                        &values[from..to],
+                    ));
+                    if fail_part == Some(k) {
+                        c = c.parameter("fault", ParameterValue::Text("error".into()));
+                    }
+                    c.start()
+                })
+                .collect();
+            let mut merged = Vec::with_capacity(n);
+            let mut failed = String::new();
+            for (k, (c, &(from, to))) in calls.into_iter().zip(&bounds).enumerate() {
+                match c.and_then(|c| c.wait()) {
+                    Ok(r) => merged.extend(plus_one(&r)?),
+                    Err(e) => {
+                        failed = format!("{k}: {}: {}", e.kind_name(), e.message);
+                        merged.extend(std::iter::repeat_n(-1, to - from));
+                    }
+                }
+            }
+            request.respond(Response::new().output(output(&merged)).parameter("failed", ParameterValue::Text(failed)))
+        }
+        "stream" => {
+            let started = request
+                .call(&next)
+                .input(Tensor::from_slice("IN", vec![values.len() as i64], &values))
+                .input(Tensor::from_slice("DELAY", vec![values.len() as i64], &vec![0u32; values.len()]))
+                .input(Tensor::from_slice("WAIT", vec![1], &[0u32]))
+                .start();
+            let c = match started {
+                Ok(c) => c,
+                Err(e) => return fail(request, &e),
+            };
+            let mut outs = Vec::new();
+            while let Some(answer) = c.next() {
+                match answer {
+                    Ok(r) => outs.extend(ints(r.output("OUT")?)?),
+                    Err(e) => return fail(request, &e),
+                }
+            }
+            let count = outs.len() as i64;
+            request.respond(Response::new().output(output(&outs)).parameter("responses", ParameterValue::Int64(count)))
+        }
+        "sequence" => {
+            let id = CorrelationId::Numeric(int(request, "corrid").unwrap_or(1) as u64);
+            let mut outs = Vec::with_capacity(values.len());
+            for (i, v) in values.iter().enumerate() {
+                let mut flags = SequenceFlags::empty();
+                if i == 0 {
+                    flags = flags | SequenceFlags::START;
+                }
+                if i + 1 == values.len() {
+                    flags = flags | SequenceFlags::END;
+                }
+                let answer = request
+                    .call(&next)
+                    .input(Tensor::from_slice("INPUT", vec![1, 1], &[*v]))
+                    .sequence(id.clone(), flags)
+                    .infer();
+                match answer {
+                    Ok(r) => outs.extend(ints(r.output("OUTPUT")?)?),
+                    Err(e) => return fail(request, &e),
+                }
+            }
+            request.respond(Response::new().output(output(&outs)))
+        }
+        "leave" => {
+            let started = call(request, &next, &rest).input(input.clone()).start();
+            // Deliberately never waited for nor dropped: the host cancels it when `execute` returns.
+            std::mem::forget(started);
+            request.respond(Response::new().output(output(&values)))
+        }
+        "trap_after_start" => {
+            let _started = call(request, &next, &rest).input(input.clone()).start();
+            panic!("bls_probe: trapping with a call in flight");
+        }
+        _ => match call(request, &next, &rest).input(input.clone()).infer() {
+            Ok(r) => request.respond(Response::new().output(output(&plus_one(&r)?))),
+            Err(e) => fail(request, &e),
+        },
+    }
+}
+
+impl Backend for Probe {
+    fn new(_model: &ModelInfo, _instance: &InstanceInfo) -> Result<Self, String> {
+        Ok(Probe)
+    }
+
+    fn execute(&mut self, requests: Vec<Request>) -> Result<(), String> {
+        for request in &requests {
+            handle(request)?;
+        }
+        Ok(())
+    }
+}
+
+nereus_sdk::export!(Probe);
