@@ -268,7 +268,11 @@ fn bad_sequence_configurations_make_the_model_unavailable() {
     state_model(&repo, "missing_file", r#"initial_state: { data_type: TYPE_INT32 dims: [ 1 ] data_file: "nope" }"#, "");
     let s = Server::start(repo.path(), &[]);
     let index = s.post_json("/v2/repository/index", &json!({})).json();
-    for (model, needle) in [("two_values", "two values"), ("float_corrid", "TYPE_UINT64"), ("missing_file", "nope")] {
+    for (model, needle) in [
+        ("two_values", "must have exactly 2 entries for CONTROL_SEQUENCE_START"),
+        ("float_corrid", "TYPE_UINT64"),
+        ("missing_file", "nope"),
+    ] {
         let entry = index.as_array().unwrap().iter().find(|m| m["name"] == model).unwrap();
         assert_eq!(entry["state"], "UNAVAILABLE", "{model}");
         assert!(entry["reason"].as_str().unwrap().contains(needle), "{model}: {}", entry["reason"]);
