@@ -4,7 +4,7 @@
 //! `model.onnx` as tritonserver completes them, with or without a `config.pbtxt`.
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use serde_json::{Value, json};
@@ -205,23 +205,6 @@ fn instance_groups_backends_and_ensembles_are_refused_with_tritonservers_message
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }
 
-fn library() -> Option<PathBuf> {
-    let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
-        })
-        .filter(|p| p.exists());
-    if lib.is_none() {
-        assert!(
-            std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(),
-            "NEREUS_REQUIRE_ONNXRUNTIME is set but no ONNX Runtime library was found (run scripts/setup-onnxruntime.sh)"
-        );
-        eprintln!("skipping: no ONNX Runtime library (scripts/setup-onnxruntime.sh installs one)");
-    }
-    lib
-}
-
 /// A model folder `name` with Triton's `simple` ONNX model (INT32 INPUT0/INPUT1 [-1,16] to
 /// OUTPUT0/OUTPUT1) as version 1, and `config` as its `config.pbtxt` unless `None`.
 fn simple_onnx(repo: &Repo, name: &str, config: Option<&str>) {
@@ -276,7 +259,7 @@ fn assert_has(got: &Value, want: &Value, at: &str) {
 
 #[test]
 fn onnx_configurations_are_completed_from_the_model_with_or_without_config_pbtxt() {
-    let Some(lib) = library() else { return };
+    let Some(lib) = onnxruntime_library() else { return };
     let lib = lib.to_str().unwrap();
     let repo = Repo::new();
     simple_onnx(&repo, "no_config", None);

@@ -10,23 +10,6 @@ use std::path::{Path, PathBuf};
 use common::*;
 use serde_json::{Value, json};
 
-fn library() -> Option<PathBuf> {
-    let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
-        })
-        .filter(|p| p.exists());
-    if lib.is_none() {
-        assert!(
-            std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(),
-            "NEREUS_REQUIRE_ONNXRUNTIME is set but no ONNX Runtime library was found (run scripts/setup-onnxruntime.sh)"
-        );
-        eprintln!("skipping: no ONNX Runtime library (scripts/setup-onnxruntime.sh installs one)");
-    }
-    lib
-}
-
 fn models() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/onnx_models")
 }
@@ -55,7 +38,7 @@ fn pair(datatype: &str, a: &[i64], b: &[i64]) -> Value {
 
 #[test]
 fn tritons_example_models_run_unchanged() {
-    let Some(lib) = library() else { return };
+    let Some(lib) = onnxruntime_library() else { return };
     let repo = Repo::new();
     example(&repo, "simple", "");
     example(&repo, "simple_int8", "");
@@ -118,7 +101,7 @@ fn tritons_example_models_run_unchanged() {
 
 #[test]
 fn the_dynamic_batcher_gathers_requests_into_one_execution() {
-    let Some(lib) = library() else { return };
+    let Some(lib) = onnxruntime_library() else { return };
     let repo = Repo::new();
     // One instance, so that the others queue behind the first (an ONNX model without instance
     // groups has two CPU instances, as in tritonserver).
@@ -173,7 +156,7 @@ fn without_the_library_onnx_models_are_unavailable_and_the_rest_serve() {
 
 #[test]
 fn configurations_are_completed_from_the_model_unless_strict() {
-    let Some(lib) = library() else { return };
+    let Some(lib) = onnxruntime_library() else { return };
     let repo = Repo::new();
     // No config.pbtxt at all, and one that gives only the platform and max_batch_size.
     for (name, config) in [("bare", None), ("partial", Some("platform: \"onnxruntime_onnx\"\nmax_batch_size: 8\n"))] {
@@ -248,7 +231,7 @@ fn configurations_are_completed_from_the_model_unless_strict() {
 /// NEREUS_REQUIRE_GPU set it fails instead.
 #[test]
 fn gpu_instances_run_the_cuda_provider_on_their_own_streams() {
-    let Some(lib) = library() else { return };
+    let Some(lib) = onnxruntime_library() else { return };
     let required = std::env::var_os("NEREUS_REQUIRE_GPU").is_some();
     if nereus::gpu::device_count() == 0 {
         assert!(!required, "NEREUS_REQUIRE_GPU is set but no CUDA device was found");

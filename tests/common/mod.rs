@@ -514,3 +514,23 @@ pub fn refused_start(repo: &Path, extra: &[&str]) -> String {
     child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     stderr
 }
+
+/// ONNX Runtime's library for the tests that need it (`NEREUS_ONNXRUNTIME_LIB`, else where
+/// scripts/setup-onnxruntime.sh puts it); `None` skips them, unless `NEREUS_REQUIRE_ONNXRUNTIME`
+/// says CI must have it.
+pub fn onnxruntime_library() -> Option<PathBuf> {
+    let lib = std::env::var_os("NEREUS_ONNXRUNTIME_LIB")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/nereus/onnxruntime/libonnxruntime.so"))
+        })
+        .filter(|p| p.exists());
+    if lib.is_none() {
+        assert!(
+            std::env::var_os("NEREUS_REQUIRE_ONNXRUNTIME").is_none(),
+            "NEREUS_REQUIRE_ONNXRUNTIME is set but no ONNX Runtime library was found (run scripts/setup-onnxruntime.sh)"
+        );
+        eprintln!("skipping: no ONNX Runtime library (scripts/setup-onnxruntime.sh installs one)");
+    }
+    lib
+}
