@@ -3,13 +3,13 @@
 //! `GET /v2/models/{m}/config` serves) that parses back to the same configuration.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nereus::config::{from_json, normalize_and_validate, parse_pbtxt_with_lines, to_json};
+use nereus::config::{from_json, complete_standalone, parse_pbtxt_with_lines, to_json};
 use nereus::validate::IoSpec;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };
     let Ok((config, _lines)) = parse_pbtxt_with_lines(src) else { return };
-    let Ok(config) = normalize_and_validate(config, "fuzzed", 1, false) else { return };
+    let Ok(config) = complete_standalone(config, "fuzzed", 1) else { return };
     let _ = IoSpec::new(&config);
     let json = to_json(&config);
     let back = from_json(&json.to_string()).expect("an accepted configuration's JSON parses back");

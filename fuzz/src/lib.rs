@@ -9,6 +9,7 @@ use nereus::validate::{IoSpec, check_byte_size, validate_request};
 /// dims, BYTES, FP16 (raw only over gRPC), an optional input and reshape.
 pub const MODEL: &str = r#"
 name: "fuzzed"
+backend: "identity"
 max_batch_size: 4
 input [
   { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] },
@@ -25,7 +26,7 @@ output [
 /// The model's validated configuration, built once.
 pub static SPEC: LazyLock<IoSpec> = LazyLock::new(|| {
     let config = nereus::config::parse_pbtxt(MODEL).expect("the fuzzed model's configuration parses");
-    let config = nereus::config::normalize_and_validate(config, "fuzzed", 0, false).expect("and is valid");
+    let config = nereus::config::complete_standalone(config, "fuzzed", 0).expect("and is valid");
     IoSpec::new(&config)
 });
 

@@ -37,6 +37,21 @@ pub fn parse_pbtxt_with_lines(src: &str) -> Result<(ModelConfig, SourceLines), P
     Ok((config, lines))
 }
 
+/// Takes a configuration that stands alone — no model folder to look into, no backend to complete
+/// it — through every stage a model's configuration goes through, in tritonserver's order: what a
+/// fuzz target or an offline check of a `config.pbtxt` wants. `gpu_count` is the GPUs the instance
+/// groups may use.
+pub fn complete_standalone(mut config: ModelConfig, name: &str, gpu_count: usize) -> Result<ModelConfig, ConfigError> {
+    let nothing = FirstVersion { exists: false, entries: Vec::new() };
+    fill_backend_fields(&mut config, name, &nothing)?;
+    normalize(&mut config);
+    validate_model_config(&config)?;
+    normalize_instance_groups(&mut config, gpu_count, false);
+    validate_instance_groups(&config, gpu_count)?;
+    validate_io(&config)?;
+    Ok(config)
+}
+
 /// The ensemble's steps (`ensemble_scheduling`), if the configuration has them.
 pub fn ensemble_scheduling(config: &ModelConfig) -> Option<&crate::proto::inference::ModelEnsembling> {
     match &config.scheduling_choice {

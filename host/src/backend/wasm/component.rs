@@ -12,7 +12,8 @@ const UNSUPPORTED_FRAMEWORKS: &[&str] =
 /// Where a model's backend component was found.
 pub enum Source {
     File(PathBuf),
-    /// Bundled into the `nereus` binary.
+    /// Bundled into the `nereus` binary (never, in a build without `bundled-backends`).
+    #[cfg_attr(not(feature = "bundled-backends"), allow(dead_code))]
     Bundled(&'static [u8]),
 }
 
