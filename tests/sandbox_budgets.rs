@@ -62,17 +62,15 @@ fn the_server_wide_instance_total_holds() {
     let repo = Repo::new();
     repo.example("simple");
     faults_model(&repo, "big", "instance_group [ { count: 3 kind: KIND_CPU } ]");
-    // simple takes 2 sandboxes (an instance and its model sandbox), big 4: they do not fit in 5.
+    // simple takes 1 sandbox (one per instance), big 3: they do not fit in 3.
     let s = Server::start(
         repo.path(),
-        &["--sandbox-total-instances", "5", "--model-control-mode", "explicit", "--load-model", "simple"],
+        &["--sandbox-total-instances", "3", "--model-control-mode", "explicit", "--load-model", "simple"],
     );
     let r = s.post_json("/v2/repository/models/big/load", &json!({}));
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
-        r.error().contains(
-            "the model needs 4 sandboxes (its instances and its model sandbox) and 3 of the server's 5 are left"
-        ),
+        r.error().contains("the model needs 3 sandboxes (one per instance) and 2 of the server's 3 are left"),
         "{}",
         r.text()
     );

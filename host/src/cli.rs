@@ -299,8 +299,9 @@ pub struct ServeArgs {
     /// warnings and errors to standard error, as tritonserver's.
     #[arg(long = "log-file", value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// How long an idle instance worker keeps polling for work before it sleeps, in microseconds.
-    /// Polling saves a thread wake-up per request under load; 0 sleeps at once (least idle CPU).
+    /// How long an idle instance worker keeps polling for work before it rests (gives its thread
+    /// back to the shared pool), in microseconds. Polling saves a thread wake-up per request under
+    /// load; 0 rests at once (least idle CPU).
     #[arg(long = "instance-poll-us", default_value_t = 200)]
     pub instance_poll_us: u64,
     /// Wasm models without a batcher whose executions have all taken less CPU time than this (in
@@ -340,8 +341,8 @@ pub struct ServeArgs {
     /// `sandbox.max_instances`).
     #[arg(long = "sandbox-max-instances", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     pub sandbox_max_instances: u64,
-    /// Sandboxes of all models together (each model has its instances and one model sandbox); a
-    /// model that does not fit is UNAVAILABLE.
+    /// Sandboxes of all models together (one per instance); a model that does not fit is
+    /// UNAVAILABLE.
     #[arg(long = "sandbox-total-instances", default_value_t = 900,
           value_parser = clap::value_parser!(u64).range(1..=crate::backend::wasm::MAX_TOTAL_INSTANCES))]
     pub sandbox_total_instances: u64,

@@ -315,7 +315,7 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "nereus_wasm_memory_bytes",
-                        "Linear memory of the model's sandboxes (its instances and its model sandbox), in bytes",
+                        "Linear memory of the model's sandboxes (one per instance), in bytes",
                     ),
                     MODEL_LABELS,
                 )?,

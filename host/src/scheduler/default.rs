@@ -11,7 +11,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::handoff::Handoff;
 use super::inline::InlineGate;
-use super::lifecycle::{Lifecycle, Worker};
+use super::lifecycle::{Lifecycle, Rest, Step, Worker};
 use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
@@ -44,7 +44,7 @@ enum Message {
 }
 
 impl DefaultScheduler {
-    /// Starts one worker thread per instance, all taking from one queue.
+    /// Takes one worker per instance, all taking from one queue.
     pub fn start(model: &str, instances: Vec<Box<dyn BackendInstance>>, ctx: WorkerContext) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded::<Message>();
         let instances: Vec<SharedInstance> = instances.into_iter().map(|i| Arc::new(Mutex::new(Some(i)))).collect();
@@ -82,6 +82,7 @@ impl DefaultScheduler {
         if !leftover.is_empty() {
             // The receivers live as long as the workers, which outlive every admitted request.
             let _ = queue.send(Message::Batch(leftover));
+            self.lifecycle.wake_one();
         }
         None
     }
@@ -93,6 +94,7 @@ impl Schedule for DefaultScheduler {
         self.lifecycle.admit()?;
         let Some(job) = self.try_inline(job, caller) else { return Ok(()) };
         let _ = self.queue.send(Message::Batch(vec![job]));
+        self.lifecycle.wake_one();
         Ok(())
     }
 
@@ -110,6 +112,7 @@ impl Schedule for DefaultScheduler {
         for _ in 0..self.workers {
             let _ = self.queue.send(Message::Stop);
         }
+        // Wakes the resting workers too, which find their stop message.
         self.lifecycle.join();
     }
 }
@@ -221,31 +224,49 @@ impl Worker for QueueWorker {
     type Batch = Vec<Job>;
 
     /// Takes the next batch. An idle worker keeps polling (yielding the CPU to runnable threads)
-    /// for `poll` before it parks, as every scheduler's workers do (see [`super::lifecycle`]).
-    fn next(&mut self) -> Option<Vec<Job>> {
+    /// for `poll` before it rests, as every scheduler's workers do (see [`super::lifecycle`]).
+    fn next(&mut self, rest: &Rest<'_>) -> Step<Vec<Job>> {
         let start = Instant::now();
+        let mut gave_back = false;
         let message = loop {
             match self.queue.try_recv() {
                 Ok(message) => break message,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Step::Exit,
                 Err(crossbeam_channel::TryRecvError::Empty) if start.elapsed() < self.pool.ctx.poll => {
                     std::thread::yield_now()
                 }
-                Err(crossbeam_channel::TryRecvError::Empty) => {
+                Err(crossbeam_channel::TryRecvError::Empty) if !gave_back => {
                     // Idle: the instance may give back what it held (not while an I/O thread
-                    // runs it inline).
+                    // runs it inline). Then look again.
+                    gave_back = true;
                     if let Some(mut guard) = self.instance.try_lock()
                         && let Some(instance) = guard.as_mut()
                     {
                         instance.idle();
                     }
-                    break self.queue.recv().ok()?;
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    // Register, then look a last time: a request sent before the registration is
+                    // seen here, one sent after it wakes this worker.
+                    rest.begin();
+                    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                    match self.queue.try_recv() {
+                        Ok(message) => {
+                            rest.cancel();
+                            break message;
+                        }
+                        Err(crossbeam_channel::TryRecvError::Empty) => return Step::Rest,
+                        Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                            rest.cancel();
+                            return Step::Exit;
+                        }
+                    }
                 }
             }
         };
         match message {
-            Message::Batch(batch) => Some(batch),
-            Message::Stop => None,
+            Message::Batch(batch) => Step::Run(batch),
+            Message::Stop => Step::Exit,
         }
     }
 

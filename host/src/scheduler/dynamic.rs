@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
+use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
 use super::{Caller, Schedule, WorkerContext, flush};
@@ -162,7 +162,7 @@ pub struct DynamicBatcher {
 }
 
 impl DynamicBatcher {
-    /// Starts one worker thread per instance, all forming batches from one queue.
+    /// Takes one worker per instance, all forming batches from one queue.
     pub fn start(
         model: &str,
         instances: Vec<Box<dyn BackendInstance>>,
@@ -211,6 +211,7 @@ impl Schedule for DynamicBatcher {
         drop(state);
         if wake {
             self.shared.work.notify_one();
+            self.shared.lifecycle.wake_one();
         }
         Ok(())
     }
@@ -233,8 +234,8 @@ impl Schedule for DynamicBatcher {
 impl Shared {
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
-    fn next_batch(&self, poll: Duration, on_park: impl FnMut()) -> Option<(Vec<Job>, u64)> {
-        wait_for_batch(&self.state, &self.work, poll, on_park, |state, now| {
+    fn next_batch(&self, poll: Duration, rest: &Rest<'_>, on_rest: impl FnMut()) -> Step<(Vec<Job>, u64)> {
+        wait_for_batch(&self.state, &self.work, poll, rest, on_rest, |state, now| {
             let mut rejected = Vec::new();
             state.queues.expire(now, &mut rejected);
             if !rejected.is_empty() {
@@ -249,6 +250,7 @@ impl Shared {
                     if !state.queues.is_empty() {
                         // Another idle instance may take what is left.
                         self.work.notify_one();
+                        self.lifecycle.wake_one();
                     }
                     Next::Run((batch, ticket))
                 }
@@ -285,9 +287,9 @@ struct BatchWorker {
 impl Worker for BatchWorker {
     type Batch = (Vec<Job>, u64);
 
-    fn next(&mut self) -> Option<Self::Batch> {
+    fn next(&mut self, rest: &Rest<'_>) -> Step<Self::Batch> {
         let instance = &mut self.instance;
-        self.shared.next_batch(self.ctx.poll, || instance.idle())
+        self.shared.next_batch(self.ctx.poll, rest, || instance.idle())
     }
 
     fn run(&mut self, (mut batch, ticket): Self::Batch) {

@@ -1,5 +1,6 @@
-//! Schedulers: how a model's requests reach its instances. Each instance runs on its own worker
-//! thread and executes one batch at a time; schedulers decide what goes into each batch.
+//! Schedulers: how a model's requests reach its instances. Each instance has a worker that
+//! executes one batch at a time, on a thread of the shared [`worker_pool`] while it has work;
+//! schedulers decide what goes into each batch.
 mod default;
 mod dynamic;
 mod handoff;
@@ -8,6 +9,7 @@ mod lifecycle;
 mod ordering;
 mod queue;
 mod sequence;
+mod worker_pool;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,6 +17,7 @@ use std::time::Instant;
 pub use default::DefaultScheduler;
 pub use dynamic::{BatchRules, DynamicBatcher};
 pub use sequence::{SequenceBatcher, SequenceRules};
+pub use worker_pool::{WORKER_POOL, taint_this_thread};
 
 use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::{ErrorKind, InferError};

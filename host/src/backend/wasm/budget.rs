@@ -29,8 +29,7 @@ pub struct SandboxLimits {
     /// `--sandbox-max-instances`: the most instances one model may have (`instance_group` and
     /// `sandbox.max_instances` alike).
     pub max_instances: u64,
-    /// `--sandbox-total-instances`: sandboxes of all models together (each model has one more
-    /// than its instances, its model sandbox).
+    /// `--sandbox-total-instances`: sandboxes of all models together (one per instance).
     pub total_instances: u64,
     /// `--sandbox-total-memory-mb`: Wasm linear memory of all sandboxes together.
     pub total_memory_bytes: u64,
@@ -155,7 +154,7 @@ impl SandboxBudget {
         if taken + count > total {
             self.instances.fetch_sub(count, Ordering::AcqRel);
             return Err(format!(
-                "the model needs {count} sandboxes (its instances and its model sandbox) and {} of the server's \
+                "the model needs {count} sandboxes (one per instance) and {} of the server's \
                  {total} are left (--sandbox-total-instances)",
                 total.saturating_sub(taken)
             ));

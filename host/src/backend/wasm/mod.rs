@@ -282,9 +282,8 @@ struct LoadedWasmModel {
     pub teardown: WasmModelTeardown,
 }
 
-/// Finalises the model's own sandbox and releases the backend, after every instance is gone.
+/// Releases the backend, after every instance is gone.
 struct WasmModelTeardown {
-    model_sandbox: Option<Sandbox>,
     registry: Arc<BackendRegistry>,
     digest: String,
     /// The model's sandboxes in the server's total, given back once they are all gone.
@@ -292,10 +291,7 @@ struct WasmModelTeardown {
 }
 
 impl WasmModelTeardown {
-    fn release(mut self) {
-        if let Some(s) = self.model_sandbox.take() {
-            s.finalize();
-        }
+    fn release(self) {
         self.registry.release(&self.digest);
         drop(self.reservation);
     }
@@ -327,49 +323,28 @@ struct WasmLoad<'a> {
     pub metrics: Option<crate::metrics::ModelMetrics>,
 }
 
-/// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), model, then
-/// each instance. Any initialiser's error fails the load with the plugin's message, after undoing
-/// what was done.
+/// Runs the lifecycle of Triton's "Backends" chapter: backend (once per component), then each
+/// instance's sandbox, which initialises the backend, the model and the instance in its own memory
+/// (sandboxes share nothing, so a sandbox of the model's own would only hold memory and a slot of
+/// the server's total for its finalisation). Any initialiser's error fails the load with the
+/// plugin's message, after undoing what was done.
 fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
-    // Its instances and its model sandbox, before any of them is built.
+    // Its instances, before any of them is built.
     let reservation =
-        params.budget.reserve_instances(params.instances.len() as u64 + 1).map_err(LoadError::OverSandboxLimit)?;
+        params.budget.reserve_instances(params.instances.len() as u64).map_err(LoadError::OverSandboxLimit)?;
     params.registry.acquire(&params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
         version: params.version,
         config_json: params.config_json,
     };
-    let label: Arc<str> = format!("model '{}'", params.model_name).into();
     let memory = ModelMeter::new(
         Some(params.budget.clone()),
         params.metrics.as_ref().map(|m| m.wasm_memory()),
         params.metrics.as_ref().map(|m| m.log_lines_dropped()),
     );
-    let model_sandbox =
-        Sandbox::new(&params.component, &params.policy, memory.clone(), label).map_err(PluginError::from).and_then(
-            |mut s| match s.initialize_backend(params.backend_name).and_then(|_| s.initialize_model(&model_info)) {
-                Ok(()) => Ok(s),
-                Err(e) => {
-                    s.finalize();
-                    Err(PluginError::from(e))
-                }
-            },
-        );
-    let teardown = WasmModelTeardown {
-        model_sandbox: None,
-        registry: params.registry.clone(),
-        digest: params.component.digest.clone(),
-        reservation,
-    };
-    let model_sandbox = match model_sandbox {
-        Ok(s) => s,
-        Err(e) => {
-            teardown.release();
-            return Err(e.into());
-        }
-    };
-    let teardown = WasmModelTeardown { model_sandbox: Some(model_sandbox), ..teardown };
+    let teardown =
+        WasmModelTeardown { registry: params.registry.clone(), digest: params.component.digest.clone(), reservation };
 
     let factory = Arc::new(InstanceFactory {
         component: params.component,
@@ -404,6 +379,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
                 hooks: params.hooks.clone(),
                 metrics: params.metrics.clone(),
                 rebuild_pending: false,
+                penalized: false,
             })),
             Err(e) => {
                 for i in instances {
@@ -432,6 +408,8 @@ struct WasmInstance {
     rebuild_pending: bool,
     /// The linear memory the sandbox held once built (and initialised), in bytes.
     built_with: usize,
+    /// It faulted on a worker: its executions on workers run at the lowest CPU priority.
+    penalized: bool,
 }
 
 impl WasmInstance {
@@ -504,6 +482,11 @@ impl BackendInstance for WasmInstance {
     fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes {
         let started = Instant::now();
         let inline = thread == ExecutionThread::Inline;
+        if self.penalized && !inline {
+            // Worker threads are shared and a faulted one ends after its task: the penalty
+            // follows the instance onto whichever thread runs it next.
+            deprioritize_this_thread(&self.factory.model_info.name);
+        }
         if self.sandbox.is_none() && self.rebuild_pending {
             if inline {
                 // Left open, the requests go to the instance's worker, which rebuilds first.
@@ -596,6 +579,7 @@ impl BackendInstance for WasmInstance {
                 // Only an instance's own worker: an inline execution runs on an I/O thread, which
                 // must keep its priority (and the model runs inline no more after a fault).
                 if !inline {
+                    self.penalized = true;
                     deprioritize_this_thread(&self.factory.model_info.name);
                 }
             }
@@ -647,11 +631,13 @@ impl BackendInstance for WasmInstance {
     }
 }
 
-/// Lowers the CPU priority of the calling instance worker for good, once its plugin has hit a
-/// limit (deadline, memory, trap): a plugin that keeps misbehaving then only gets the CPU time
-/// healthy models leave over, instead of half a machine. (An unprivileged process cannot raise a
-/// priority again, so the penalty sticks to the worker, which is what is wanted.)
+/// Lowers the CPU priority of the calling worker thread for good, once its plugin has hit a limit
+/// (deadline, memory, trap): a plugin that keeps misbehaving then only gets the CPU time healthy
+/// models leave over, instead of half a machine. An unprivileged process cannot raise a priority
+/// again, so the thread is marked to end after its task rather than carry the penalty into other
+/// models' work; the instance re-applies it on the next thread (see `WasmInstance::penalized`).
 fn deprioritize_this_thread(model: &str) {
+    crate::scheduler::taint_this_thread();
     #[cfg(target_os = "linux")]
     #[allow(unsafe_code)]
     {

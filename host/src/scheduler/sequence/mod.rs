@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::lifecycle::{Lifecycle, Next, Worker, wait_for_batch};
+use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
@@ -163,6 +163,7 @@ impl Schedule for SequenceBatcher {
             s.last_seen = Some(now);
             drop(state);
             self.shared.work[instance].notify_one();
+            self.shared.lifecycle.wake(instance);
             return Ok(());
         }
         if let Some(b) = state.backlog.iter_mut().find(|b| b.id == id && !b.ended) {
@@ -188,6 +189,7 @@ impl Schedule for SequenceBatcher {
                 s.last_seen = Some(now);
                 drop(state);
                 self.shared.work[instance].notify_one();
+                self.shared.lifecycle.wake(instance);
             }
             None => state.backlog.push_back(Backlogged { id, queue: VecDeque::from([job]), ended: end }),
         }
@@ -390,6 +392,7 @@ impl Shared {
                     state.active.insert(b.id, (i, s));
                 }
                 self.work[i].notify_one();
+                self.lifecycle.wake(i);
             }
             None if state.slots[i][s].queue.is_empty() => {
                 state.free.insert((s, i));
@@ -442,13 +445,14 @@ struct SlotWorker {
 impl Worker for SlotWorker {
     type Batch = Formed;
 
-    fn next(&mut self) -> Option<Formed> {
+    fn next(&mut self, rest: &Rest<'_>) -> Step<Formed> {
         let shared = &*self.shared;
         // Nothing to give back when idle: the plugin holds its sequences' state.
         wait_for_batch(
             &shared.state,
             &shared.work[self.index],
             self.ctx.poll,
+            rest,
             || {},
             |state, now| shared.next(state, self.index, now),
         )
