@@ -69,8 +69,6 @@ struct Inner {
 #[derive(Default)]
 struct Workers {
     slots: Vec<Slot>,
-    /// `<model>#<index>`: what a worker's thread is called while it runs it.
-    names: Vec<String>,
     /// Workers not finished yet.
     live: usize,
 }
@@ -116,10 +114,11 @@ impl Lifecycle {
         let mut guard = self.inner.workers.lock();
         for worker in workers {
             let index = guard.slots.len();
-            guard.names.push(format!("{model}#{index}"));
+            // What its thread is called while it runs it.
+            let name: Arc<str> = format!("{model}#{index}").into();
             let inner = self.inner.clone();
             // Its first call of `next` happens when it is first woken.
-            guard.slots.push(Slot::Parked(Box::new(move || run(inner, index, worker))));
+            guard.slots.push(Slot::Parked(Box::new(move || run(inner, index, name, worker))));
             guard.live += 1;
             self.inner.resting.fetch_add(1, Ordering::SeqCst);
         }
@@ -215,10 +214,8 @@ impl Inner {
 }
 
 /// A worker on a thread: runs batches until it rests (the thread goes back to the pool) or exits.
-fn run<W: Worker>(inner: Arc<Inner>, index: usize, mut worker: W) {
-    if let Some(name) = inner.workers.lock().names.get(index) {
-        name_this_thread(name);
-    }
+fn run<W: Worker>(inner: Arc<Inner>, index: usize, name: Arc<str>, mut worker: W) {
+    name_this_thread(&name);
     loop {
         match worker.next(&Rest { inner: &inner, index }) {
             Step::Run(batch) => worker.run(batch),
@@ -240,7 +237,7 @@ fn run<W: Worker>(inner: Arc<Inner>, index: usize, mut worker: W) {
                     continue;
                 }
                 let resume = inner.clone();
-                workers.slots[index] = Slot::Parked(Box::new(move || run(resume, index, worker)));
+                workers.slots[index] = Slot::Parked(Box::new(move || run(resume, index, name, worker)));
                 return;
             }
         }

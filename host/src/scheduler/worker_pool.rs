@@ -70,12 +70,14 @@ impl WorkerPool {
                 // A panicking plugin host call loses its worker, as a thread of its own did, but
                 // not this thread's later tasks.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                // Straight back under the lock: a task submitted meanwhile finds no idle thread
+                // and starts one, so the gap is kept short (a worker that rests is often woken
+                // again within microseconds).
+                state = self.state.lock();
                 if leave_after_task() {
-                    self.state.lock().threads -= 1;
+                    state.threads -= 1;
                     return;
                 }
-                name_this_thread(IDLE_NAME);
-                state = self.state.lock();
                 continue;
             }
             state.idle += 1;
@@ -89,7 +91,8 @@ impl WorkerPool {
     }
 }
 
-/// What a resting pool thread is called (`top -H`, `/proc/<pid>/task/*/comm`).
+/// What a pool thread is called until it first runs a worker (`top -H`, `/proc/<pid>/task/*/comm`);
+/// then it keeps the name of the last instance it ran.
 const IDLE_NAME: &str = "nereus-worker";
 
 thread_local! {
@@ -97,6 +100,9 @@ thread_local! {
     /// CPU priority lowered after a plugin fault): the thread ends after the task instead of
     /// carrying that into other models' work.
     static TAINTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The name last given with [`name_this_thread`]: renaming costs a system call, and a thread
+    /// usually runs the same worker again.
+    static NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// Marks the calling thread as changed for good; a pool thread ends after its task.
@@ -111,6 +117,17 @@ fn leave_after_task() -> bool {
 /// Names the calling thread (Linux keeps 15 bytes), so that profiles and `/proc` show which
 /// model's worker runs on it.
 pub fn name_this_thread(name: &str) {
+    let unchanged = NAME.with_borrow_mut(|current| {
+        if current == name {
+            return true;
+        }
+        current.clear();
+        current.push_str(name);
+        false
+    });
+    if unchanged {
+        return;
+    }
     #[cfg(target_os = "linux")]
     #[allow(unsafe_code)]
     {
