@@ -170,13 +170,10 @@ fn solid_png(width: u32, height: u32, color_type: u8, pixel: &[u8]) -> Vec<u8> {
         let crc = crc32(&out[start..]);
         out.extend_from_slice(&crc.to_be_bytes());
     }
-    let mut raw = Vec::new();
-    for _ in 0..height {
-        raw.push(0); // filter: none
-        for _ in 0..width {
-            raw.extend_from_slice(pixel);
-        }
-    }
+    // Each row: filter type 0 (none), then the pixels.
+    let row: Vec<u8> =
+        std::iter::once(0).chain(pixel.iter().copied().cycle().take(width as usize * pixel.len())).collect();
+    let raw = row.repeat(height as usize);
     let mut zlib = vec![0x78, 0x01];
     let blocks: Vec<&[u8]> = raw.chunks(65535).collect();
     for (i, block) in blocks.iter().enumerate() {
