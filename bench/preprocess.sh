@@ -6,7 +6,7 @@
 # First the server-side compute per image (GET /v2/models/M/stats, compute_infer ns / count, over a
 # perf_analyzer run at c=1) of each JPEG decoder the plugin offers and of Triton's model; then ROUNDS
 # rounds of perf_analyzer over HTTP, Nereus and Triton alternating (the order swapped each round), and
-# the medians. Not a test. PROTO=grpc measures over gRPC instead.
+# the medians. Not a test. PROTO=grpc measures over gRPC instead; COMPUTE=0 skips the compute phase; on a loaded machine PERF_STABILITY=60 lets perf_analyzer settle at c=4.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # ../shared/anchors beside the clone (or beside a worktree's parent folder), or ANCHORS.
@@ -56,7 +56,7 @@ compute() {  # PORT MODEL -> "count ns"
   curl -s "localhost:$1/v2/models/$2/stats" | python3 -c 'import json,sys; s=json.load(sys.stdin)["model_stats"][0]["inference_stats"]["compute_infer"]; print(s["count"], s["ns"])'
 }
 echo "== server-side compute per image (compute_infer ns / count, c=1)" | tee "$log/compute.txt" >&2
-for model in "$m" ${m}_zune ${m}_dct512 ${m}_dct256 triton; do
+[[ ${COMPUTE:-1} == 0 ]] || for model in "$m" ${m}_zune ${m}_dct512 ${m}_dct256 triton; do
   for img in "${images[@]}"; do
     [[ $model == *dct* && $img == *.png ]] && continue
     name=$model; port=$(port_of "$model"); [[ $model == triton ]] && name=$m
