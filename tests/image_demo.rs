@@ -146,3 +146,100 @@ fn the_wasm_steps_refuse_what_they_cannot_handle() {
     assert_eq!(bad["state"], "UNAVAILABLE");
     assert!(bad["reason"].as_str().unwrap().contains("'top_k' must be at least 1"), "{bad}");
 }
+
+/// PNG's CRC-32.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// An uncompressed (stored-deflate) PNG of `width` × `height` pixels of 8-bit `color_type` (0 grey,
+/// 2 RGB, 6 RGBA), every pixel `pixel`.
+fn solid_png(width: u32, height: u32, color_type: u8, pixel: &[u8]) -> Vec<u8> {
+    fn chunk(out: &mut Vec<u8>, kind: &[u8], body: &[u8]) {
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(body);
+        let crc = crc32(&out[start..]);
+        out.extend_from_slice(&crc.to_be_bytes());
+    }
+    // Each row: filter type 0 (none), then the pixels.
+    let row: Vec<u8> =
+        std::iter::once(0).chain(pixel.iter().copied().cycle().take(width as usize * pixel.len())).collect();
+    let raw = row.repeat(height as usize);
+    let mut zlib = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65535).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        zlib.push(u8::from(i + 1 == blocks.len()));
+        zlib.extend_from_slice(&(block.len() as u16).to_le_bytes());
+        zlib.extend_from_slice(&(!(block.len() as u16)).to_le_bytes());
+        zlib.extend_from_slice(block);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in &raw {
+        a = (a + u32::from(byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, color_type, 0, 0, 0]);
+    chunk(&mut png, b"IHDR", &ihdr);
+    chunk(&mut png, b"IDAT", &zlib);
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+/// `image_classify_preprocess` (the Python test compares it with Pillow + numpy on real pictures):
+/// a solid colour stays that colour through the resize and crop, normalised with ImageNet's mean and
+/// std, for RGB, grey and RGBA (alpha dropped) inputs, up- and downscaled, one per row of a batch;
+/// bytes that are no image and an image over `max_pixels` fail with 400 and the element's message.
+#[test]
+fn image_classify_preprocess_normalises_and_refuses() {
+    let repo = Repo::new();
+    repo.example("image_classify_preprocess");
+    let s = Server::start(repo.path(), &[]);
+    let images = [
+        (solid_png(300, 260, 2, &[200, 100, 50]), [200.0f32, 100.0, 50.0]),
+        (solid_png(97, 131, 0, &[77]), [77.0, 77.0, 77.0]),
+        (solid_png(640, 480, 6, &[10, 20, 30, 0]), [10.0, 20.0, 30.0]),
+    ];
+    let r = image_request(
+        &s,
+        "image_classify_preprocess",
+        &images.iter().map(|i| i.0.clone()).collect::<Vec<_>>(),
+        &["PIXELS"],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = &r.json()["outputs"][0];
+    assert_eq!(out["shape"], json!([3, 3, 224, 224]), "{out}");
+    let data: Vec<f32> = out["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let (mean, std) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
+    for (i, (_, rgb)) in images.iter().enumerate() {
+        for ch in 0..3 {
+            let want = (rgb[ch] / 255.0 - mean[ch]) / std[ch];
+            let plane = &data[(i * 3 + ch) * 224 * 224..(i * 3 + ch + 1) * 224 * 224];
+            assert!(plane.iter().all(|v| (v - want).abs() < 1e-5), "image {i} channel {ch}: want {want}");
+        }
+    }
+    let r = image_request(&s, "image_classify_preprocess", &[b"GIF89a not supported".to_vec()], &["PIXELS"]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("IMAGE element 0: neither a PNG nor a JPEG image"), "{}", r.error());
+    // 5000 × 4000 announced by the header: refused before a byte of pixels is allocated.
+    let mut bomb = solid_png(1, 1, 0, &[0]);
+    bomb[16..24].copy_from_slice(&[0, 0, 0x13, 0x88, 0, 0, 0x0f, 0xa0]);
+    let crc = crc32(&bomb[12..29]);
+    bomb[29..33].copy_from_slice(&crc.to_be_bytes());
+    let r = image_request(&s, "image_classify_preprocess", &[bomb], &["PIXELS"]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("5000×4000, more than the model's max_pixels"), "{}", r.error());
+}
