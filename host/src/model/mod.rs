@@ -31,7 +31,7 @@ pub trait ModelResolver: Send + Sync {
 
 /// What a version's scheduler needs beyond its configuration.
 pub struct SchedulerSetup {
-    /// How long an idle default-scheduler worker polls before it parks.
+    /// How long an idle instance worker polls before it rests.
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
     pub inline_under: std::time::Duration,

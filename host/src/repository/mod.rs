@@ -196,7 +196,7 @@ pub struct LoadContext {
     pub gpu_count: usize,
     /// `--model-config-name`: the configuration file to prefer in each model's `configs/` folder.
     pub config_name: Option<String>,
-    /// How long an idle instance worker polls for work before it parks.
+    /// How long an idle instance worker polls for work before it rests.
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
     pub inline_under: std::time::Duration,

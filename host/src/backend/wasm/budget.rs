@@ -154,8 +154,9 @@ impl SandboxBudget {
         if taken + count > total {
             self.instances.fetch_sub(count, Ordering::AcqRel);
             return Err(format!(
-                "the model needs {count} sandboxes (one per instance) and {} of the server's \
+                "the model needs {count} {} (one per instance) and {} of the server's \
                  {total} are left (--sandbox-total-instances)",
+                if count == 1 { "sandbox" } else { "sandboxes" },
                 total.saturating_sub(taken)
             ));
         }
