@@ -69,8 +69,12 @@ struct Inner {
 #[derive(Default)]
 struct Workers {
     slots: Vec<Slot>,
-    /// Workers not finished yet.
-    live: usize,
+}
+
+impl Workers {
+    fn all_finished(&self) -> bool {
+        self.slots.iter().all(|s| matches!(s, Slot::Finished))
+    }
 }
 
 enum Slot {
@@ -119,7 +123,6 @@ impl Lifecycle {
             let inner = self.inner.clone();
             // Its first call of `next` happens when it is first woken.
             guard.slots.push(Slot::Parked(Box::new(move || run(inner, index, name, worker))));
-            guard.live += 1;
             self.inner.resting.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -187,7 +190,7 @@ impl Lifecycle {
         for index in 0..workers.slots.len() {
             self.inner.wake_locked(&mut workers, index);
         }
-        while workers.live > 0 {
+        while !workers.all_finished() {
             self.inner.done.wait(&mut workers);
         }
         drop(workers);
@@ -223,8 +226,7 @@ fn run<W: Worker>(inner: Arc<Inner>, index: usize, name: Arc<str>, mut worker: W
                 worker.finish();
                 let mut workers = inner.workers.lock();
                 workers.slots[index] = Slot::Finished;
-                workers.live -= 1;
-                if workers.live == 0 {
+                if workers.all_finished() {
                     inner.done.notify_all();
                 }
                 return;

@@ -485,7 +485,7 @@ impl BackendInstance for WasmInstance {
         if self.penalized && !inline {
             // Worker threads are shared and a faulted one ends after its task: the penalty
             // follows the instance onto whichever thread runs it next.
-            deprioritize_this_thread(&self.factory.model_info.name);
+            deprioritize_this_thread();
         }
         if self.sandbox.is_none() && self.rebuild_pending {
             if inline {
@@ -579,8 +579,13 @@ impl BackendInstance for WasmInstance {
                 // Only an instance's own worker: an inline execution runs on an I/O thread, which
                 // must keep its priority (and the model runs inline no more after a fault).
                 if !inline {
+                    if !self.penalized && deprioritize_this_thread() {
+                        tracing::info!(
+                            "model '{}': this instance now runs at the lowest CPU priority after a fault",
+                            self.factory.model_info.name
+                        );
+                    }
                     self.penalized = true;
-                    deprioritize_this_thread(&self.factory.model_info.name);
                 }
             }
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew
@@ -636,22 +641,20 @@ impl BackendInstance for WasmInstance {
 /// models leave over, instead of half a machine. An unprivileged process cannot raise a priority
 /// again, so the thread is marked to end after its task rather than carry the penalty into other
 /// models' work; the instance re-applies it on the next thread (see `WasmInstance::penalized`).
-fn deprioritize_this_thread(model: &str) {
+/// Returns whether it lowered it now.
+fn deprioritize_this_thread() -> bool {
     crate::scheduler::taint_this_thread();
     #[cfg(target_os = "linux")]
     #[allow(unsafe_code)]
     {
         const PENALTY_NICE: i32 = 19;
         // SAFETY: plain system calls on the calling thread; failures only leave the priority as is.
-        let lowered = unsafe {
+        unsafe {
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
             libc::getpriority(libc::PRIO_PROCESS, tid) < PENALTY_NICE
                 && libc::setpriority(libc::PRIO_PROCESS, tid, PENALTY_NICE) == 0
-        };
-        if lowered {
-            tracing::info!("model '{model}': this instance now runs at the lowest CPU priority after a fault");
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = model;
+    false
 }
