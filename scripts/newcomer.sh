@@ -13,6 +13,9 @@
 #   NEREUS_NEWCOMER_KEEP_TARGET=1 scripts/newcomer.sh   leave the installed Rust targets alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step is announced with the time since the script started, so that a slow CI run says where
+# its time went.
+phase() { echo "== [${SECONDS} s] $*"; }
 src=$PWD
 
 commands=$(awk '/^## Two commands/ {s = 1} s && /^```sh/ {b = 1; next} b && /^```/ {exit} b' README.md |
@@ -24,22 +27,22 @@ if [[ -z $serve || -z $test_command || $(wc -l <<<"$commands") -ne 2 ]]; then
   echo "$commands" >&2
   exit 1
 fi
-echo "== README command 1: $serve"
-echo "== README command 2: $test_command"
+phase "README command 1: $serve"
+phase "README command 2: $test_command"
 
 if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
   echo "note: uncommitted changes are not in the fresh clone; it tests HEAD ($(git rev-parse --short HEAD))"
 fi
 
 if [[ ${NEREUS_NEWCOMER_KEEP_TARGET:-} == 1 ]]; then
-  echo "== keeping the installed Rust targets (NEREUS_NEWCOMER_KEEP_TARGET=1)"
+  phase "keeping the installed Rust targets (NEREUS_NEWCOMER_KEEP_TARGET=1)"
 elif command -v rustup >/dev/null 2>&1; then
-  echo "== rustup target remove wasm32-wasip2 (a fresh machine lacks it)"
+  phase "rustup target remove wasm32-wasip2 (a fresh machine lacks it)"
   if rustup target list --installed | grep -qx wasm32-wasip2; then
     rustup target remove wasm32-wasip2
   fi
 else
-  echo "== no rustup here: the Rust targets stay as they are"
+  phase "no rustup here: the Rust targets stay as they are"
 fi
 
 work=$(mktemp -d)
@@ -50,7 +53,7 @@ cleanup() {
 }
 trap cleanup EXIT
 clone=$work/nereus
-echo "== git clone $src $clone"
+phase "git clone $src $clone"
 git clone -q "$src" "$clone"
 cd "$clone"
 
@@ -60,7 +63,7 @@ if curl -s -o /dev/null --max-time 2 localhost:8000/v2/health/live; then
   exit 1
 fi
 
-echo "== README command 1, until the server is ready (GET /v2/health/ready answers 200)"
+phase "README command 1, until the server is ready (GET /v2/health/ready answers 200)"
 started=$(date +%s)
 setsid bash -c "$serve" >"$work/serve.log" 2>&1 &
 group=$!
@@ -97,16 +100,16 @@ answer=$(curl -s localhost:8000/v2/models/simple/infer -d '{"inputs":[
   {"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
   {"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}')
 grep -q '"data":\[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16\]' <<<"$answer" || { echo "wrong answer: $answer" >&2; exit 1; }
-echo "== ready ${ready} s after README command 1 started (build included); the first request answered"
+phase "ready ${ready} s after README command 1 started (build included); the first request answered"
 kill -TERM -- "-$group"
 while kill -0 "$group" 2>/dev/null; do sleep 0.2; done
 group=
 
-echo "== README command 2"
+phase "README command 2"
 # The clone sits in a temporary folder, so the conformance step would not find Triton's qa folder
 # beside it: point it at the one beside the checkout it came from, where there is one.
 if [[ -z ${NEREUS_TRITON_QA:-} && -d $src/../shared/triton_server/qa ]]; then
   export NEREUS_TRITON_QA=$src/../shared/triton_server
 fi
 bash -c "$test_command"
-echo "== newcomer check passed: ready in ${ready} s, then every test"
+phase "newcomer check passed: ready in ${ready} s, then every test"

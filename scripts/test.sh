@@ -8,26 +8,29 @@
 # tritonclient) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step is announced with the time since the script started, so that a slow CI run says where
+# its time went.
+phase() { echo "== [${SECONDS} s] $*"; }
 root=$PWD
 target=${CARGO_TARGET_DIR:-$root/target}
 
-echo "== set-up (scripts/setup.sh --test)"
+phase "set-up (scripts/setup.sh --test)"
 venv=$(scripts/setup.sh --test)
 NEREUS_ONNXRUNTIME_LIB=${NEREUS_ONNXRUNTIME_LIB:-$(scripts/setup-onnxruntime.sh)}
 export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
 # tests/object_store.rs's S3-compatible server: named here, a missing one fails those tests.
 export NEREUS_MOTO_SERVER=$venv/bin/moto_server
 
-echo "== cargo test (unit + integration)"
+phase "cargo test (unit + integration)"
 cargo test --release --locked
 
-echo "== docs/cli.md is what \`nereus serve --help\` prints"
+phase "docs/cli.md is what \`nereus serve --help\` prints"
 scripts/cli-reference.sh --check "$target/release/nereus"
 
-echo "== deploy/: the Containerfile (hadolint), the Kubernetes and KServe manifests (schemas)"
+phase "deploy/: the Containerfile (hadolint), the Kubernetes and KServe manifests (schemas)"
 scripts/check-deploy.sh "$venv"
 
-echo "== fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
+phase "fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
 scripts/fuzz.sh ci
 
 # Starts nereus on a repository (extra flags after it) and sets $pid, $port, $grpc_port and
@@ -64,7 +67,7 @@ stop_nereus() {
 pids=() logs=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "${logs[@]}"' EXIT
 
-echo "== Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
+phase "Triton's Python clients (tritonclient[http], tritonclient[grpc]) against nereus"
 start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_tritonclient_http.py "127.0.0.1:$port"
 "$venv/bin/python" tests/python/test_tritonclient_grpc.py "127.0.0.1:$grpc_port"
@@ -74,7 +77,7 @@ start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_metrics.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "127.0.0.1:$metrics_port"
 stop_nereus
 
-echo "== the C plugins (plugins/c) against the Rust ones and numpy, and the sandbox around C (tests/python/test_c_plugins.py)"
+phase "the C plugins (plugins/c) against the Rust ones and numpy, and the sandbox around C (tests/python/test_c_plugins.py)"
 # simple, simple_c, add_sub_fp32 and moving_average_c of model_repository (set-up built the C ones),
 # the Rust and C fault plugins side by side, add_sub_c on FP32 and a misconfigured model.
 c_repo=$(mktemp -d)
@@ -87,7 +90,7 @@ start_nereus "$c_repo" --test-hooks
   "127.0.0.1:$metrics_port" "${logs[-1]}"
 stop_nereus
 
-echo "== backends in Python and JavaScript (plugins/python, plugins/js) through tritonclient"
+phase "backends in Python and JavaScript (plugins/python, plugins/js) through tritonclient"
 # model_repository (its simple_py, simple_js, tokenizer_py, json_fields_js), FP32 and FP64 twins
 # of add_sub_fp32 for each language, and the fault models of each language, built here by
 # scripts/build-plugins.sh (test_faults_py, test_faults_js).
@@ -137,7 +140,7 @@ for frame in 'in fail_on_purpose' 'failOnPurpose@'; do
 done
 stop_nereus
 
-echo "== Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
+phase "Triton's Python client examples, unchanged (tests/python/triton_client_examples)"
 # model_repository, with Triton's own example ONNX models where the examples need Triton's
 # semantics (simple_string, simple_int8, and simple_sequence in place of ours).
 examples=$(mktemp -d)
@@ -150,7 +153,7 @@ start_nereus "$examples" --allow-client-shm=true --id triton --onnxruntime-libra
 "$venv/bin/python" tests/python/test_triton_client_examples.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 stop_nereus
 
-echo "== Triton's model-control examples, unchanged, against nereus --model-control-mode explicit"
+phase "Triton's model-control examples, unchanged, against nereus --model-control-mode explicit"
 # Each counts the models of the repository index: seven for the HTTP example, eight for the gRPC
 # one. Their `simple` is Triton's ONNX one, which auto-completes from its model when the examples
 # reload it with a configuration of max_batch_size alone.
@@ -171,12 +174,12 @@ for run in http:7 grpc:8; do
   stop_nereus
 done
 
-echo "== Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
+phase "Triton's Python clients against Triton's example ONNX models (tests/onnx_models) on ONNX Runtime"
 start_nereus tests/onnx_models --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_tritonclient_onnx.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 stop_nereus
 
-echo "== an MLP and a CNN built with the onnx package (configs auto-completed) against onnxruntime in Python"
+phase "an MLP and a CNN built with the onnx package (configs auto-completed) against onnxruntime in Python"
 generated=$(mktemp -d)
 logs+=("$generated")
 "$venv/bin/python" tests/python/test_onnx_vs_ort.py build "$generated"
@@ -184,7 +187,7 @@ start_nereus "$generated" --onnxruntime-library "$NEREUS_ONNXRUNTIME_LIB"
 "$venv/bin/python" tests/python/test_onnx_vs_ort.py check "$generated" "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 stop_nereus
 
-echo "== Triton's QA suites, the quick subset (conformance/run.sh --quick; docs/conformance.md)"
+phase "Triton's QA suites, the quick subset (conformance/run.sh --quick; docs/conformance.md)"
 # Triton's qa/ folder is read where CI lays it (../shared/triton_server), or where
 # NEREUS_TRITON_QA says; without it this step says so and is skipped.
 qa=${NEREUS_TRITON_QA:-$root/../shared/triton_server}
