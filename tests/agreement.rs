@@ -1,7 +1,7 @@
 //! HTTP and gRPC agree: every route both protocols have gives the same answer on both — the same
 //! data, or the same error (its HTTP status and gRPC code mapped as tritonserver maps them, and
 //! the same message) — because both are codecs over one request layer.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! test gate, queues requests one at a time (waiting until the server reports each queued, so the
 //! queue order is the sending order), opens the gate, and reads back the batch each request was
 //! executed in: the `batch_probe` backend returns its execution's composition as output `BATCH`.
-mod common;
+use crate::common;
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

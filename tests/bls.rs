@@ -5,7 +5,7 @@
 //! denied calls), cycles and the depth limit, a failing or trapping callee, deadlines, a decoupled
 //! and a stateful callee, fan-out with a failing part, and the cancellation of calls when the
 //! caller's client goes away, when its execute returns without waiting, or when it traps.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! Busy polling (`--busy-poll-us`): one idle-priority thread spins after requests and parks when
 //! they stop, observed through /proc.
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,6 +1,6 @@
 //! The `nereus` process as someone starting it by hand sees it: its log lines (tritonserver's
 //! formats, where they go, `--log-*` and the logging extension), and the line that says it is ready.
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! Many models in one server (issue 29): idle models hold no thread, and every one of them serves.
-mod common;
+use crate::common;
 
 use common::{Repo, Server, simple_request};
 
@@ -24,10 +24,11 @@ fn repo_of(models: usize) -> Repo {
     repo
 }
 
-/// 800 models (more than the 450 that fitted when every model held a sandbox of its own beside its
-/// instance's) load READY, and the server has about as many threads as with one: a worker takes a
-/// thread from the shared pool only while it has work. After requests to many of them, the threads
-/// are bounded by the work that ran at once, not by the models.
+/// 2,000 models, more than the server's 900 sandboxes (`--sandbox-total-instances`), load READY
+/// (an instance at rest gives its sandbox back to the next that needs one), and the server has
+/// about as many threads as with one: a worker takes a thread from the shared pool only while it
+/// has work. After a request to every model (most build a sandbox again, on demand), every answer
+/// is right and the threads are bounded by the work that ran at once, not by the models.
 #[cfg(target_os = "linux")]
 #[test]
 fn idle_models_hold_no_thread() {
@@ -36,7 +37,7 @@ fn idle_models_hold_no_thread() {
     let baseline = threads(&s);
     drop(s);
 
-    const MODELS: usize = 800;
+    const MODELS: usize = 2000;
     let many = repo_of(MODELS);
     let s = Server::start(many.path(), &[]);
     assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
@@ -44,25 +45,31 @@ fn idle_models_hold_no_thread() {
     let loaded = threads(&s);
     assert!(loaded <= baseline + 4, "{loaded} threads with {MODELS} models, {baseline} with one");
 
-    // Four clients, each through 100 of the models, twice.
+    // Four clients, each through a quarter of the models.
     std::thread::scope(|scope| {
         for client in 0..4 {
             let s = &s;
             scope.spawn(move || {
-                for round in 0..2 {
-                    for i in (client * 100)..(client * 100 + 100) {
-                        let b = i + round;
-                        let r = s.post_json(&format!("/v2/models/m{i}/infer"), &simple_request(b));
-                        assert_eq!(r.status, 200, "m{i}: {}", r.text());
-                        let sum: Vec<i64> = serde_json::from_value(r.json()["outputs"][0]["data"].clone()).unwrap();
-                        assert_eq!(sum, (0..16).map(|x| x + i64::from(b)).collect::<Vec<_>>(), "m{i}");
-                    }
+                let share = MODELS / 4;
+                for i in (client * share)..(client * share + share) {
+                    let r = s.post_json(&format!("/v2/models/m{i}/infer"), &simple_request(i as i32));
+                    assert_eq!(r.status, 200, "m{i}: {}", r.text());
+                    let sum: Vec<i64> = serde_json::from_value(r.json()["outputs"][0]["data"].clone()).unwrap();
+                    assert_eq!(sum, (0..16).map(|x| x + i as i64).collect::<Vec<_>>(), "m{i}");
                 }
             });
         }
     });
+    // Counted, not timed: the models past the server's sandboxes built theirs again on demand.
+    let on_demand: u64 = s
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("nereus_instance_sandbox_builds_on_demand{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(on_demand >= (MODELS - 900) as u64, "{on_demand} sandboxes built on demand for {MODELS} models");
     let after = threads(&s);
     // Four clients: the workers that ran at once (each polls for 200 µs after its batch before it
     // gives its thread back, so a few per client), nowhere near one per model.
-    assert!(after < baseline + 100, "{after} threads after requests to 400 models, {baseline} with one idle");
+    assert!(after < baseline + 100, "{after} threads after requests to {MODELS} models, {baseline} with one idle");
 }

@@ -1,7 +1,7 @@
 //! Ensembles through the public surface: chained and fan-out/fan-in DAGs, steps running in
 //! parallel, batching across ensemble requests inside a step, a stateful step, nested ensembles,
 //! a failing step, load-time validation and statistics.
-mod common;
+use crate::common;
 
 use std::thread::JoinHandle;
 

@@ -1,6 +1,6 @@
 //! Triton's gRPC protocol (`inference.GRPCInferenceService`) against the real `nereus` binary, with
 //! a tonic client generated from the same schema.
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

@@ -1,5 +1,5 @@
 //! The KServe v2 HTTP/REST surface, driven against the real `nereus` binary.
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::OnceLock;

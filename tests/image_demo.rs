@@ -4,7 +4,7 @@
 //! before decoding), and a top-k step configured with `top_k` 0 (UNAVAILABLE with the reason). The Python test
 //! (tests/python/test_image_classifier.py) drives the same demo with Triton's clients over both
 //! protocols and compares the scores with onnxruntime.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

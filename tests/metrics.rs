@@ -2,7 +2,7 @@
 //! against the requests sent, with the endpoint's text parsed by a Prometheus text-format parser
 //! (`prometheus-parse`; `tests/python/test_metrics.py` checks it with the official Python client's
 //! parser too).
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! each bad configuration is refused with tritonserver's own message, found before the version
 //! folders and model files are looked at; and ONNX configurations are auto-completed from
 //! `model.onnx` as tritonserver completes them, with or without a `config.pbtxt`.
-mod common;
+use crate::common;
 
 use std::path::Path;
 

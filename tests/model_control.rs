@@ -2,7 +2,7 @@
 //! repository API over HTTP and gRPC, reloads that lose no request, failed reloads that keep the
 //! old version serving, unloads that wait for in-flight requests, and POLL mode picking up a
 //! replaced component, a changed configuration, an added and a removed model.
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -7,7 +7,7 @@
 //! moto comes from the test environment scripts/setup.sh --test makes. scripts/test.sh names it
 //! in NEREUS_MOTO_SERVER, and then a missing one fails the tests; run on their own, they look for
 //! it in that environment's usual place and on PATH, and are skipped (saying so) without it.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! and the sequence batcher feeding control tensors. `scripts/test.sh` installs ONNX Runtime and sets
 //! NEREUS_ONNXRUNTIME_LIB; without it these tests say so and skip, unless NEREUS_REQUIRE_ONNXRUNTIME
 //! is set (as the test script does), when they fail.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! `nereus plugin …` as a backend author runs it: `check` reports what a component asks for and
 //! whether the server would load it, with the reasons the server's own load gives; `new` and
 //! `build` take an empty folder to a model the server serves.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! The model repository: config errors, backend resolution, lifecycle errors and version policy,
 //! observed through the HTTP surface.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

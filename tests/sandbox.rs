@@ -1,6 +1,6 @@
 //! Misbehaving plugins are contained: the affected request fails with a clear error naming the
 //! model, the instance is rebuilt, and the next request succeeds.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

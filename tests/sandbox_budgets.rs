@@ -3,7 +3,7 @@
 //! deadlines and cancellation reach a plugin blocked in a WASI call, everything a plugin returns
 //! counts (response parameters, error messages), and its log lines can neither pose as the host's
 //! nor flood the log. Each time a healthy model keeps answering.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;
@@ -57,16 +57,42 @@ fn a_model_cannot_raise_the_operators_limits() {
     assert_simple_answers(&s);
 }
 
+/// The server's sandboxes are lent on demand: an instance at rest gives its back to a load or an
+/// instance that needs one, and builds a new one on its next request; a sequence-batched model's
+/// are never taken back (its plugin keeps the sequences' state), and a model that finds too few,
+/// free or to be taken back, is UNAVAILABLE with the reason.
 #[test]
 fn the_server_wide_instance_total_holds() {
     let repo = Repo::new();
     repo.example("simple");
+    repo.example("simple_sequence");
     faults_model(&repo, "big", "instance_group [ { count: 3 kind: KIND_CPU } ]");
-    // simple takes 1 sandbox (one per instance), big 3: they do not fit in 3.
     let s = Server::start(
         repo.path(),
-        &["--sandbox-total-instances", "3", "--model-control-mode", "explicit", "--load-model", "simple"],
+        &[
+            "--sandbox-total-instances",
+            "3",
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            "simple",
+            "--load-model",
+            "simple_sequence",
+        ],
     );
+    let step = |value: i32, start: bool| {
+        let r = s.post_json(
+            "/v2/models/simple_sequence/infer",
+            &json!({
+                "parameters": {"sequence_id": 7, "sequence_start": start},
+                "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}]
+            }),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["outputs"][0]["data"][0].as_i64().unwrap()
+    };
+    assert_eq!(step(3, true), 3);
+    // big needs 3: the free one and simple's (at rest) are 2; the sequence model keeps its own.
     let r = s.post_json("/v2/repository/models/big/load", &json!({}));
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
@@ -74,11 +100,15 @@ fn the_server_wide_instance_total_holds() {
         "{}",
         r.text()
     );
+    // simple gave its sandbox back to the failed load: it builds a new one and answers.
     assert_simple_answers(&s);
-    // Unloading gives them back.
-    assert_eq!(s.post_json("/v2/repository/models/simple/unload", &json!({})).status, 200);
+    assert_eq!(step(4, false), 7, "the sequence's state survived");
+    // Unloading the sequence model gives its sandbox back: big fits, and takes simple's.
+    assert_eq!(s.post_json("/v2/repository/models/simple_sequence/unload", &json!({})).status, 200);
     let r = s.post_json("/v2/repository/models/big/load", &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
+    // Every sandbox is big's now, all at rest: simple takes one of them back.
+    assert_simple_answers(&s);
 }
 
 #[test]

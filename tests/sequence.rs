@@ -1,7 +1,7 @@
 //! The sequence batcher through the public surface: slot allocation, backlog, padding, control
 //! tensors of every kind and datatype, implicit state, idle release, the oldest strategy, and
 //! sequences over gRPC (unary and streaming).
-mod common;
+use crate::common;
 
 use std::thread::JoinHandle;
 

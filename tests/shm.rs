@@ -3,7 +3,7 @@
 //! writes it. Each affected request gets a client error naming the region; no signal, and the
 //! server keeps serving everyone else (tritonserver, which maps the object, dies of SIGBUS here).
 #![cfg(target_os = "linux")]
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;

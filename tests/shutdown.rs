@@ -1,7 +1,7 @@
 //! Shutdown on SIGTERM, driven against the real `nereus` binary: connections drain, requests in
 //! flight are answered, sequences in flight are waited for, and what the exit timeout cuts off is
 //! logged (tritonserver's order and log lines; docs/operations.md#shutdown).
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

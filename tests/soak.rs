@@ -3,28 +3,10 @@
 //! shapes, datatypes and raw contents). No answer may be a server error, nothing may hang (every
 //! request is bounded by the harness's socket timeouts), and afterwards the server still answers
 //! correctly. The seed is fixed, so a failure reproduces.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;
-
-/// xorshift64*: a small seeded generator, enough to mutate inputs reproducibly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// Valid request bodies to start from.
 fn seeds() -> Vec<(&'static str, String)> {

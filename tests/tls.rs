@@ -1,7 +1,7 @@
 //! TLS on both frontends (rustls), with certificates generated here: a CA, a server certificate
 //! for localhost, and a client certificate. HTTP and gRPC serve over TLS, refuse plain-text
 //! clients, and with mutual TLS refuse clients without a certificate from the configured CA.
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -5,7 +5,7 @@
 //! trace with tritonserver's span names, events and attributes. Also: the execution's batch size
 //! with the dynamic batcher, an ensemble's steps, rate and count sampling, the trace extension over
 //! both protocols (tritonserver's JSON and messages), and Triton mode's JSON trace file.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};

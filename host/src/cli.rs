@@ -341,8 +341,10 @@ pub struct ServeArgs {
     /// `sandbox.max_instances`).
     #[arg(long = "sandbox-max-instances", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     pub sandbox_max_instances: u64,
-    /// Sandboxes of all models together (one per instance); a model that does not fit is
-    /// UNAVAILABLE.
+    /// Sandboxes held at once by all models' instances (one per instance while it has one). An
+    /// instance at rest gives its back when another needs one and builds a new one on its next
+    /// request; a sequence-batched model's are kept. A model that finds too few, free or to be
+    /// taken back, is UNAVAILABLE.
     #[arg(long = "sandbox-total-instances", default_value_t = 900,
           value_parser = clap::value_parser!(u64).range(1..=crate::backend::wasm::MAX_TOTAL_INSTANCES))]
     pub sandbox_total_instances: u64,

@@ -200,6 +200,7 @@ pub struct Metrics {
     load_secs: GaugeVec,
     faults: IntCounterVec,
     rebuilds: IntCounterVec,
+    rebuilt_on_demand: IntCounterVec,
     cancelled: IntCounterVec,
     component_loads: IntCounterVec,
     wasm_memory: IntGaugeVec,
@@ -295,6 +296,10 @@ impl Metrics {
                 )?,
             )?,
             rebuilds: counter("nereus_instance_rebuilds", "Sandboxed instances rebuilt after a fault")?,
+            rebuilt_on_demand: counter(
+                "nereus_instance_sandbox_builds_on_demand",
+                "Sandboxes built again for a request after the instance had given its own back to another (--sandbox-total-instances)",
+            )?,
             cancelled: counter(
                 "nereus_requests_dropped_client_gone",
                 "Requests dropped before they executed because their client had gone",
@@ -369,6 +374,7 @@ impl Metrics {
             output_us: self.output_us.with_label_values(&labels),
             faults: FaultKind::ALL.map(|k| with_kind(&self.faults, k.label())),
             rebuilds: self.rebuilds.with_label_values(&labels),
+            rebuilt_on_demand: self.rebuilt_on_demand.with_label_values(&labels),
             cancelled: self.cancelled.with_label_values(&labels),
             component_loads: [ComponentSource::Memory, ComponentSource::Disk, ComponentSource::Compiled]
                 .map(|s| with_kind(&self.component_loads, s.label())),
@@ -427,6 +433,7 @@ pub struct ModelMetrics {
     output_us: Counter,
     faults: [IntCounter; 5],
     rebuilds: IntCounter,
+    rebuilt_on_demand: IntCounter,
     cancelled: IntCounter,
     component_loads: [IntCounter; 3],
     wasm_memory: IntGauge,
@@ -516,5 +523,10 @@ impl ModelMetrics {
     /// A sandboxed instance was rebuilt after a fault.
     pub fn rebuilt(&self) {
         self.rebuilds.inc();
+    }
+
+    /// A sandboxed instance that had given its sandbox back built a new one for a request.
+    pub fn rebuilt_on_demand(&self) {
+        self.rebuilt_on_demand.inc();
     }
 }

@@ -7,6 +7,7 @@ mod component;
 mod host_api;
 pub mod inspect;
 mod io_guard;
+mod leases;
 mod policy;
 mod runtime;
 mod sandbox;
@@ -14,13 +15,14 @@ mod state;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use budget::InstanceReservation;
 pub use budget::{MAX_TOTAL_INSTANCES, SandboxBudget, SandboxLimits};
+use leases::{Holder, Lease, Leases, Yielded};
 pub use policy::MAX_MEMORY_BYTES;
 pub use policy::SandboxPolicy;
 pub use runtime::{CompiledComponent, Metering, WasmRuntime};
@@ -121,6 +123,12 @@ impl BackendFactory for WasmBackends {
                 reactor: self.reactor.clone(),
             })
         });
+        // A sequence-batched plugin keeps its sequences' state in its instances: never trimmed,
+        // never asked for its sandbox back.
+        let sequence_batched = matches!(
+            v.config.scheduling_choice,
+            Some(crate::config::schema::model_config::SchedulingChoice::SequenceBatching(_))
+        );
         let loaded = load(WasmLoad {
             calls,
             registry: &self.registry,
@@ -133,12 +141,8 @@ impl BackendFactory for WasmBackends {
             policy,
             io: v.io.clone(),
             decoupled: v.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
-            // A sequence-batched plugin keeps its sequences' state in its instances: never trimmed.
-            trim_above: (!matches!(
-                v.config.scheduling_choice,
-                Some(crate::config::schema::model_config::SchedulingChoice::SequenceBatching(_))
-            ))
-            .then_some(self.budget.limits.trim_above_bytes as usize),
+            trim_above: (!sequence_batched).then_some(self.budget.limits.trim_above_bytes as usize),
+            evictable: !sequence_batched,
             instances: v.instances,
             health: v.health.clone(),
             hooks: v.hooks.cloned(),
@@ -255,6 +259,11 @@ struct InstanceFactory {
     trim_above: Option<usize>,
     /// The models its instances may call, and how they reach them (`None`: it may call none).
     calls: Option<Arc<bls::context::ModelCalls>>,
+    /// Where its instances get their sandboxes.
+    leases: Arc<Leases>,
+    /// Whether an instance at rest may be asked for its sandbox back. Not a sequence-batched
+    /// model's: its plugin keeps its sequences' state in the sandbox.
+    evictable: bool,
 }
 
 impl InstanceFactory {
@@ -286,14 +295,11 @@ struct LoadedWasmModel {
 struct WasmModelTeardown {
     registry: Arc<BackendRegistry>,
     digest: String,
-    /// The model's sandboxes in the server's total, given back once they are all gone.
-    reservation: InstanceReservation,
 }
 
 impl WasmModelTeardown {
     fn release(self) {
         self.registry.release(&self.digest);
-        drop(self.reservation);
     }
 }
 
@@ -317,6 +323,8 @@ struct WasmLoad<'a> {
     pub io: Arc<IoSpec>,
     pub decoupled: bool,
     pub trim_above: Option<usize>,
+    /// Whether its instances may give their sandboxes back at rest (see [`InstanceFactory`]).
+    pub evictable: bool,
     pub instances: &'a [InstanceDesc],
     pub health: Arc<Health>,
     pub hooks: Option<Arc<TestHooks>>,
@@ -327,11 +335,9 @@ struct WasmLoad<'a> {
 /// instance's sandbox, which initialises the backend, the model and the instance in its own memory
 /// (sandboxes share nothing, so a sandbox of the model's own would only hold memory and a slot of
 /// the server's total for its finalisation). Any initialiser's error fails the load with the
-/// plugin's message, after undoing what was done.
+/// plugin's message, after undoing what was done. Each instance takes one of the server's
+/// sandboxes (see [`leases`]); a load that finds too few, free or to be taken back, is refused.
 fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
-    // Its instances, before any of them is built.
-    let reservation =
-        params.budget.reserve_instances(params.instances.len() as u64).map_err(LoadError::OverSandboxLimit)?;
     params.registry.acquire(&params.component, params.backend_name)?;
     let model_info = bindings::ModelInfo {
         name: params.model_name.to_string(),
@@ -343,8 +349,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         params.metrics.as_ref().map(|m| m.wasm_memory()),
         params.metrics.as_ref().map(|m| m.log_lines_dropped()),
     );
-    let teardown =
-        WasmModelTeardown { registry: params.registry.clone(), digest: params.component.digest.clone(), reservation };
+    let teardown = WasmModelTeardown { registry: params.registry.clone(), digest: params.component.digest.clone() };
 
     let factory = Arc::new(InstanceFactory {
         component: params.component,
@@ -356,8 +361,12 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         memory,
         trim_above: params.trim_above,
         calls: params.calls,
+        leases: params.budget.leases.clone(),
+        evictable: params.evictable,
     });
     let mut instances: Vec<Box<dyn BackendInstance>> = Vec::new();
+    // Enrolled with the lender once all are built: a load never takes back its own sandboxes.
+    let mut enrolled = Vec::new();
     for desc in params.instances {
         let info = bindings::InstanceInfo {
             name: desc.name.clone(),
@@ -368,34 +377,99 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
             },
             device_id: desc.device_id,
         };
-        match factory.build(&info) {
-            Ok(sandbox) => instances.push(Box::new(WasmInstance {
-                built_with: sandbox.memory_in_use(),
-                sandbox: Some(sandbox),
-                factory: factory.clone(),
-                info,
-                version: params.version,
-                health: params.health.clone(),
-                hooks: params.hooks.clone(),
-                metrics: params.metrics.clone(),
-                rebuild_pending: false,
-                penalized: false,
-            })),
+        let built = match factory.leases.take() {
+            Some(lease) => factory.build(&info).map(|sandbox| (sandbox, lease)).map_err(LoadError::from),
+            None => {
+                Err(LoadError::OverSandboxLimit(over_limit(params.instances.len(), instances.len(), &factory.leases)))
+            }
+        };
+        match built {
+            Ok((sandbox, lease)) => {
+                let tenancy = Arc::new(Tenancy {
+                    resident: Mutex::new(Resident {
+                        built_with: sandbox.memory_in_use(),
+                        sandbox: Some(sandbox),
+                        lease: Some(lease),
+                    }),
+                    used: AtomicBool::new(false),
+                });
+                enrolled.push(Arc::downgrade(&tenancy) as Weak<dyn Holder>);
+                instances.push(Box::new(WasmInstance {
+                    tenancy,
+                    factory: factory.clone(),
+                    info,
+                    version: params.version,
+                    health: params.health.clone(),
+                    hooks: params.hooks.clone(),
+                    metrics: params.metrics.clone(),
+                    rebuild_pending: false,
+                    penalized: false,
+                }))
+            }
             Err(e) => {
                 for i in instances {
                     i.finalize();
                 }
                 teardown.release();
-                return Err(e.into());
+                return Err(e);
             }
+        }
+    }
+    if factory.evictable {
+        for tenancy in enrolled {
+            factory.leases.enroll(tenancy);
         }
     }
     Ok(LoadedWasmModel { instances, teardown })
 }
 
-/// One model instance: its sandbox, rebuilt after any fault.
-struct WasmInstance {
+/// Why a model's `needed` instances cannot all have a sandbox, `got` of them having one.
+fn over_limit(needed: usize, got: usize, leases: &Leases) -> String {
+    format!(
+        "the model needs {needed} {} (one per instance) and {got} of the server's {} are left (--sandbox-total-instances): \
+         the others are in use by running instances or kept by sequence-batched models",
+        if needed == 1 { "sandbox" } else { "sandboxes" },
+        leases.total()
+    )
+}
+
+/// What an instance holds while it has a sandbox.
+struct Resident {
+    /// `None` after a fault until rebuilt, or once given back.
     sandbox: Option<Sandbox>,
+    /// Its share of the server's sandboxes; `None` once given back (the next execution takes one
+    /// again and builds a new sandbox).
+    lease: Option<Lease>,
+    /// The linear memory the sandbox held once built (and initialised), in bytes.
+    built_with: usize,
+}
+
+/// An instance's sandbox, where the lender can ask for it back (see [`leases`]): behind a lock an
+/// execution holds, so that a running instance is never asked.
+struct Tenancy {
+    resident: Mutex<Resident>,
+    /// It ran since the lender last passed (the CLOCK's reference bit).
+    used: AtomicBool,
+}
+
+impl Holder for Tenancy {
+    /// The store is dropped without finalisation: nothing outside the sandbox could see it, and
+    /// a plugin's finalisation must not keep the instance that needs the sandbox waiting.
+    fn give_back(&self) -> Yielded {
+        if self.used.swap(false, Ordering::AcqRel) {
+            return Yielded::Kept;
+        }
+        let Some(mut resident) = self.resident.try_lock() else { return Yielded::Kept };
+        let Some(lease) = resident.lease.take() else { return Yielded::Nothing };
+        resident.sandbox = None;
+        Yielded::Lease(lease)
+    }
+}
+
+/// One model instance: its sandbox, rebuilt after any fault, and given back at rest when the
+/// server's sandboxes run short.
+struct WasmInstance {
+    tenancy: Arc<Tenancy>,
     factory: Arc<InstanceFactory>,
     info: bindings::InstanceInfo,
     version: i64,
@@ -406,8 +480,6 @@ struct WasmInstance {
     /// The store was dropped during an inline execution; the worker rebuilds it (building runs
     /// the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
-    /// The linear memory the sandbox held once built (and initialised), in bytes.
-    built_with: usize,
     /// It faulted on a worker: its executions on workers run at the lowest CPU priority.
     penalized: bool,
 }
@@ -455,7 +527,37 @@ impl WasmInstance {
             .collect()
     }
 
-    fn rebuild(&mut self) {
+    /// A sandbox again for an instance that gave its back: a lease (a free one, or one taken back
+    /// from another instance at rest) and a new sandbox, initialised as at load. Failing, the
+    /// requests fail (503) and the next one tries again: the instance is not broken, the server
+    /// is busy.
+    fn move_in(&mut self, resident: &mut Resident) -> Result<(), InferError> {
+        let model = &self.factory.model_info.name;
+        let Some(lease) = self.factory.leases.take() else {
+            return Err(InferError::unavailable(format!(
+                "model '{model}' has no sandbox: all {} of the server's are in use by running instances or kept by \
+                 sequence-batched models (--sandbox-total-instances)",
+                self.factory.leases.total()
+            )));
+        };
+        let sandbox = self.factory.build(&self.info).map_err(|e| {
+            InferError::unavailable(format!("model '{model}' instance '{}' could not be built: {e}", self.info.name))
+        })?;
+        tracing::debug!("model '{model}' instance '{}': built again on demand", self.info.name);
+        if let Some(m) = &self.metrics {
+            m.rebuilt_on_demand();
+        }
+        resident.built_with = sandbox.memory_in_use();
+        resident.sandbox = Some(sandbox);
+        resident.lease = Some(lease);
+        self.rebuild_pending = false;
+        if self.factory.evictable {
+            self.factory.leases.enroll(Arc::downgrade(&self.tenancy) as Weak<dyn Holder>);
+        }
+        Ok(())
+    }
+
+    fn rebuild(&mut self, resident: &mut Resident) {
         let built = if self.hooks.as_ref().is_some_and(|h| h.rebuilds_refused()) {
             Err(TestHooks::REBUILD_REFUSED.to_string())
         } else {
@@ -463,8 +565,8 @@ impl WasmInstance {
         };
         match built {
             Ok(sandbox) => {
-                self.built_with = sandbox.memory_in_use();
-                self.sandbox = Some(sandbox);
+                resident.built_with = sandbox.memory_in_use();
+                resident.sandbox = Some(sandbox);
                 if let Some(m) = &self.metrics {
                     m.rebuilt();
                 }
@@ -487,15 +589,36 @@ impl BackendInstance for WasmInstance {
             // follows the instance onto whichever thread runs it next.
             deprioritize_this_thread();
         }
-        if self.sandbox.is_none() && self.rebuild_pending {
-            if inline {
-                // Left open, the requests go to the instance's worker, which rebuilds first.
+        let tenancy = self.tenancy.clone();
+        let mut resident = if inline {
+            // The lender may be looking at this instance: the I/O thread never waits for it.
+            match tenancy.resident.try_lock() {
+                Some(resident) => resident,
+                None => return ExecutionTimes::default(),
+            }
+        } else {
+            tenancy.resident.lock()
+        };
+        tenancy.used.store(true, Ordering::Release);
+        if resident.sandbox.is_none() {
+            if inline && (self.rebuild_pending || resident.lease.is_none()) {
+                // Left open, the requests go to the instance's worker, which builds first (building
+                // runs the guest's initialisation, which may block).
                 return ExecutionTimes::default();
             }
-            self.rebuild_pending = false;
-            self.rebuild();
+            if resident.lease.is_none() {
+                if let Err(error) = self.move_in(&mut resident) {
+                    for job in jobs.iter_mut() {
+                        job.fail(error.clone());
+                    }
+                    return ExecutionTimes { output: started.elapsed(), ..Default::default() };
+                }
+            } else if self.rebuild_pending {
+                self.rebuild_pending = false;
+                self.rebuild(&mut resident);
+            }
         }
-        let Some(sandbox) = self.sandbox.as_mut() else {
+        let Some(sandbox) = resident.sandbox.as_mut() else {
             let reason = self.health.reason().unwrap_or_else(|| "instance unavailable".into());
             for job in jobs.iter_mut() {
                 job.fail(InferError::unavailable(format!(
@@ -590,20 +713,22 @@ impl BackendInstance for WasmInstance {
             }
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew
             // (on the worker when this ran inline: building runs the guest's initialisation).
-            self.sandbox = None;
+            resident.sandbox = None;
             if inline {
                 self.rebuild_pending = true;
             } else {
-                self.rebuild();
+                self.rebuild(&mut resident);
             }
         }
         ExecutionTimes { input: called - started, infer: returned - called, output: returned.elapsed() }
     }
 
-    fn finalize(mut self: Box<Self>) {
-        if let Some(sandbox) = self.sandbox.take() {
+    fn finalize(self: Box<Self>) {
+        let mut resident = self.tenancy.resident.lock();
+        if let Some(sandbox) = resident.sandbox.take() {
             sandbox.finalize();
         }
+        resident.lease = None;
     }
 
     /// Gives back what the sandbox grew for a load that has passed: past `--sandbox-trim-above-mb`
@@ -611,12 +736,13 @@ impl BackendInstance for WasmInstance {
     /// worker has nothing else to do (the dropped store's memory goes back to the operating
     /// system), so the next request finds it ready.
     fn idle(&mut self) {
-        let (Some(limit), Some(sandbox)) = (self.factory.trim_above, &self.sandbox) else { return };
-        let held = sandbox.memory_in_use();
-        if held <= self.built_with.saturating_add(limit) {
+        let Some(limit) = self.factory.trim_above else { return };
+        let mut resident = self.tenancy.resident.lock();
+        let Some(held) = resident.sandbox.as_ref().map(Sandbox::memory_in_use) else { return };
+        if held <= resident.built_with.saturating_add(limit) {
             return;
         }
-        if let Some(sandbox) = self.sandbox.take() {
+        if let Some(sandbox) = resident.sandbox.take() {
             sandbox.finalize();
         }
         match self.factory.build(&self.info) {
@@ -625,10 +751,10 @@ impl BackendInstance for WasmInstance {
                     "model '{}' instance '{}': rebuilt while idle to give back {} MiB of grown memory",
                     self.factory.model_info.name,
                     self.info.name,
-                    (held - self.built_with) >> 20
+                    (held - resident.built_with) >> 20
                 );
-                self.built_with = sandbox.memory_in_use();
-                self.sandbox = Some(sandbox);
+                resident.built_with = sandbox.memory_in_use();
+                resident.sandbox = Some(sandbox);
             }
             // As after a fault: the next execution on the worker tries again.
             Err(_) => self.rebuild_pending = true,
