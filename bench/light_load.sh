@@ -12,22 +12,15 @@ anchors=$(cd "$here/../../shared/anchors" && pwd)
 bin=$1 rounds=${2:-3} rate=${3:-200} secs=${4:-10}
 A=${ANCHORS_HOME:-$HOME/.cache/anchors}
 log=$(mktemp -d)
-start() {  # binary port flags...
-  local b=$1 port=$2; shift 2
-  "$b" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port "$port" \
-    --grpc-port $((port + 1)) --metrics-port $((port + 2)) "$@" >"$log/$port.log" 2>&1 &
-  echo $!
-}
-pid_a=$(start "$bin" 18100)
+# shellcheck source=bench/servers.sh
+source "$here/servers.sh"
+pid_a=$(nereus_start "$bin" 18100)
 # shellcheck disable=SC2086
-pid_b=$(start "${BIN_B:-$bin}" 18300 ${ARGS_B:-})
+pid_b=$(nereus_start "${BIN_B:-$bin}" 18300 ${ARGS_B:-})
 cleanup() { kill "$pid_a" "$pid_b" 2>/dev/null || true; "$anchors/limit.sh" stop 18200 >/dev/null || true; }
 trap cleanup EXIT
-"$anchors/limit.sh" start 18200 >/dev/null
-pid_limit=$(cat "$A/limit_probe-18200.pid")
-for port in 18100 18300; do
-  for _ in $(seq 1 100); do curl -sf "localhost:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
-done
+pid_limit=$(ceiling_start 18200)
+wait_ready 18100 18300
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks=$(getconf CLK_TCK)
 for r in $(seq 1 "$rounds"); do

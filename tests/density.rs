@@ -73,3 +73,56 @@ fn idle_models_hold_no_thread() {
     // gives its thread back, so a few per client), nowhere near one per model.
     assert!(after < baseline + 100, "{after} threads after requests to {MODELS} models, {baseline} with one idle");
 }
+
+/// Sequence-batched models share one reaper of idle sequences: 300 copies of `simple_sequence` run
+/// on about as many threads as one, also while each holds a sequence, and an idle sequence is still
+/// released (its next request without START is refused, as Triton's).
+#[cfg(target_os = "linux")]
+#[test]
+fn sequence_models_share_one_reaper() {
+    let config = |name: &str| {
+        let src =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model_repository/simple_sequence/config.pbtxt");
+        std::fs::read_to_string(src)
+            .unwrap()
+            .replace("name: \"simple_sequence\"", &format!("name: \"{name}\""))
+            .replace("max_sequence_idle_microseconds: 5000000", "max_sequence_idle_microseconds: 300000")
+    };
+    let repo_of = |models: usize| {
+        let repo = Repo::new();
+        for i in 0..models {
+            let name = format!("q{i}");
+            repo.model(&name, &config(&name), &["1"]);
+        }
+        repo
+    };
+    let one = repo_of(1);
+    let s = Server::start(one.path(), &[]);
+    let baseline = threads(&s);
+    drop(s);
+
+    const MODELS: usize = 300;
+    let many = repo_of(MODELS);
+    let s = Server::start(many.path(), &[]);
+    assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
+    let step = |i: usize, value: i32, start: bool| {
+        s.post_json(
+            &format!("/v2/models/q{i}/infer"),
+            &serde_json::json!({
+                "parameters": {"sequence_id": 5, "sequence_start": start},
+                "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}]
+            }),
+        )
+    };
+    for i in 0..MODELS {
+        let r = step(i, i as i32, true);
+        assert_eq!(r.status, 200, "q{i}: {}", r.text());
+    }
+    let held = threads(&s);
+    assert!(held <= baseline + 8, "{held} threads with {MODELS} sequences held, {baseline} with one model");
+    // Every sequence goes idle and is released by the one reaper.
+    s.wait_until("every sequence released as idle", || s.log().matches("idle for 300ms, released").count() == MODELS);
+    let r = step(7, 1, false);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("must specify the START flag"), "{}", r.text());
+}

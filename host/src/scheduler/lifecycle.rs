@@ -18,7 +18,6 @@
 //! to (`owed`) if it is still on its way.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -63,7 +62,6 @@ struct Inner {
     workers: Mutex<Workers>,
     /// Signalled when the last worker has finished.
     done: Condvar,
-    helpers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 #[derive(Default)]
@@ -127,14 +125,6 @@ impl Lifecycle {
         }
     }
 
-    /// Runs `f` on a thread of its own (named `<model>#<role>`), joined at shutdown after the
-    /// workers: a scheduler's helper, such as the sequence batcher's idle-sequence reaper.
-    pub fn spawn_helper(&self, model: &str, role: &str, f: impl FnOnce() + Send + 'static) {
-        let thread =
-            std::thread::Builder::new().name(format!("{model}#{role}")).spawn(f).expect("spawning a scheduler thread");
-        self.inner.helpers.lock().push(thread);
-    }
-
     /// Admits a request, or refuses it once the scheduler is closed. Call it under the lock the
     /// scheduler queues requests under.
     pub fn admit(&self) -> Result<(), InferError> {
@@ -184,7 +174,7 @@ impl Lifecycle {
     }
 
     /// Waits for every worker to finish — after waking the resting ones, which find the scheduler
-    /// closed — then for the helper threads.
+    /// closed.
     pub fn join(&self) {
         let mut workers = self.inner.workers.lock();
         for index in 0..workers.slots.len() {
@@ -192,11 +182,6 @@ impl Lifecycle {
         }
         while !workers.all_finished() {
             self.inner.done.wait(&mut workers);
-        }
-        drop(workers);
-        let helpers: Vec<JoinHandle<()>> = self.inner.helpers.lock().drain(..).collect();
-        for thread in helpers {
-            let _ = thread.join();
         }
     }
 }

@@ -18,12 +18,13 @@
 //! Before a request reaches the backend the host adds the control tensors (START, END, READY,
 //! CORRID) and each implicit state's input; after it ran, the state output is kept for the
 //! sequence's next request and removed from the response unless the client asked for it.
+mod reaper;
 mod rules;
 
 pub use rules::SequenceRules;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -35,6 +36,7 @@ use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
+use reaper::{REAPER, Reap, Reaper, Registration};
 use rules::Strategy;
 
 /// Where a sequence runs: (instance, slot).
@@ -69,6 +71,9 @@ struct State {
     backlog: VecDeque<Backlogged>,
     /// The ticket of the next formed batch (for `preserve_ordering`).
     next_ticket: u64,
+    /// The reaper will look at the slots (armed, or looking now): set when a slot takes a
+    /// sequence, cleared when the reaper finds none held.
+    reaping: bool,
 }
 
 struct Shared {
@@ -77,7 +82,8 @@ struct Shared {
     state: Mutex<State>,
     /// One per instance: signalled when one of its slots gets a request.
     work: Vec<Condvar>,
-    reaper: Condvar,
+    /// On the process's reaper of idle sequences (see [`reaper`]).
+    reaper: Registration,
     /// Statistics sink for padding requests (never reported).
     padding_stats: Arc<ModelStats>,
     ordering: OrderedDelivery,
@@ -97,7 +103,7 @@ impl SequenceBatcher {
     ) -> Self {
         let count = instances.len();
         let per = rules.slots_per_instance;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
             model: model.into(),
             state: Mutex::new(State {
                 slots: (0..count).map(|_| (0..per).map(|_| Slot::default()).collect()).collect(),
@@ -105,10 +111,11 @@ impl SequenceBatcher {
                 active: HashMap::new(),
                 backlog: VecDeque::new(),
                 next_ticket: 0,
+                reaping: false,
             }),
             rules,
             work: (0..count).map(|_| Condvar::new()).collect(),
-            reaper: Condvar::new(),
+            reaper: REAPER.register(me.clone() as Weak<dyn Reap>),
             padding_stats: Arc::new(ModelStats::default()),
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
@@ -119,8 +126,6 @@ impl SequenceBatcher {
             .map(|(index, instance)| SlotWorker { shared: shared.clone(), index, instance, ctx: ctx.clone() })
             .collect();
         shared.lifecycle.start(model, workers);
-        let reaper = shared.clone();
-        shared.lifecycle.spawn_helper(model, "reaper", move || reaper.reap_idle());
         SequenceBatcher { shared }
     }
 }
@@ -187,6 +192,7 @@ impl Schedule for SequenceBatcher {
                 s.state.clear();
                 s.queue.push_back(job);
                 s.last_seen = Some(now);
+                self.shared.watch_idle(&mut state, now);
                 drop(state);
                 self.shared.work[instance].notify_one();
                 self.shared.lifecycle.wake(instance);
@@ -227,7 +233,6 @@ impl Schedule for SequenceBatcher {
         for cv in &self.shared.work {
             cv.notify_all();
         }
-        self.shared.reaper.notify_all();
         self.shared.lifecycle.join();
     }
 }
@@ -387,10 +392,12 @@ impl Shared {
                 let slot = &mut state.slots[i][s];
                 slot.sequence = Some(b.id.clone());
                 slot.queue.extend(b.queue);
-                slot.last_seen = Some(Instant::now());
+                let now = Instant::now();
+                slot.last_seen = Some(now);
                 if !b.ended {
                     state.active.insert(b.id, (i, s));
                 }
+                self.watch_idle(state, now);
                 self.work[i].notify_one();
                 self.lifecycle.wake(i);
             }
@@ -401,36 +408,56 @@ impl Shared {
         }
     }
 
+    /// Has the reaper look at the slots once the sequence a slot has just taken could be idle
+    /// too long (unless it will already).
+    fn watch_idle(&self, state: &mut State, now: Instant) {
+        if !state.reaping {
+            state.reaping = true;
+            Reaper::arm(&self.reaper, now + self.rules.idle + Duration::from_millis(1));
+        }
+    }
+}
+
+impl Reap for Shared {
     /// Releases sequences idle for longer than `max_sequence_idle_microseconds`: their slot goes to
-    /// the backlog or back to the free set, their state is dropped.
-    fn reap_idle(&self) {
+    /// the backlog or back to the free set, their state is dropped. Looks again when the next held
+    /// sequence could expire; not at all while none is held.
+    fn reap(&self, now: Instant) -> Option<Instant> {
         let idle = self.rules.idle;
         let mut state = self.state.lock();
-        while !self.lifecycle.is_closed() {
-            let now = Instant::now();
-            let mut next = now + idle;
-            let mut expired = Vec::new();
-            for (i, slots) in state.slots.iter().enumerate() {
-                for (s, slot) in slots.iter().enumerate() {
-                    let (Some(_), Some(seen)) = (&slot.sequence, slot.last_seen) else { continue };
-                    if slot.busy || !slot.queue.is_empty() {
-                        continue;
-                    }
-                    if now.saturating_duration_since(seen) >= idle {
-                        expired.push((i, s));
-                    } else {
-                        next = next.min(seen + idle);
-                    }
-                }
-            }
-            for r in expired {
-                if let Some(id) = &state.slots[r.0][r.1].sequence {
-                    tracing::info!("model '{}': sequence {} idle for {idle:?}, released", self.model, id_text(id));
-                }
-                self.release(&mut state, r);
-            }
-            self.reaper.wait_until(&mut state, next + Duration::from_millis(1));
+        if self.lifecycle.is_closed() {
+            state.reaping = false;
+            return None;
         }
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for (i, slots) in state.slots.iter().enumerate() {
+            for (s, slot) in slots.iter().enumerate() {
+                let (Some(_), Some(seen)) = (&slot.sequence, slot.last_seen) else { continue };
+                let due = if slot.busy || !slot.queue.is_empty() {
+                    // Running: it cannot be idle before a whole period from now.
+                    now + idle
+                } else if now.saturating_duration_since(seen) >= idle {
+                    expired.push((i, s));
+                    continue;
+                } else {
+                    seen + idle
+                };
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        for r in expired {
+            if let Some(id) = &state.slots[r.0][r.1].sequence {
+                tracing::info!("model '{}': sequence {} idle for {idle:?}, released", self.model, id_text(id));
+            }
+            self.release(&mut state, r);
+            // A backlogged sequence that took the slot is watched from now.
+            if state.slots[r.0][r.1].sequence.is_some() {
+                next = Some(next.map_or(now + idle, |n| n.min(now + idle)));
+            }
+        }
+        state.reaping = next.is_some();
+        next.map(|n| n + Duration::from_millis(1))
     }
 }
 
