@@ -3,10 +3,16 @@ use crate::common;
 
 use common::{Repo, Server, simple_request};
 
+/// The configuration of `model_repository/<example>` under another name.
+fn copy_of(example: &str, name: &str) -> String {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../model_repository/{example}/config.pbtxt"));
+    std::fs::read_to_string(src).unwrap().replace(&format!("name: \"{example}\""), &format!("name: \"{name}\""))
+}
+
 /// `simple`'s configuration under another name (the bundled add_sub backend).
 fn simple_copy(name: &str) -> String {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model_repository/simple/config.pbtxt");
-    std::fs::read_to_string(src).unwrap().replace("name: \"simple\"", &format!("name: \"{name}\""))
+    copy_of("simple", name)
 }
 
 /// The threads of the server's process (Linux: /proc/<pid>/task).
@@ -15,11 +21,12 @@ fn threads(s: &Server) -> usize {
     std::fs::read_dir(format!("/proc/{}/task", s.pid())).map(|d| d.count()).unwrap_or(0)
 }
 
-fn repo_of(models: usize) -> Repo {
+/// Models `m0`…`m{models-1}`, each configured by `config` under its name.
+fn repo_of(models: usize, config: impl Fn(&str) -> String) -> Repo {
     let repo = Repo::new();
     for i in 0..models {
         let name = format!("m{i}");
-        repo.model(&name, &simple_copy(&name), &["1"]);
+        repo.model(&name, &config(&name), &["1"]);
     }
     repo
 }
@@ -32,13 +39,13 @@ fn repo_of(models: usize) -> Repo {
 #[cfg(target_os = "linux")]
 #[test]
 fn idle_models_hold_no_thread() {
-    let one = repo_of(1);
+    let one = repo_of(1, simple_copy);
     let s = Server::start(one.path(), &[]);
     let baseline = threads(&s);
     drop(s);
 
     const MODELS: usize = 2000;
-    let many = repo_of(MODELS);
+    let many = repo_of(MODELS, simple_copy);
     let s = Server::start(many.path(), &[]);
     assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
     assert_eq!(s.get("/v2/health/ready").status, 200);
@@ -81,33 +88,21 @@ fn idle_models_hold_no_thread() {
 #[test]
 fn sequence_models_share_one_reaper() {
     let config = |name: &str| {
-        let src =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model_repository/simple_sequence/config.pbtxt");
-        std::fs::read_to_string(src)
-            .unwrap()
-            .replace("name: \"simple_sequence\"", &format!("name: \"{name}\""))
+        copy_of("simple_sequence", name)
             .replace("max_sequence_idle_microseconds: 5000000", "max_sequence_idle_microseconds: 300000")
     };
-    let repo_of = |models: usize| {
-        let repo = Repo::new();
-        for i in 0..models {
-            let name = format!("q{i}");
-            repo.model(&name, &config(&name), &["1"]);
-        }
-        repo
-    };
-    let one = repo_of(1);
+    let one = repo_of(1, config);
     let s = Server::start(one.path(), &[]);
     let baseline = threads(&s);
     drop(s);
 
     const MODELS: usize = 300;
-    let many = repo_of(MODELS);
+    let many = repo_of(MODELS, config);
     let s = Server::start(many.path(), &[]);
     assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
     let step = |i: usize, value: i32, start: bool| {
         s.post_json(
-            &format!("/v2/models/q{i}/infer"),
+            &format!("/v2/models/m{i}/infer"),
             &serde_json::json!({
                 "parameters": {"sequence_id": 5, "sequence_start": start},
                 "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}]
@@ -116,7 +111,7 @@ fn sequence_models_share_one_reaper() {
     };
     for i in 0..MODELS {
         let r = step(i, i as i32, true);
-        assert_eq!(r.status, 200, "q{i}: {}", r.text());
+        assert_eq!(r.status, 200, "m{i}: {}", r.text());
     }
     let held = threads(&s);
     assert!(held <= baseline + 8, "{held} threads with {MODELS} sequences held, {baseline} with one model");

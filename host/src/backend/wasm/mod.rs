@@ -390,6 +390,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
                         built_with: sandbox.memory_in_use(),
                         sandbox: Some(sandbox),
                         lease: Some(lease),
+                        rebuild_pending: false,
                     }),
                     used: AtomicBool::new(false),
                 });
@@ -402,7 +403,6 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
                     health: params.health.clone(),
                     hooks: params.hooks.clone(),
                     metrics: params.metrics.clone(),
-                    rebuild_pending: false,
                     penalized: false,
                 }))
             }
@@ -442,6 +442,10 @@ struct Resident {
     lease: Option<Lease>,
     /// The linear memory the sandbox held once built (and initialised), in bytes.
     built_with: usize,
+    /// The store was dropped during an inline execution (or an idle rebuild failed); the worker
+    /// rebuilds it (building runs the guest's initialisation, which may block, so never on an I/O
+    /// thread).
+    rebuild_pending: bool,
 }
 
 /// An instance's sandbox, where the lender can ask for it back (see [`leases`]): behind a lock an
@@ -477,9 +481,6 @@ struct WasmInstance {
     hooks: Option<Arc<TestHooks>>,
     /// The version's metrics: faults and rebuilds.
     metrics: Option<crate::metrics::ModelMetrics>,
-    /// The store was dropped during an inline execution; the worker rebuilds it (building runs
-    /// the guest's initialisation, which may block, so never on an I/O thread).
-    rebuild_pending: bool,
     /// It faulted on a worker: its executions on workers run at the lowest CPU priority.
     penalized: bool,
 }
@@ -531,7 +532,7 @@ impl WasmInstance {
     /// from another instance at rest) and a new sandbox, initialised as at load. Failing, the
     /// requests fail (503) and the next one tries again: the instance is not broken, the server
     /// is busy.
-    fn move_in(&mut self, resident: &mut Resident) -> Result<(), InferError> {
+    fn move_in(&self, resident: &mut Resident) -> Result<(), InferError> {
         let model = &self.factory.model_info.name;
         let Some(lease) = self.factory.leases.take() else {
             return Err(InferError::unavailable(format!(
@@ -550,14 +551,14 @@ impl WasmInstance {
         resident.built_with = sandbox.memory_in_use();
         resident.sandbox = Some(sandbox);
         resident.lease = Some(lease);
-        self.rebuild_pending = false;
+        resident.rebuild_pending = false;
         if self.factory.evictable {
             self.factory.leases.enroll(Arc::downgrade(&self.tenancy) as Weak<dyn Holder>);
         }
         Ok(())
     }
 
-    fn rebuild(&mut self, resident: &mut Resident) {
+    fn rebuild(&self, resident: &mut Resident) {
         let built = if self.hooks.as_ref().is_some_and(|h| h.rebuilds_refused()) {
             Err(TestHooks::REBUILD_REFUSED.to_string())
         } else {
@@ -589,19 +590,18 @@ impl BackendInstance for WasmInstance {
             // follows the instance onto whichever thread runs it next.
             deprioritize_this_thread();
         }
-        let tenancy = self.tenancy.clone();
         let mut resident = if inline {
             // The lender may be looking at this instance: the I/O thread never waits for it.
-            match tenancy.resident.try_lock() {
+            match self.tenancy.resident.try_lock() {
                 Some(resident) => resident,
                 None => return ExecutionTimes::default(),
             }
         } else {
-            tenancy.resident.lock()
+            self.tenancy.resident.lock()
         };
-        tenancy.used.store(true, Ordering::Release);
+        self.tenancy.used.store(true, Ordering::Release);
         if resident.sandbox.is_none() {
-            if inline && (self.rebuild_pending || resident.lease.is_none()) {
+            if inline && (resident.rebuild_pending || resident.lease.is_none()) {
                 // Left open, the requests go to the instance's worker, which builds first (building
                 // runs the guest's initialisation, which may block).
                 return ExecutionTimes::default();
@@ -613,8 +613,8 @@ impl BackendInstance for WasmInstance {
                     }
                     return ExecutionTimes { output: started.elapsed(), ..Default::default() };
                 }
-            } else if self.rebuild_pending {
-                self.rebuild_pending = false;
+            } else if resident.rebuild_pending {
+                resident.rebuild_pending = false;
                 self.rebuild(&mut resident);
             }
         }
@@ -715,7 +715,7 @@ impl BackendInstance for WasmInstance {
             // (on the worker when this ran inline: building runs the guest's initialisation).
             resident.sandbox = None;
             if inline {
-                self.rebuild_pending = true;
+                resident.rebuild_pending = true;
             } else {
                 self.rebuild(&mut resident);
             }
@@ -757,7 +757,7 @@ impl BackendInstance for WasmInstance {
                 resident.sandbox = Some(sandbox);
             }
             // As after a fault: the next execution on the worker tries again.
-            Err(_) => self.rebuild_pending = true,
+            Err(_) => resident.rebuild_pending = true,
         }
     }
 }

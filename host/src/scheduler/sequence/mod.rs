@@ -36,7 +36,7 @@ use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
-use reaper::{REAPER, Reap, Reaper, Registration};
+use reaper::{REAPER, Reap, Registration};
 use rules::Strategy;
 
 /// Where a sequence runs: (instance, slot).
@@ -413,7 +413,7 @@ impl Shared {
     fn watch_idle(&self, state: &mut State, now: Instant) {
         if !state.reaping {
             state.reaping = true;
-            Reaper::arm(&self.reaper, now + self.rules.idle + Duration::from_millis(1));
+            self.reaper.arm(now + self.rules.idle + Duration::from_millis(1));
         }
     }
 }

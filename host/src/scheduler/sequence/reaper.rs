@@ -65,22 +65,6 @@ impl Reaper {
         Registration { reaper: self, id }
     }
 
-    /// Asks the reaper to call `registration`'s model at `at` (or sooner, if already armed sooner).
-    pub fn arm(registration: &Registration, at: Instant) {
-        let this = registration.reaper;
-        let mut timers = this.timers.lock();
-        let Some(entry) = timers.models.get_mut(&registration.id) else { return };
-        if entry.armed.is_some_and(|armed| armed <= at) {
-            return;
-        }
-        entry.armed = Some(at);
-        let earliest = timers.due.peek().is_none_or(|Reverse((first, _))| at < *first);
-        timers.due.push(Reverse((at, registration.id)));
-        if earliest {
-            this.changed.notify_one();
-        }
-    }
-
     fn unregister(&self, id: u64) {
         self.timers.lock().models.remove(&id);
     }
@@ -121,6 +105,23 @@ impl Reaper {
                 entry.armed = Some(next);
                 timers.due.push(Reverse((next, id)));
             }
+        }
+    }
+}
+
+impl Registration {
+    /// Asks the reaper to call the model at `at` (or sooner, if already armed sooner).
+    pub fn arm(&self, at: Instant) {
+        let mut timers = self.reaper.timers.lock();
+        let Some(entry) = timers.models.get_mut(&self.id) else { return };
+        if entry.armed.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        entry.armed = Some(at);
+        let earliest = timers.due.peek().is_none_or(|Reverse((first, _))| at < *first);
+        timers.due.push(Reverse((at, self.id)));
+        if earliest {
+            self.reaper.changed.notify_one();
         }
     }
 }
@@ -168,9 +169,9 @@ mod tests {
         let (b, b_calls) = model(0);
         let _b = reaper.register(Arc::downgrade(&(b.clone() as Arc<dyn Reap>)));
         let armed = Instant::now() + Duration::from_millis(20);
-        Reaper::arm(&registration, armed);
+        registration.arm(armed);
         // Arming later than it already is changes nothing.
-        Reaper::arm(&registration, armed + Duration::from_secs(60));
+        registration.arm(armed + Duration::from_secs(60));
         let first = calls.recv_timeout(Duration::from_secs(10)).expect("called at its deadline");
         assert!(first >= armed);
         for _ in 0..2 {
@@ -179,7 +180,7 @@ mod tests {
         assert!(calls.recv_timeout(Duration::from_millis(100)).is_err(), "not after it said None");
         assert!(b_calls.try_recv().is_err(), "a model never armed is never called");
         // Armed again, and unregistered before its deadline: not called.
-        Reaper::arm(&registration, Instant::now() + Duration::from_millis(30));
+        registration.arm(Instant::now() + Duration::from_millis(30));
         drop(registration);
         assert!(calls.recv_timeout(Duration::from_millis(200)).is_err());
     }
