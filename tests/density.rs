@@ -114,7 +114,9 @@ fn sequence_models_share_one_reaper() {
         assert_eq!(r.status, 200, "m{i}: {}", r.text());
     }
     let held = threads(&s);
-    assert!(held <= baseline + 8, "{held} threads with {MODELS} sequences held, {baseline} with one model");
+    // A reaper per model would add 300. The pool's threads depend on how fast each got back to it
+    // between requests (CI saw 9 more than with one model), so the bound leaves room for that.
+    assert!(held < baseline + 50, "{held} threads with {MODELS} sequences held, {baseline} with one model");
     // Every sequence goes idle and is released by the one reaper.
     s.wait_until("every sequence released as idle", || s.log().matches("idle for 300ms, released").count() == MODELS);
     let r = step(7, 1, false);
