@@ -169,6 +169,40 @@ parameters [
     assert_eq!(path(&infer(&s, "cascade", &lowered)), "cheap");
 }
 
+/// A call to a model that has shown its executions are short runs on the calling plugin's thread,
+/// which waits for it anyway (as an ensemble's steps run on the I/O thread): no handoff to the
+/// callee's worker and back. Not with inline execution off (`--inline-execution-us 0`).
+#[test]
+fn calls_to_a_fast_model_run_on_the_callers_thread() {
+    let repo = Repo::new();
+    for example in ["simple", "bls_add_sub"] {
+        repo.example(example);
+    }
+    let (a, b): (Vec<i32>, Vec<i32>) = ((0..16).collect(), (0..16).map(|i| 5 * i - 40).collect());
+    let doubled = |v: &[i32]| v.iter().map(|x| 2 * *x as i64).collect::<Vec<_>>();
+    let run = |s: &Server, requests: usize| {
+        for _ in 0..requests {
+            let r = infer(s, "bls_add_sub", &ab(&a, &b));
+            assert_eq!((ints(&r, "SUM2"), ints(&r, "DIFF2")), (doubled(&a), doubled(&b)));
+        }
+    };
+    let on_caller = |s: &Server| s.get("/nereus/test/models/simple/executions").json()["on_caller"].as_u64().unwrap();
+
+    // Two calls a request: after the gate's warm-up (64 fast executions) they run on the caller.
+    let s = Server::start(repo.path(), &[]);
+    run(&s, 100);
+    let ran_there = on_caller(&s);
+    assert!(ran_there > 0, "no call ran on the caller's thread");
+    assert!(ran_there <= 200 - 64, "{ran_there} ran on the caller's thread before the warm-up ended");
+    assert_eq!(count(&s, "simple", "success"), 200, "each call is a request of simple's own");
+    drop(s);
+
+    let s = Server::start(repo.path(), &["--inline-execution-us", "0"]);
+    run(&s, 100);
+    assert_eq!(on_caller(&s), 0);
+    assert_eq!(count(&s, "simple", "success"), 200);
+}
+
 #[test]
 fn policy_cycles_depth_and_failing_callees() {
     let repo = Repo::new();

@@ -2,7 +2,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Counts executions in flight (the host's proof that instances run concurrently), executions
-/// completed, and those that ran inline. Cheap telemetry, kept with or without test hooks (the
+/// completed, and those that ran inline or on a calling plugin's thread. Cheap telemetry, kept with or without test hooks (the
 /// gate that holds executions is in [`crate::test_hooks`]).
 #[derive(Default)]
 pub struct ExecutionProbe {
@@ -11,6 +11,8 @@ pub struct ExecutionProbe {
     executions: AtomicU64,
     /// Executions that ran inline, on an I/O thread.
     inline: AtomicU64,
+    /// Executions that ran on the thread of a caller waiting for them (a plugin's call).
+    on_caller: AtomicU64,
 }
 
 impl ExecutionProbe {
@@ -27,6 +29,16 @@ impl ExecutionProbe {
     /// Counts an execution that runs inline, on an I/O thread.
     pub fn count_inline(&self) {
         self.inline.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an execution that runs on the thread of the plugin that called the model.
+    pub fn count_on_caller(&self) {
+        self.on_caller.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Executions that ran on a calling plugin's thread so far.
+    pub fn on_caller_executions(&self) -> u64 {
+        self.on_caller.load(Ordering::Relaxed)
     }
 
     /// Executions that ran inline so far.

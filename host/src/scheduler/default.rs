@@ -64,21 +64,32 @@ impl DefaultScheduler {
         DefaultScheduler { queue: tx, admission: RwLock::new(()), pool, lifecycle, workers: count }
     }
 
-    /// Runs `job` here and now if the model may run inline, an I/O slot is free and nothing is
-    /// queued for the workers — or, when every instance is busy, leaves it for the thread holding
-    /// one; hands it back otherwise.
+    /// Runs `job` here and now if the model may run inline, nothing is queued for the workers and
+    /// (for an I/O thread) an I/O slot is free — or, when every instance is busy, leaves it for the
+    /// thread holding one; hands it back otherwise.
     fn try_inline(&self, job: Job, caller: Caller) -> Option<Job> {
         let pool = &*self.pool;
         let queue = &self.queue;
-        // Not while a test gate may hold executions: an I/O thread must never wait at it.
+        // Not while a test gate may hold executions: the calling thread must never wait at it.
         let gate_engaged = || pool.ctx.hooks.as_ref().is_some_and(|h| h.gate_engaged());
         let may_run = || pool.inline.open() && queue.is_empty() && !gate_engaged();
-        if caller != Caller::IoThread || !may_run() {
+        let runner = match caller {
+            Caller::IoThread => Runner::IoThread,
+            Caller::Waiting => Runner::Caller,
+            Caller::Worker => return Some(job),
+        };
+        if !may_run() {
             return Some(job);
         }
-        let Some(_slot) = pool.ctx.io_threads.take() else { return Some(job) };
+        let _slot = match runner {
+            Runner::IoThread => match pool.ctx.io_threads.take() {
+                Some(slot) => Some(slot),
+                None => return Some(job),
+            },
+            Runner::Caller | Runner::Worker => None,
+        };
         pool.handoff.push(job);
-        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, may_run);
+        let leftover = pool.run_handoff(runner, INLINE_RUN, may_run);
         if !leftover.is_empty() {
             // The receivers live as long as the workers, which outlive every admitted request.
             let _ = queue.send(Message::Batch(leftover));
@@ -131,6 +142,8 @@ struct Pool {
 enum Runner {
     /// An I/O thread, running them inline: may not block.
     IoThread,
+    /// A thread that waits for the answer of a request it queued ([`Caller::Waiting`]): may block.
+    Caller,
     /// An instance's worker thread.
     Worker,
 }
@@ -163,11 +176,15 @@ impl Pool {
             {
                 budget -= 1;
                 let mut batch = vec![job];
-                if runner == Runner::IoThread {
-                    self.ctx.probe.count_inline();
-                }
                 let thread = match runner {
-                    Runner::IoThread => ExecutionThread::Inline,
+                    Runner::IoThread => {
+                        self.ctx.probe.count_inline();
+                        ExecutionThread::Inline
+                    }
+                    Runner::Caller => {
+                        self.ctx.probe.count_on_caller();
+                        ExecutionThread::Worker
+                    }
                     Runner::Worker => ExecutionThread::Worker,
                 };
                 run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch, thread);

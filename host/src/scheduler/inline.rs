@@ -20,8 +20,9 @@
 //! * per server ([`IoThreads`]): at most one I/O thread fewer than the server has (the HTTP
 //!   runtime's workers and the gRPC threads) runs inline at any moment, so one is always free to
 //!   accept connections and answer other models; a server with a single I/O thread never runs
-//!   inline, and neither does a request queued from any other thread (its caller says which,
-//!   [`super::Caller`]);
+//!   inline. Of the other threads only one that waits for the answer anyway — a worker whose
+//!   plugin calls the model ([`super::Caller::Waiting`]) — runs it itself, under the same gate
+//!   but taking no I/O slot (and on it the execution may block); the rest only queue;
 //! * only for Wasm backends (the repository passes a zero limit for the others): a sandbox cannot
 //!   wait inline, so CPU time is all an execution costs, while ONNX Runtime may wait on its own
 //!   threads or a GPU stream;

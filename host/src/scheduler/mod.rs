@@ -53,7 +53,13 @@ pub enum Caller {
     /// One of the server's I/O threads (a frontend's, or a task on the server's runtime such as an
     /// ensemble's): it may run a short execution itself ([`inline`] execution).
     IoThread,
-    /// Any other thread (an instance's worker, say): the request is only queued.
+    /// A thread that may block and will wait for the answer itself: an instance's worker whose
+    /// plugin calls another model (business logic scripting). Like an I/O thread it may run a
+    /// short execution itself, which spares the call two thread handoffs (to the callee's worker
+    /// and back) — what an ensemble's steps save by running inline — but it takes none of the
+    /// I/O threads' slots, and the execution may block, as on a worker.
+    Waiting,
+    /// Any other thread: the request is only queued.
     Worker,
 }
 

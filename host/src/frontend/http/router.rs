@@ -740,7 +740,8 @@ async fn test_hook(
             let queued = model.queued();
             Ok(json_reply(&json!({
                 "in_flight": in_flight, "max_in_flight": max_in_flight, "executions": executions, "queued": queued,
-                "inline": model.probe.inline_executions(), "cancelled": model.stats.cancelled(),
+                "inline": model.probe.inline_executions(), "on_caller": model.probe.on_caller_executions(),
+                "cancelled": model.stats.cancelled(),
                 "abandoned": server.abandoned()
             })))
         }

@@ -163,10 +163,10 @@ pub fn start(
     // A called ensemble spawns its steps on the server's runtime.
     let _reactor = context.reactor.as_ref().map(|r| r.enter());
     let answers = if callee.is_decoupled() {
-        let rx = callee.infer_stream(core, Caller::Worker).map_err(|e| call_error(&model, e))?;
+        let rx = callee.infer_stream(core, Caller::Waiting).map_err(|e| call_error(&model, e))?;
         Answers::Stream { rx, done: false }
     } else {
-        Answers::Unary(Some(callee.infer(core, "a plugin's call", Caller::Worker).map_err(|e| call_error(&model, e))?))
+        Answers::Unary(Some(callee.infer(core, "a plugin's call", Caller::Waiting).map_err(|e| call_error(&model, e))?))
     };
     Ok(PendingCall { parent: index, model, deadline, answers, ready: VecDeque::new() })
 }
