@@ -17,7 +17,8 @@ import traceback
 
 from componentize_py_types import Err
 from wit_world.exports import Lifecycle as _Lifecycle
-from wit_world.imports import host, types
+from wit_world.imports import host, models, types
+from wit_world.imports.models import CallErrorKind
 from wit_world.imports.types import DataType, ErrorKind, Tensor
 
 # The array module's type code of each numeric datatype (WebAssembly is little-endian, as the wire is).
@@ -26,6 +27,94 @@ TYPECODES = {
     DataType.UINT64: "Q", DataType.INT8: "b", DataType.INT16: "h", DataType.INT32: "i",
     DataType.INT64: "q", DataType.FP32: "f", DataType.FP64: "d",
 }
+
+
+class CallFailed(Exception):
+    """A call to another model failed (`Request.infer`, `Call.wait`): `kind` is a `CallErrorKind`
+    (`NOT_ALLOWED`, `CYCLE`, `TIMEOUT`, the callee's own `INVALID_ARGUMENT`, ...) and the message
+    names the model. Raised out of `handle`, it fails that request with the matching status, as the
+    Rust SDK's `fail_call` does."""
+
+    def __init__(self, error):
+        super().__init__(f"{error.message} ({error.kind.name.lower().replace('_', '-')})")
+        self.kind = error.kind
+        self.message = error.message
+
+    def error_kind(self):
+        """The request's error kind this failure passes on: the callee's own where it has one; a
+        call the host refused (policy, cycle, depth) is internal; a deadline, a cancellation or a
+        missing model makes the model unavailable for this request."""
+        if self.kind == CallErrorKind.INVALID_ARGUMENT:
+            return ErrorKind.INVALID_ARGUMENT
+        if self.kind == CallErrorKind.UNSUPPORTED:
+            return ErrorKind.UNSUPPORTED
+        if self.kind in (CallErrorKind.NOT_FOUND, CallErrorKind.UNAVAILABLE, CallErrorKind.TIMEOUT, CallErrorKind.CANCELLED):
+            return ErrorKind.UNAVAILABLE
+        return ErrorKind.INTERNAL
+
+
+class ModelResponse:
+    """A called model's response: its output tensors by name and its parameters as Python values."""
+
+    def __init__(self, raw):
+        self.outputs = {t.name: t for t in raw.outputs}
+        self.parameters = {p.key: p.value.value for p in raw.parameters}
+
+    def output(self, name):
+        try:
+            return self.outputs[name]
+        except KeyError:
+            raise RequestError(f"the called model's response has no output '{name}'", ErrorKind.INTERNAL) from None
+
+
+class Call:
+    """A call in flight (`Request.start`): `wait()` for a model's one response, or iterate
+    `responses()` for a decoupled model's. Dropped unanswered, it is cancelled."""
+
+    def __init__(self, pending):
+        self._pending = pending
+
+    def wait(self):
+        try:
+            return ModelResponse(self._pending.wait())
+        except Err as e:
+            raise CallFailed(e.value) from None
+
+    def responses(self):
+        """A decoupled callee's responses, one by one, until it completes the request."""
+        while True:
+            answer = self._pending.next()
+            if answer is None:
+                return
+            if isinstance(answer, Err):
+                raise CallFailed(answer.value)
+            yield ModelResponse(answer.value)
+
+    def is_ready(self):
+        return self._pending.is_ready()
+
+
+def _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms):
+    if sequence_id is None:
+        correlation = types.CorrelationId_None_()
+    elif isinstance(sequence_id, int):
+        correlation = types.CorrelationId_Numeric(sequence_id)
+    else:
+        correlation = types.CorrelationId_Text(str(sequence_id))
+    flags = types.SequenceFlags(0)
+    if sequence_start:
+        flags |= types.SequenceFlags.START
+    if sequence_end:
+        flags |= types.SequenceFlags.END
+    return models.InferenceRequest(
+        model, version, list(inputs), list(outputs),
+        [parameter(k, v) for k, v in (parameters or {}).items()], correlation, flags, timeout_ms,
+    )
+
+
+def renamed(tensor, name):
+    """The same tensor under another name (to pass one model's output as another's input)."""
+    return Tensor(name, tensor.datatype, tensor.shape, tensor.data)
 
 
 class RequestError(Exception):
@@ -140,6 +229,28 @@ class Request:
     def is_cancelled(self):
         return host.is_cancelled(self.index)
 
+    def infer(self, model, inputs, outputs=(), parameters=None, version=0, sequence_id=None,
+              sequence_start=False, sequence_end=False, timeout_ms=0):
+        """Runs another model on behalf of this request and waits for its response (business logic
+        scripting): `inputs` a list of `Tensor`s named as the callee names them, `outputs` the
+        names wanted (default: all). The model must be listed in this model's
+        `sandbox.callable_models`. Returns a `ModelResponse`; raises `CallFailed`."""
+        request = _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms)
+        try:
+            return ModelResponse(models.infer(self.index, request))
+        except Err as e:
+            raise CallFailed(e.value) from None
+
+    def start(self, model, inputs, outputs=(), parameters=None, version=0, sequence_id=None,
+              sequence_start=False, sequence_end=False, timeout_ms=0):
+        """Starts a call as `infer` does without waiting for it (start several, then wait for
+        each: a fan-out). Returns a `Call`; raises `CallFailed` when the call cannot start."""
+        request = _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms)
+        try:
+            return Call(models.PendingCall.start(self.index, request))
+        except Err as e:
+            raise CallFailed(e.value) from None
+
 
 def _lifecycle_call(what, call, *args):
     """Runs a lifecycle hook; an exception becomes the load error (with the traceback in the log)."""
@@ -196,6 +307,8 @@ class Backend(_Lifecycle):
                 request.respond(outputs, params)
             except RequestError as e:
                 request.fail(str(e), e.kind)
+            except CallFailed as e:
+                request.fail(str(e), e.error_kind())
             except MemoryError:
                 # The sandbox's memory cap: left to the host, which reports the limit and rebuilds
                 # the instance (its heap may be in no state to go on).
