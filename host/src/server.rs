@@ -398,7 +398,7 @@ impl Server {
 
     /// The configuration JSON of a model version.
     pub fn config(&self, name: &str, version: Option<i64>) -> Result<serde_json::Value, InferError> {
-        Ok(self.version(name, version)?.config_json.clone())
+        Ok(self.version(name, version)?.config_json().clone())
     }
 
     /// The statistics extension: every ready version of `name` (or of every model), or one version.

@@ -49,8 +49,9 @@ pub struct ModelVersion {
     pub name: Arc<str>,
     pub version: i64,
     pub config: Arc<ModelConfig>,
-    /// The configuration as `GET …/config` renders it (computed once).
-    pub config_json: serde_json::Value,
+    /// The configuration as `GET …/config` renders it: computed on the first such request, not
+    /// at load (rendering by reflection was a twentieth of loading 10,000 models).
+    config_json: std::sync::OnceLock<serde_json::Value>,
     pub io: Arc<IoSpec>,
     pub health: Arc<Health>,
     pub probe: Arc<ExecutionProbe>,
@@ -63,6 +64,11 @@ pub struct ModelVersion {
 }
 
 impl ModelVersion {
+    /// The configuration as `GET …/config` renders it.
+    pub fn config_json(&self) -> &serde_json::Value {
+        self.config_json.get_or_init(|| crate::config::to_json(&self.config))
+    }
+
     pub fn new(
         config: Arc<ModelConfig>,
         version: i64,
@@ -117,7 +123,7 @@ impl ModelVersion {
         ModelVersion {
             name: config.name.as_str().into(),
             version,
-            config_json: crate::config::to_json(&config),
+            config_json: std::sync::OnceLock::new(),
             config,
             io,
             health: Arc::new(Health::default()),

@@ -25,6 +25,7 @@ pub use budget::{MAX_TOTAL_INSTANCES, SandboxBudget, SandboxLimits};
 use leases::{Holder, Lease, Leases, Yielded};
 pub use policy::MAX_MEMORY_BYTES;
 pub use policy::SandboxPolicy;
+use runtime::BytesIdentity;
 pub use runtime::{CompiledComponent, Metering, WasmRuntime};
 use sandbox::{ActiveBatch, Executed, ModelMeter, Sandbox};
 
@@ -90,7 +91,7 @@ impl BackendFactory for WasmBackends {
 
     fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
         let mut policy = SandboxPolicy::from_config(v.config).map_err(LoadError::SandboxPolicy)?;
-        let bytes: std::borrow::Cow<'static, [u8]> = match component::find(
+        let (bytes, identity): (std::borrow::Cow<'static, [u8]>, _) = match component::find(
             v.backend,
             &v.config.runtime,
             &v.config.name,
@@ -98,15 +99,19 @@ impl BackendFactory for WasmBackends {
             v.version,
             self.backend_dir.as_deref(),
         )? {
-            component::Source::File(path) => match std::fs::read(&path) {
-                Ok(bytes) => bytes.into(),
-                Err(source) => return Err(LoadError::Unreadable { path, source }),
-            },
-            component::Source::Bundled(bytes) => bytes.into(),
+            component::Source::File(path) => {
+                // The identity before the read: a file changed after it is another identity next time.
+                let identity = std::fs::metadata(&path).ok().and_then(|m| BytesIdentity::of_file(&m));
+                match std::fs::read(&path) {
+                    Ok(bytes) => (bytes.into(), identity),
+                    Err(source) => return Err(LoadError::Unreadable { path, source }),
+                }
+            }
+            component::Source::Bundled(bytes) => (bytes.into(), Some(BytesIdentity::bundled(bytes))),
         };
         let (compiled, source) = self
             .runtime
-            .load(&bytes, if policy.fuel.is_some() { Metering::Fuel } else { Metering::Off })
+            .load_identified(&bytes, identity, if policy.fuel.is_some() { Metering::Fuel } else { Metering::Off })
             .map_err(|error| LoadError::NotAComponent { backend: v.backend.to_string(), error })?;
         if let Some(m) = v.metrics {
             m.component_loaded(source);

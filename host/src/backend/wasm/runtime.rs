@@ -61,12 +61,74 @@ pub struct CompiledComponent {
     pub report: ComponentReport,
 }
 
+/// What identifies a component's bytes without reading them again, so that loading the same
+/// component for many models hashes it once: bundled bytes never change; a file holds the same
+/// bytes while its device, inode, size and modification time (to the nanosecond) stay the same —
+/// the rule build tools use for their fingerprints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BytesIdentity {
+    /// Bytes compiled into the binary: their address and length.
+    Bundled {
+        address: usize,
+        len: usize,
+    },
+    File {
+        dev: u64,
+        ino: u64,
+        len: u64,
+        modified_ns: i128,
+    },
+}
+
+impl BytesIdentity {
+    pub fn bundled(bytes: &'static [u8]) -> Self {
+        BytesIdentity::Bundled { address: bytes.as_ptr() as usize, len: bytes.len() }
+    }
+
+    /// A file's identity from its metadata, taken before its bytes were read (a change after
+    /// that gives the next load another identity). `None` where the platform cannot say, and for
+    /// a file modified in the last [`SETTLED`]: the kernel stamps modification times at its
+    /// clock tick (milliseconds), so a file rewritten at the same size within one tick would
+    /// keep its identity — as git does for "racily clean" files, such a file is hashed each time.
+    pub fn of_file(metadata: &std::fs::Metadata) -> Option<Self> {
+        let settled = metadata.modified().ok()?.elapsed().is_ok_and(|age| age >= SETTLED);
+        if !settled {
+            return None;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            Some(BytesIdentity::File {
+                dev: metadata.dev(),
+                ino: metadata.ino(),
+                len: metadata.len(),
+                modified_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = metadata;
+            None
+        }
+    }
+}
+
+/// How long a file must have gone unmodified for its metadata to stand for its bytes.
+const SETTLED: Duration = Duration::from_secs(2);
+
+/// The most identities [`WasmRuntime`] remembers the digest of; past it, it forgets them all
+/// (each costs one hash to learn again).
+const MAX_REMEMBERED_DIGESTS: usize = 1 << 16;
+
 pub struct WasmRuntime {
     plain: Flavour,
     /// Made on the first load of a model with `sandbox.fuel` (most servers have none).
     metered: OnceLock<Result<Flavour, String>>,
     cache_dir: Option<PathBuf>,
     compiled: Mutex<HashMap<(String, Metering), Arc<CompiledComponent>>>,
+    /// The SHA-256 of bytes already hashed, by their identity: hashing a component is most of what
+    /// loading one more model of a known component costs (a 500 kB component, 1,000 models).
+    digests: Mutex<HashMap<BytesIdentity, String>>,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -85,6 +147,7 @@ impl WasmRuntime {
             metered: OnceLock::new(),
             cache_dir,
             compiled: Mutex::new(HashMap::new()),
+            digests: Mutex::new(HashMap::new()),
             stop_ticker,
         }))
     }
@@ -113,8 +176,19 @@ impl WasmRuntime {
         bytes: &[u8],
         metering: Metering,
     ) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
+        self.load_identified(bytes, None, metering)
+    }
+
+    /// [`WasmRuntime::load`] for bytes whose `identity` is known: their digest is computed once
+    /// per identity.
+    pub fn load_identified(
+        &self,
+        bytes: &[u8],
+        identity: Option<BytesIdentity>,
+        metering: Metering,
+    ) -> wasmtime::Result<(Arc<CompiledComponent>, ComponentSource)> {
         precheck(bytes)?;
-        let digest = hex(&Sha256::digest(bytes));
+        let digest = self.digest(bytes, identity);
         if let Some(hit) = self.compiled.lock().get(&(digest.clone(), metering)) {
             return Ok((hit.clone(), ComponentSource::Memory));
         }
@@ -135,6 +209,24 @@ impl WasmRuntime {
         let compiled = Arc::new(CompiledComponent { digest: digest.clone(), metering, pre, report });
         self.compiled.lock().insert((digest, metering), compiled.clone());
         Ok((compiled, source))
+    }
+
+    /// The SHA-256 of `bytes` in hex, remembered by their identity.
+    fn digest(&self, bytes: &[u8], identity: Option<BytesIdentity>) -> String {
+        if let Some(id) = identity
+            && let Some(known) = self.digests.lock().get(&id)
+        {
+            return known.clone();
+        }
+        let digest = hex(&Sha256::digest(bytes));
+        if let Some(id) = identity {
+            let mut digests = self.digests.lock();
+            if digests.len() >= MAX_REMEMBERED_DIGESTS {
+                digests.clear();
+            }
+            digests.insert(id, digest.clone());
+        }
+        digest
     }
 
     /// Compiles `bytes` (no cache) and reads what its type says, for `nereus plugin check`: unlike
@@ -277,4 +369,44 @@ fn precheck(bytes: &[u8]) -> wasmtime::Result<()> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(bytes: &[u8]) -> String {
+        hex(&Sha256::digest(bytes))
+    }
+
+    /// A digest is learned once per identity; a file changes identity when it changes, and a file
+    /// modified just now has none (it is hashed each time).
+    #[test]
+    fn digests_are_remembered_by_identity() {
+        let runtime = WasmRuntime::new(None).unwrap();
+        static BUNDLED: &[u8] = b"bundled bytes";
+        let bundled = BytesIdentity::bundled(BUNDLED);
+        assert_eq!(runtime.digest(BUNDLED, Some(bundled)), sha(BUNDLED));
+        // Remembered: the identity answers without the bytes being hashed again.
+        assert_eq!(runtime.digest(b"other bytes", Some(bundled)), sha(BUNDLED));
+        assert_eq!(runtime.digest(b"other bytes", None), sha(b"other bytes"));
+
+        let dir = std::env::temp_dir().join(format!("nereus-digests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.wasm");
+        std::fs::write(&path, b"first").unwrap();
+        let fresh = std::fs::metadata(&path).unwrap();
+        assert_eq!(BytesIdentity::of_file(&fresh), None, "modified just now");
+        let old = std::time::SystemTime::now() - Duration::from_secs(60);
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(old).unwrap();
+        let first = BytesIdentity::of_file(&std::fs::metadata(&path).unwrap()).unwrap();
+        assert_eq!(runtime.digest(b"first", Some(first)), sha(b"first"));
+        std::fs::write(&path, b"second").unwrap();
+        file.set_modified(old + Duration::from_secs(1)).unwrap();
+        let second = BytesIdentity::of_file(&std::fs::metadata(&path).unwrap()).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(runtime.digest(b"second", Some(second)), sha(b"second"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
