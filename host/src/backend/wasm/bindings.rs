@@ -6,11 +6,17 @@ use crate::tensor::DataType as HostDataType;
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "backend",
+    ownership: Borrowing { duplicate_if_necessary: true },
 });
 
+// Types the host passes into the guest (`execute`'s requests, the lifecycle's infos) are generated
+// borrowing (`ownership: Borrowing`): a request's tensors are lowered into guest memory straight from
+// the request's own buffers, with no copy on the host first. The same WIT types received from the
+// guest (responses, calls) are owned: `TensorResult` and the like, named here as the WIT names them.
 pub use self::nereus::backend::types::{
-    CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind, ModelInfo, Parameter, ParameterValue, Request,
-    Response, SequenceFlags, Tensor,
+    CorrelationIdParam, CorrelationIdResult as CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind,
+    ModelInfo, ParameterParam, ParameterResult as Parameter, ParameterValueParam,
+    ParameterValueResult as ParameterValue, Request, Response, SequenceFlags, TensorParam, TensorResult as Tensor,
 };
 
 impl From<HostDataType> for DataType {
@@ -51,6 +57,46 @@ impl From<DataType> for HostDataType {
             DataType::Fp64 => HostDataType::Fp64,
             DataType::Bytes => HostDataType::Bytes,
             DataType::Bf16 => HostDataType::Bf16,
+        }
+    }
+}
+
+/// What the host keeps of a model's `model-info`, lent to each sandbox's `initialize-model`.
+#[derive(Clone, Debug)]
+pub struct OwnedModelInfo {
+    pub name: String,
+    pub version: i64,
+    pub config_json: String,
+}
+
+impl OwnedModelInfo {
+    pub fn lend(&self) -> ModelInfo<'_> {
+        ModelInfo { name: &self.name, version: self.version, config_json: &self.config_json }
+    }
+}
+
+/// What the host keeps of an instance's `instance-info`, lent to its sandbox's `initialize-instance`.
+#[derive(Clone, Debug)]
+pub struct OwnedInstanceInfo {
+    pub name: String,
+    pub kind: InstanceKind,
+    pub device_id: i32,
+}
+
+impl OwnedInstanceInfo {
+    pub fn lend(&self) -> InstanceInfo<'_> {
+        InstanceInfo { name: &self.name, kind: self.kind, device_id: self.device_id }
+    }
+}
+
+impl<'a> From<&'a ParamValue> for ParameterValueParam<'a> {
+    fn from(v: &'a ParamValue) -> Self {
+        match v {
+            ParamValue::Bool(b) => ParameterValueParam::Boolean(*b),
+            ParamValue::Int64(i) => ParameterValueParam::Int64(*i),
+            ParamValue::Uint64(u) => ParameterValueParam::Uint64(*u),
+            ParamValue::Double(d) => ParameterValueParam::Double(*d),
+            ParamValue::String(s) => ParameterValueParam::Text(s),
         }
     }
 }

@@ -51,13 +51,13 @@ fn escaped(text: &str) -> String {
 }
 
 /// The bytes of a response's parameters, as they count against the model's output limit.
-fn parameter_bytes(parameters: &[types::Parameter]) -> u64 {
+fn parameter_bytes(parameters: &[super::bindings::Parameter]) -> u64 {
     parameters
         .iter()
         .map(|p| {
             p.key.len() as u64
                 + match &p.value {
-                    types::ParameterValue::Text(t) => t.len() as u64,
+                    super::bindings::ParameterValue::Text(t) => t.len() as u64,
                     _ => 8,
                 }
         })

@@ -254,7 +254,7 @@ struct InstanceFactory {
     component: Arc<CompiledComponent>,
     policy: SandboxPolicy,
     backend_name: String,
-    model_info: bindings::ModelInfo,
+    model_info: bindings::OwnedModelInfo,
     io: Arc<IoSpec>,
     decoupled: bool,
     /// What every sandbox of the model counts its memory and log lines on.
@@ -272,7 +272,7 @@ struct InstanceFactory {
 }
 
 impl InstanceFactory {
-    fn build(&self, instance: &bindings::InstanceInfo) -> Result<Sandbox, PluginError> {
+    fn build(&self, instance: &bindings::OwnedInstanceInfo) -> Result<Sandbox, PluginError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
         let mut sandbox = Sandbox::new(&self.component, &self.policy, self.memory.clone(), label)?;
         sandbox.allow_calls(self.calls.clone());
@@ -344,7 +344,7 @@ struct WasmLoad<'a> {
 /// sandboxes (see [`leases`]); a load that finds too few, free or to be taken back, is refused.
 fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
     params.registry.acquire(&params.component, params.backend_name)?;
-    let model_info = bindings::ModelInfo {
+    let model_info = bindings::OwnedModelInfo {
         name: params.model_name.to_string(),
         version: params.version,
         config_json: params.config_json,
@@ -373,7 +373,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
     // Enrolled with the lender once all are built: a load never takes back its own sandboxes.
     let mut enrolled = Vec::new();
     for desc in params.instances {
-        let info = bindings::InstanceInfo {
+        let info = bindings::OwnedInstanceInfo {
             name: desc.name.clone(),
             kind: match desc.kind {
                 super::InstanceKind::Cpu => bindings::InstanceKind::Cpu,
@@ -480,7 +480,7 @@ impl Holder for Tenancy {
 struct WasmInstance {
     tenancy: Arc<Tenancy>,
     factory: Arc<InstanceFactory>,
-    info: bindings::InstanceInfo,
+    info: bindings::OwnedInstanceInfo,
     version: i64,
     health: Arc<Health>,
     hooks: Option<Arc<TestHooks>>,
@@ -490,10 +490,62 @@ struct WasmInstance {
     penalized: bool,
 }
 
+/// One request's fields as lent to the guest for an execution.
+struct Lent {
+    id: String,
+    correlation_id: CorrelationId,
+    flags: bindings::SequenceFlags,
+    parameters: Vec<(String, crate::request::ParamValue)>,
+    inputs: Vec<crate::request::Tensor>,
+    requested_outputs: Vec<String>,
+}
+
+/// Runs `f` on the WIT records of `lent`. They borrow from it (the bindings are generated with
+/// `ownership: Borrowing`), so wasmtime lowers each tensor into the guest's memory straight from
+/// the request's buffer: the one host → guest copy of its bytes.
+fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[bindings::Request<'_>]) -> R) -> R {
+    type Fields<'a> = (Vec<bindings::ParameterParam<'a>>, Vec<bindings::TensorParam<'a>>, Vec<&'a str>);
+    let fields: Vec<Fields<'_>> = lent
+        .iter()
+        .map(|r| {
+            (
+                r.parameters.iter().map(|(k, v)| bindings::ParameterParam { key: k, value: v.into() }).collect(),
+                r.inputs
+                    .iter()
+                    .map(|t| bindings::TensorParam {
+                        name: &t.name,
+                        datatype: t.datatype.into(),
+                        shape: &t.shape,
+                        data: &t.data,
+                    })
+                    .collect(),
+                r.requested_outputs.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    let requests: Vec<bindings::Request<'_>> = lent
+        .iter()
+        .zip(&fields)
+        .map(|(r, (parameters, inputs, requested_outputs))| bindings::Request {
+            id: &r.id,
+            correlation_id: match &r.correlation_id {
+                CorrelationId::None => bindings::CorrelationIdParam::None,
+                CorrelationId::Numeric(n) => bindings::CorrelationIdParam::Numeric(*n),
+                CorrelationId::Text(s) => bindings::CorrelationIdParam::Text(s),
+            },
+            flags: r.flags,
+            parameters,
+            inputs,
+            requested_outputs,
+        })
+        .collect();
+    f(&requests)
+}
+
 impl WasmInstance {
-    /// Lowers the batch into the WIT records the guest receives (the one host → guest copy of
-    /// each tensor happens when wasmtime lowers these into the guest's memory).
-    fn requests(jobs: &[Job]) -> Vec<bindings::Request> {
+    /// What the batch lends the guest, cloned from the jobs (which move into the sandbox's store
+    /// for the execution): tensor bytes by reference count, never copied.
+    fn lend(jobs: &[Job]) -> Vec<Lent> {
         jobs.iter()
             .map(|job| {
                 let r = &job.request;
@@ -504,29 +556,12 @@ impl WasmInstance {
                 if r.sequence_end {
                     flags |= bindings::SequenceFlags::END;
                 }
-                bindings::Request {
+                Lent {
                     id: r.id.clone(),
-                    correlation_id: match &r.correlation_id {
-                        CorrelationId::None => bindings::CorrelationId::None,
-                        CorrelationId::Numeric(n) => bindings::CorrelationId::Numeric(*n),
-                        CorrelationId::Text(s) => bindings::CorrelationId::Text(s.clone()),
-                    },
+                    correlation_id: r.correlation_id.clone(),
                     flags,
-                    parameters: r
-                        .parameters
-                        .iter()
-                        .map(|(k, v)| bindings::Parameter { key: k.clone(), value: v.into() })
-                        .collect(),
-                    inputs: r
-                        .inputs
-                        .iter()
-                        .map(|t| bindings::Tensor {
-                            name: t.name.clone(),
-                            datatype: t.datatype.into(),
-                            shape: t.shape.clone(),
-                            data: t.data.to_vec(),
-                        })
-                        .collect(),
+                    parameters: r.parameters.clone(),
+                    inputs: r.inputs.clone(),
                     requested_outputs: r.requested_outputs.clone(),
                 }
             })
@@ -633,7 +668,7 @@ impl BackendInstance for WasmInstance {
             }
             return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
-        let requests = Self::requests(jobs);
+        let lent = Self::lend(jobs);
         let batching = self.factory.io.max_batch_size > 0;
         let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
         // Only decoupled models can send more than one response per request, so only they count.
@@ -649,9 +684,9 @@ impl BackendInstance for WasmInstance {
             responses,
         };
         let called = Instant::now();
-        let (mut batch, outcome) = sandbox.execute(&requests, batch, !inline);
+        let (mut batch, outcome) = with_requests(&lent, |requests| sandbox.execute(requests, batch, !inline));
         let returned = Instant::now();
-        drop(requests);
+        drop(lent);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
             // Inline, the guest made a blocking WASI call: the requests it has not completed stay

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
-use super::bindings::{Backend, InstanceInfo, ModelInfo, Request};
+use super::bindings::{Backend, OwnedInstanceInfo, OwnedModelInfo, Request};
 use super::bls::context::ModelCalls;
 pub use super::budget::ModelMeter;
 use super::io_guard::{Interrupted, WouldBlock};
@@ -299,17 +299,22 @@ impl Sandbox {
         self.init(Level::Backend, |b, s| b.nereus_backend_lifecycle().call_initialize_backend(s, backend_name))
     }
 
-    pub fn initialize_model(&mut self, info: &ModelInfo) -> Result<(), CallError> {
-        self.init(Level::Model, |b, s| b.nereus_backend_lifecycle().call_initialize_model(s, info))
+    pub fn initialize_model(&mut self, info: &OwnedModelInfo) -> Result<(), CallError> {
+        self.init(Level::Model, |b, s| b.nereus_backend_lifecycle().call_initialize_model(s, info.lend()))
     }
 
-    pub fn initialize_instance(&mut self, info: &InstanceInfo) -> Result<(), CallError> {
-        self.init(Level::Instance, |b, s| b.nereus_backend_lifecycle().call_initialize_instance(s, info))
+    pub fn initialize_instance(&mut self, info: &OwnedInstanceInfo) -> Result<(), CallError> {
+        self.init(Level::Instance, |b, s| b.nereus_backend_lifecycle().call_initialize_instance(s, info.lend()))
     }
 
     /// Runs `execute` over `batch`, its WASI calls allowed to block or not (`may_block`: not
     /// inline on an I/O thread); the batch comes back with each request answered or not.
-    pub fn execute(&mut self, requests: &[Request], batch: ActiveBatch, may_block: bool) -> (ActiveBatch, Executed) {
+    pub fn execute(
+        &mut self,
+        requests: &[Request<'_>],
+        batch: ActiveBatch,
+        may_block: bool,
+    ) -> (ActiveBatch, Executed) {
         let state = self.store.data_mut();
         state.batch = Some(batch);
         state.may_block = may_block;
