@@ -31,6 +31,19 @@ fn repo_of(models: usize, config: impl Fn(&str) -> String) -> Repo {
     repo
 }
 
+/// The threads of a server with one model from `config` (the baseline), then a server of `models`
+/// of them, with its repository, checked all READY.
+fn baseline_then_many(models: usize, config: impl Fn(&str) -> String) -> (usize, Repo, Server) {
+    let one = repo_of(1, &config);
+    let s = Server::start(one.path(), &[]);
+    let baseline = threads(&s);
+    drop(s);
+    let many = repo_of(models, &config);
+    let s = Server::start(many.path(), &[]);
+    assert!(s.log().contains(&format!("{models} of {models} models READY")), "{}", s.log());
+    (baseline, many, s)
+}
+
 /// 2,000 models, more than the server's 900 sandboxes (`--sandbox-total-instances`), load READY
 /// (an instance at rest gives its sandbox back to the next that needs one), and the server has
 /// about as many threads as with one: a worker takes a thread from the shared pool only while it
@@ -39,15 +52,8 @@ fn repo_of(models: usize, config: impl Fn(&str) -> String) -> Repo {
 #[cfg(target_os = "linux")]
 #[test]
 fn idle_models_hold_no_thread() {
-    let one = repo_of(1, simple_copy);
-    let s = Server::start(one.path(), &[]);
-    let baseline = threads(&s);
-    drop(s);
-
     const MODELS: usize = 2000;
-    let many = repo_of(MODELS, simple_copy);
-    let s = Server::start(many.path(), &[]);
-    assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
+    let (baseline, _many, s) = baseline_then_many(MODELS, simple_copy);
     assert_eq!(s.get("/v2/health/ready").status, 200);
     let loaded = threads(&s);
     assert!(loaded <= baseline + 4, "{loaded} threads with {MODELS} models, {baseline} with one");
@@ -91,15 +97,8 @@ fn sequence_models_share_one_reaper() {
         copy_of("simple_sequence", name)
             .replace("max_sequence_idle_microseconds: 5000000", "max_sequence_idle_microseconds: 300000")
     };
-    let one = repo_of(1, config);
-    let s = Server::start(one.path(), &[]);
-    let baseline = threads(&s);
-    drop(s);
-
     const MODELS: usize = 300;
-    let many = repo_of(MODELS, config);
-    let s = Server::start(many.path(), &[]);
-    assert!(s.log().contains(&format!("{MODELS} of {MODELS} models READY")), "{}", s.log());
+    let (baseline, _many, s) = baseline_then_many(MODELS, config);
     let step = |i: usize, value: i32, start: bool| {
         s.post_json(
             &format!("/v2/models/m{i}/infer"),

@@ -94,7 +94,9 @@ class Call:
         return self._pending.is_ready()
 
 
-def _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms):
+def _model_request(model, inputs, outputs=(), parameters=None, version=0, sequence_id=None, sequence_start=False,
+                   sequence_end=False, timeout_ms=0):
+    """The WIT request for a call: `Request.infer`'s and `Request.start`'s arguments."""
     if sequence_id is None:
         correlation = types.CorrelationId_None_()
     elif isinstance(sequence_id, int):
@@ -229,23 +231,22 @@ class Request:
     def is_cancelled(self):
         return host.is_cancelled(self.index)
 
-    def infer(self, model, inputs, outputs=(), parameters=None, version=0, sequence_id=None,
-              sequence_start=False, sequence_end=False, timeout_ms=0):
+    def infer(self, model, inputs, **options):
         """Runs another model on behalf of this request and waits for its response (business logic
-        scripting): `inputs` a list of `Tensor`s named as the callee names them, `outputs` the
-        names wanted (default: all). The model must be listed in this model's
-        `sandbox.callable_models`. Returns a `ModelResponse`; raises `CallFailed`."""
-        request = _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms)
+        scripting): `inputs` a list of `Tensor`s named as the callee names them. Options:
+        `outputs` (the names wanted; default all), `parameters` (a dict), `version`,
+        `sequence_id`, `sequence_start`, `sequence_end`, `timeout_ms`. The model must be listed in
+        this model's `sandbox.callable_models`. Returns a `ModelResponse`; raises `CallFailed`."""
+        request = _model_request(model, inputs, **options)
         try:
             return ModelResponse(models.infer(self.index, request))
         except Err as e:
             raise CallFailed(e.value) from None
 
-    def start(self, model, inputs, outputs=(), parameters=None, version=0, sequence_id=None,
-              sequence_start=False, sequence_end=False, timeout_ms=0):
+    def start(self, model, inputs, **options):
         """Starts a call as `infer` does without waiting for it (start several, then wait for
         each: a fan-out). Returns a `Call`; raises `CallFailed` when the call cannot start."""
-        request = _model_request(model, inputs, outputs, parameters, version, sequence_id, sequence_start, sequence_end, timeout_ms)
+        request = _model_request(model, inputs, **options)
         try:
             return Call(models.PendingCall.start(self.index, request))
         except Err as e:

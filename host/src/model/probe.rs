@@ -2,8 +2,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Counts executions in flight (the host's proof that instances run concurrently), executions
-/// completed, and those that ran inline or on a calling plugin's thread. Cheap telemetry, kept with or without test hooks (the
-/// gate that holds executions is in [`crate::test_hooks`]).
+/// completed, and those that ran inline or on a calling plugin's thread. Cheap telemetry, kept
+/// with or without test hooks (the gate that holds executions is in [`crate::test_hooks`]).
 #[derive(Default)]
 pub struct ExecutionProbe {
     in_flight: AtomicUsize,

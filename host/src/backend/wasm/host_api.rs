@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::bindings::nereus::backend::{host, types};
-use super::bindings::{ErrorKind, Response, backend_error};
+use super::bindings::{ErrorKind, Parameter, ParameterValue, Response, backend_error};
 use super::budget::LogAdmission;
 use super::state::SandboxState;
 use crate::error::InferError;
@@ -51,13 +51,13 @@ fn escaped(text: &str) -> String {
 }
 
 /// The bytes of a response's parameters, as they count against the model's output limit.
-fn parameter_bytes(parameters: &[super::bindings::Parameter]) -> u64 {
+fn parameter_bytes(parameters: &[Parameter]) -> u64 {
     parameters
         .iter()
         .map(|p| {
             p.key.len() as u64
                 + match &p.value {
-                    super::bindings::ParameterValue::Text(t) => t.len() as u64,
+                    ParameterValue::Text(t) => t.len() as u64,
                     _ => 8,
                 }
         })
