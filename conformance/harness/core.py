@@ -275,8 +275,11 @@ class Block:
             return False
         if kind is not None and self.active:
             import traceback
-            self.suite.record(f"[{self.label}] recipe", FAIL,
-                              "".join(traceback.format_exception(kind, value, tb)))
+            detail = "".join(traceback.format_exception(kind, value, tb))
+            if self.broken:
+                # The recipe went on to talk to a server that never started: say why it did not.
+                detail = f"server did not start: {self.broken}\n\n{detail}"
+            self.suite.record(f"[{self.label}] recipe", FAIL, detail)
         return kind is not None  # a recipe error fails its block, not the run
 
     def __bool__(self):
