@@ -195,7 +195,7 @@ fn every_route_both_protocols_have_answers_alike() {
             assert_ne!(grpc, Outcome::Ok, "{model} {http_params}");
             assert_eq!(http_outcome(&http), grpc, "{model} {http_params}");
         }
-        // A wrong shape, an unknown input, a classification request, an unknown shm region.
+        // A wrong shape, an unknown input, an unknown shm region.
         let mut wrong_shape = simple_request(1);
         wrong_shape["inputs"][0]["shape"] = json!([1, 8]);
         wrong_shape["inputs"][0]["data"] = json!([0, 1, 2, 3, 4, 5, 6, 7]);
@@ -207,11 +207,11 @@ fn every_route_both_protocols_have_answers_alike() {
         let mut g_unknown_input = grpc_simple("simple", "", HashMap::new());
         g_unknown_input.inputs[1].name = "INPUT9".into();
         let mut classify = simple_request(1);
-        classify["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"classification": 2}}]);
+        classify["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"classification": -1}}]);
         let mut g_classify = grpc_simple("simple", "", HashMap::new());
         g_classify.outputs = vec![InferRequestedOutputTensor {
             name: "OUTPUT0".into(),
-            parameters: HashMap::from([("classification".to_string(), param(ParameterChoice::Int64Param(2)))]),
+            parameters: HashMap::from([("classification".to_string(), param(ParameterChoice::Int64Param(-1)))]),
         }];
         let mut shm = simple_request(1);
         shm["inputs"][0] = json!({"name": "INPUT0", "shape": [1, 16], "datatype": "INT32",
@@ -225,13 +225,19 @@ fn every_route_both_protocols_have_answers_alike() {
         for (what, body, request) in [
             ("wrong shape", wrong_shape, g_wrong_shape),
             ("unknown input", unknown_input, g_unknown_input),
-            ("classification", classify, g_classify),
             ("unknown shm region", shm, g_shm),
         ] {
             let http = s.post_json("/v2/models/simple/infer", &body);
             let (grpc, _) = grpc_outcome(c.model_infer(request).await);
             assert_ne!(grpc, Outcome::Ok, "{what}");
             assert_eq!(http_outcome(&http), grpc, "{what}");
+        }
+        // A negative class count: the same status, each protocol in tritonserver's words for it.
+        let http = s.post_json("/v2/models/simple/infer", &classify);
+        let (grpc, _) = grpc_outcome(c.model_infer(g_classify).await);
+        match (http_outcome(&http), grpc) {
+            (Outcome::Err(h, _), Outcome::Err(g, _)) => assert_eq!(h, g),
+            other => panic!("a negative class count: {other:?}"),
         }
 
         // The repository: its index, and load/unload in control mode NONE.

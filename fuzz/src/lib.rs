@@ -41,7 +41,7 @@ pub fn http_infer_body(data: &[u8]) {
 pub fn grpc_infer_request(data: &[u8]) {
     let Ok(message) = ModelInferRequest::decode(data) else { return };
     let shm = SystemShm::new(false);
-    if let Ok((request, _outputs)) = convert::request(message, &shm) {
+    if let Ok((request, _outputs, _classes)) = convert::request(message, &shm) {
         validate_and_check(request);
     }
 }

@@ -19,6 +19,7 @@ pub mod ensemble;
 pub mod error;
 pub mod frontend;
 pub mod gpu;
+pub mod labels;
 pub mod load_error;
 pub mod logging;
 pub mod metrics;

@@ -49,6 +49,17 @@ pub enum LoadError {
     #[error("sequence_batching: {0}")]
     Sequence(#[source] SequenceError),
 
+    /// An output's `label_filename` leaves the model's folder (tritonserver's words).
+    #[error("label file path '{path}' for output '{output}' in model '{model}' is outside model directory")]
+    LabelFileOutside { path: String, output: String, model: String },
+    /// An output's label file cannot be read (tritonserver's words, the system's reason).
+    #[error("failed to open text file for read {path}: {}", os_words(.source))]
+    LabelFileUnreadable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// The version policy selects no version.
     #[error("at least one version must be available under the version policy of the model")]
     NoVersion,
@@ -398,7 +409,9 @@ impl LoadError {
             | LoadError::BackendInit { .. }
             | LoadError::Plugin(_)
             | LoadError::OverSandboxLimit(_)
+            | LoadError::LabelFileUnreadable { .. }
             | LoadError::Onnx(OnnxError::Runtime(_) | OnnxError::Instance { .. }) => "Internal",
+            LoadError::LabelFileOutside { .. } => "Unsupported",
             _ => "Invalid argument",
         }
     }
@@ -409,6 +422,15 @@ impl LoadError {
             LoadError::Duplicate { dirs } => format!(" (in {})", paths(dirs)),
             _ => String::new(),
         }
+    }
+}
+
+/// An I/O error as `strerror` words it, without Rust's ` (os error N)`.
+fn os_words(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(at) => s[..at].to_string(),
+        None => s,
     }
 }
 

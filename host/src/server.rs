@@ -24,6 +24,7 @@ use crate::trace::Tracer;
 
 /// Extensions of the KServe v2 protocol this server implements, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
+    "classification",
     "binary_tensor_data",
     "model_configuration",
     "model_repository",

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::config::ModelConfig;
 use crate::error::InferError;
+use crate::labels::OutputLabels;
 use crate::request::{InferenceRequest, Tensor};
 use crate::tensor::{DataType, count_bytes_elements, element_count, shape_string};
 
@@ -28,6 +29,9 @@ pub struct IoSpec {
     /// Implicit-state outputs (`sequence_batching { state […] }`): a backend may produce them
     /// though the configuration does not list them as outputs; the scheduler keeps them.
     pub state_outputs: Vec<IoTensor>,
+    /// The outputs' class labels (`label_filename`), for the classification extension; read at
+    /// load, empty until then.
+    pub labels: Arc<OutputLabels>,
 }
 
 impl IoSpec {
@@ -62,6 +66,7 @@ impl IoSpec {
                     .collect(),
                 _ => Vec::new(),
             },
+            labels: Arc::default(),
         }
     }
 

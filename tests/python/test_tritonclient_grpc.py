@@ -43,6 +43,11 @@ def main(url: str) -> None:
     assert result.get_response().id == "g1"
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     assert result.as_numpy("OUTPUT0") is None
+    # the classification extension: the top classes of OUTPUT0 (= 3..18) as "value:index"
+    result = client.infer("simple", simple_inputs(a, b),
+                          outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=3)])
+    classes = result.as_numpy("OUTPUT0")
+    assert classes.shape == (1, 3) and [c.decode() for c in classes[0]] == ["18:15", "17:14", "16:13"], classes
 
     # async infer
     done = queue.Queue()

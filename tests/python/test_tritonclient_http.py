@@ -40,6 +40,15 @@ def main(url: str) -> None:
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
+    # the classification extension: the top classes of OUTPUT0 (= 1..16) as "value:index"
+    for binary in (True, False):
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary, class_count=2)]
+        classes = client.infer("simple", inputs, outputs=outputs).as_numpy("OUTPUT0")
+        assert classes.shape == (1, 2) and [c.decode() if isinstance(c, bytes) else c for c in classes[0]] == ["16:15", "15:14"], classes
+
     # compressed request and response
     inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
     inputs[0].set_data_from_numpy(a)

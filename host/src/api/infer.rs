@@ -1,4 +1,5 @@
 //! Running a decoded inference request to its answer, the same for both protocols.
+use super::classification::{self, ClassOutputs};
 use crate::error::InferError;
 use crate::request::InferenceResponse;
 use crate::server::Server;
@@ -10,12 +11,14 @@ use std::time::Instant;
 pub type ShmOutputs = Vec<(String, ShmPlace)>;
 
 /// Runs a request on a model that answers once and waits for the answer; outputs placed in
-/// shared memory are written there before it returns (the frontend then sends them as references).
+/// shared memory are written there before it returns (the frontend then sends them as references),
+/// and outputs asked for as classes are replaced by them.
 /// `endpoint` names the caller in the error a decoupled model answers with, as Triton words it.
 pub async fn run(
     server: &Server,
     request: crate::request::InferenceRequest,
     shm_outputs: &ShmOutputs,
+    classes: &ClassOutputs,
     endpoint: &str,
 ) -> Result<InferenceResponse, InferError> {
     let trace = request.trace.clone();
@@ -26,8 +29,12 @@ pub async fn run(
     if let Some(trace) = &trace {
         trace.capture(FrontendEvent::InferResponseComplete, Instant::now());
     }
-    let response = response?;
+    let mut response = response?;
     write_shm_outputs(server.shm(), &response, shm_outputs)?;
+    if !classes.is_empty() {
+        let model = server.version(&response.model_name, Some(response.model_version))?;
+        classification::apply(&mut response, classes, &model.io)?;
+    }
     Ok(response)
 }
 

@@ -81,12 +81,6 @@ pub fn shm_place(
     Ok(Some(ShmPlace { region, offset, byte_size }))
 }
 
-/// What a requested output's `classification` parameter answers (the extension is not
-/// implemented), on either protocol.
-pub fn classification_unsupported() -> InferError {
-    InferError::unsupported("the classification extension is not supported by this server")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

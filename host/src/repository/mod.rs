@@ -21,6 +21,7 @@ use crate::config::{
 };
 use crate::ensemble::{Ensemble, EnsembleScheduler};
 use crate::error::InferError;
+use crate::labels::OutputLabels;
 use crate::load_error::LoadError;
 use crate::model::health::Health;
 use crate::model::{ModelResolver, ModelVersion, SchedulerSetup};
@@ -494,9 +495,10 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
         let sequence = SequenceRules::from_config(&config, dir).map_err(LoadError::Sequence)?;
         let instances = instances_of(&config);
         let config = factory.prepare(config, &instances)?;
-        Ok((backend, factory, selected, sequence, instances, Arc::new(config)))
+        let labels = OutputLabels::load(&config, dir)?;
+        Ok((backend, factory, selected, sequence, instances, Arc::new(config), labels))
     });
-    let (backend, factory, selected, sequence, instances, config) = match prepared {
+    let (backend, factory, selected, sequence, instances, config, labels) = match prepared {
         Ok(p) => p,
         Err(reason) => {
             return ModelEntry { config: Some(Arc::new(config)), ..ModelEntry::unavailable(name, dir, reason) };
@@ -505,7 +507,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     if tracing::enabled!(tracing::Level::DEBUG) {
         tracing::debug!("model '{name}' configuration: {}", crate::config::to_json(&config));
     }
-    let io = Arc::new(IoSpec::new(&config));
+    let io = Arc::new(IoSpec { labels: Arc::new(labels), ..IoSpec::new(&config) });
     // Never decoupled models inline: their responses leave during the execution, so one run again
     // elsewhere would repeat them.
     let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
@@ -564,6 +566,23 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     }
 }
 
+/// An ensemble's output labels: its own label files, and for an output without one the labels of
+/// the step output mapped to it (the composing models are loaded: the checks before found them).
+fn ensemble_labels(config: &ModelConfig, dir: &Path, models: &dyn ModelResolver) -> Result<OutputLabels, LoadError> {
+    let mut labels = OutputLabels::load(config, dir)?;
+    for step in crate::config::ensemble_scheduling(config).iter().flat_map(|s| &s.step) {
+        let version = (step.model_version > 0).then_some(step.model_version);
+        let Ok(model) = models.version(&step.model_name, version) else { continue };
+        let renamed = step
+            .output_map
+            .iter()
+            .filter(|(_, ours)| config.output.iter().any(|o| &o.name == *ours))
+            .map(|(theirs, ours)| (theirs.as_str(), ours.as_str()));
+        labels.inherit(&model.io.labels, renamed);
+    }
+    Ok(labels)
+}
+
 /// Loads one version with its backend and starts its scheduler.
 fn load_version(
     factory: &dyn BackendFactory,
@@ -595,9 +614,10 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
         };
         crate::ensemble::composition::check_cycles(name, &steps_of)?;
         crate::ensemble::composition::check(&config, ctx.models.as_ref())?;
-        Ok((selected, Ensemble::build(&config, ctx.models.as_ref())?))
+        let ensemble = Ensemble::build(&config, ctx.models.as_ref())?;
+        Ok((selected, ensemble, ensemble_labels(&config, dir, ctx.models.as_ref())?))
     });
-    let (selected, ensemble) = match prepared {
+    let (selected, ensemble, labels) = match prepared {
         Ok(p) => p,
         Err(reason) => return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) },
     };
@@ -609,7 +629,7 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
         c.model_transaction_policy.get_or_insert_default().decoupled = ensemble.is_decoupled();
         Arc::new(c)
     };
-    let io = Arc::new(IoSpec::new(&config));
+    let io = Arc::new(IoSpec { labels: Arc::new(labels), ..IoSpec::new(&config) });
     let models: Arc<dyn ModelResolver> = ctx.models.clone();
     let versions = selected
         .into_iter()

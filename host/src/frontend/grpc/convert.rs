@@ -6,6 +6,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tonic::{Code, Status};
 
 use crate::api;
+use crate::api::classification::{self, ClassOutputs, Wire};
 use crate::api::infer::ShmOutputs;
 use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
@@ -94,8 +95,12 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
 }
 
 /// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
-/// A request, and the outputs it wants written into system shared memory.
-pub fn request(mut m: pb::ModelInferRequest, shm: &SystemShm) -> Result<(InferenceRequest, ShmOutputs), InferError> {
+/// A request, the outputs it wants written into system shared memory, and those it wants as
+/// classes.
+pub fn request(
+    mut m: pb::ModelInferRequest,
+    shm: &SystemShm,
+) -> Result<(InferenceRequest, ShmOutputs, ClassOutputs), InferError> {
     let mut request = InferenceRequest {
         model_name: std::mem::take(&mut m.model_name),
         model_version: version(&m.model_version)?,
@@ -150,16 +155,23 @@ pub fn request(mut m: pb::ModelInferRequest, shm: &SystemShm) -> Result<(Inferen
             request.model_name
         )));
     }
+    let mut classes = Vec::new();
     for output in m.outputs {
-        if output.parameters.contains_key("classification") {
-            return Err(api::params::classification_unsupported());
+        let place = shm_place(&output.name, &output.parameters)?;
+        if let Some(p) = output.parameters.get("classification") {
+            let value = param_value(p).ok_or_else(|| {
+                InferError::invalid("invalid value type for 'classification' parameter, expected int64_param")
+            })?;
+            if let Some(count) = classification::requested(Wire::Grpc, &value, place.is_some())? {
+                classes.push((output.name.clone(), count));
+            }
         }
-        if let Some(place) = shm_place(&output.name, &output.parameters)? {
+        if let Some(place) = place {
             shm_outputs.push((output.name.clone(), place));
         }
         request.requested_outputs.push(output.name);
     }
-    Ok((request, shm_outputs))
+    Ok((request, shm_outputs, classes))
 }
 
 /// The shared-memory place a tensor's parameters name, if any.
@@ -308,7 +320,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let (r, _) = request(m, &SystemShm::new(false)).unwrap();
+        let (r, _, _) = request(m, &SystemShm::new(false)).unwrap();
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
         assert_eq!(&r.inputs[1].data[..], &[2, 0, 0, 0, b'h', b'i']);
     }

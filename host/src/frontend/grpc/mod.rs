@@ -117,9 +117,11 @@ impl GrpcInferenceService for GrpcFrontend {
             trace.capture(FrontendEvent::GrpcWaitReadStart, now);
             trace.capture(FrontendEvent::GrpcWaitReadEnd, now);
         }
-        let (mut request, shm_outputs) = convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
+        let (mut request, shm_outputs, classes) =
+            convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
         request.trace = trace.clone();
-        let response = api::infer::run(&self.server, request, &shm_outputs, "ModelInfer RPC").await.map_err(status)?;
+        let response =
+            api::infer::run(&self.server, request, &shm_outputs, &classes, "ModelInfer RPC").await.map_err(status)?;
         if let Some(trace) = &trace {
             trace.capture(FrontendEvent::GrpcSendStart, Instant::now());
         }
@@ -360,6 +362,7 @@ struct StreamStart {
     empty_final: bool,
     started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
     shm_outputs: api::infer::ShmOutputs,
+    classes: api::classification::ClassOutputs,
     server: Arc<Server>,
     trace: Option<Trace>,
 }
@@ -384,13 +387,13 @@ impl StreamStart {
             trace.capture(FrontendEvent::GrpcWaitReadStart, since);
             trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
         }
-        let mut shm_outputs = Vec::new();
-        let started = convert::request(message, server.shm()).and_then(|(mut req, places)| {
-            shm_outputs = places;
+        let (mut shm_outputs, mut classes) = (Vec::new(), Vec::new());
+        let started = convert::request(message, server.shm()).and_then(|(mut req, places, asked)| {
+            (shm_outputs, classes) = (places, asked);
             req.trace = trace.clone();
             server.infer_stream(req)
         });
-        StreamStart { id, empty_final, started, shm_outputs, server: server.clone(), trace }
+        StreamStart { id, empty_final, started, shm_outputs, classes, server: server.clone(), trace }
     }
 }
 
@@ -427,7 +430,7 @@ impl Carrier for tonic::metadata::MetadataMap {
 /// Forwards a streamed request's responses (or its error) to the stream.
 async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
     use pb::infer_parameter::ParameterChoice;
-    let StreamStart { id, empty_final, started, shm_outputs, server, trace } = start;
+    let StreamStart { id, empty_final, started, shm_outputs, classes, server, trace } = start;
     let error_reply = |e: InferError| pb::ModelStreamInferResponse {
         error_message: e.message,
         // The request id lets the client match the error to its request.
@@ -451,7 +454,9 @@ async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferRes
         };
         let Some(item) = item else { break };
         let reply = match item.response {
-            Some(Ok(response)) => match api::infer::write_shm_outputs(server.shm(), &response, &shm_outputs) {
+            Some(Ok(mut response)) => match api::infer::write_shm_outputs(server.shm(), &response, &shm_outputs)
+                .and_then(|()| api::classification::apply(&mut response, &classes, &model.io))
+            {
                 Ok(()) => {
                     let mut response = convert::response(response, &shm_outputs);
                     if decoupled {

@@ -1,6 +1,8 @@
-//! The body of every HTTP answer: the bytes, in one frame. A traced inference answer also records
-//! when hyper starts taking it (HTTP_SEND_START) and when it is done with it (HTTP_SEND_END, when
-//! the body is dropped), then lets the trace go, which ends it.
+//! The body of every HTTP answer: the bytes, in one frame; or, for a streamed answer (generate's
+//! server-sent events), a first frame and then the frames a task sends as they come — a client
+//! that goes away drops the body and with it the receiver, which the sending task sees. A traced
+//! inference answer also records when hyper starts taking it (HTTP_SEND_START) and when it is done
+//! with it (HTTP_SEND_END, when the body is dropped), then lets the trace go, which ends it.
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,13 +15,20 @@ use crate::trace::{FrontendEvent, Trace};
 
 pub struct ReplyBody {
     data: Bytes,
+    /// The frames after `data`, for a streamed answer.
+    frames: Option<tokio::sync::mpsc::Receiver<Bytes>>,
     trace: Option<Trace>,
     sending: bool,
 }
 
 impl ReplyBody {
     pub fn new(data: Bytes) -> Self {
-        ReplyBody { data, trace: None, sending: false }
+        ReplyBody { data, frames: None, trace: None, sending: false }
+    }
+
+    /// `first`, then every frame `frames` receives until its senders are gone.
+    pub fn streamed(first: Bytes, frames: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        ReplyBody { data: first, frames: Some(frames), trace: None, sending: false }
     }
 
     /// Records the sending of this body into `trace`.
@@ -41,21 +50,32 @@ impl Body for ReplyBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         this.start_sending();
-        if this.data.is_empty() {
-            return Poll::Ready(None);
+        if !this.data.is_empty() {
+            return Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut this.data)))));
         }
-        Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut this.data)))))
+        let Some(frames) = &mut this.frames else { return Poll::Ready(None) };
+        match frames.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => Poll::Ready(Some(Ok(Frame::data(frame)))),
+            Poll::Ready(None) => {
+                this.frames = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_empty()
+        self.data.is_empty() && self.frames.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.len() as u64)
+        match self.frames {
+            None => SizeHint::with_exact(self.data.len() as u64),
+            Some(_) => SizeHint::default(),
+        }
     }
 }
 
@@ -83,5 +103,18 @@ mod tests {
         let empty = ReplyBody::new(Bytes::new());
         assert!(empty.is_end_stream());
         assert!(empty.collect().await.unwrap().to_bytes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_ends_when_its_senders_are_gone() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let body = ReplyBody::streamed(Bytes::from_static(b"a"), rx);
+        assert!(!body.is_end_stream() && body.size_hint().exact().is_none());
+        tokio::spawn(async move {
+            for frame in [&b"b"[..], b"c"] {
+                tx.send(Bytes::from_static(frame)).await.unwrap();
+            }
+        });
+        assert_eq!(body.collect().await.unwrap().to_bytes(), Bytes::from_static(b"abc"));
     }
 }

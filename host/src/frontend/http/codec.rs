@@ -9,6 +9,7 @@ use serde::ser::{SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
 use crate::api;
+use crate::api::classification::{self, ClassOutputs, Wire};
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
 use crate::shm::{ShmPlace, SystemShm};
@@ -103,6 +104,8 @@ pub struct OutputOptions {
     pub binary: Vec<(String, bool)>,
     /// Outputs to be written into system shared memory instead of the body.
     pub shm: Vec<(String, ShmPlace)>,
+    /// Outputs to be answered as their top classes.
+    pub classes: ClassOutputs,
 }
 
 impl OutputOptions {
@@ -115,7 +118,7 @@ impl OutputOptions {
     }
 }
 
-fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
+pub(super) fn param_value(key: &str, v: &Value) -> Result<ParamValue, InferError> {
     Ok(match v {
         Value::Bool(b) => ParamValue::Bool(*b),
         Value::String(s) => ParamValue::String(s.clone()),
@@ -177,6 +180,7 @@ pub fn decode_request(
         binary_default: bool_param(params, "binary_data_output")?.unwrap_or(false),
         binary: Vec::new(),
         shm: Vec::new(),
+        classes: Vec::new(),
     };
 
     for input in parsed.inputs {
@@ -233,10 +237,14 @@ pub fn decode_request(
     }
     for output in parsed.outputs.unwrap_or_default() {
         let op = output.parameters.as_ref();
-        if op.is_some_and(|m| m.contains_key("classification")) {
-            return Err(api::params::classification_unsupported());
+        let place = shm_place(&output.name, op)?;
+        if let Some(value) = op.and_then(|m| m.get("classification")) {
+            let value = param_value("classification", value)?;
+            if let Some(count) = classification::requested(Wire::Http, &value, place.is_some())? {
+                options.classes.push((output.name.clone(), count));
+            }
         }
-        if let Some(place) = shm_place(&output.name, op)? {
+        if let Some(place) = place {
             options.shm.push((output.name.clone(), place));
         }
         if let Some(b) = bool_param(op, "binary_data")? {
@@ -309,12 +317,12 @@ fn decode_raw_binary(
         }
     };
     let request = InferenceRequest { inputs: vec![Tensor { name, datatype, shape, data }], ..Default::default() };
-    Ok((request, OutputOptions { binary_default: true, binary: Vec::new(), shm: Vec::new() }))
+    Ok((request, OutputOptions { binary_default: true, binary: Vec::new(), shm: Vec::new(), classes: Vec::new() }))
 }
 
 /// Converts JSON `data` (nested or flat, row-major) to little-endian bytes. The element count is
 /// checked against `expected` as leaves are visited, so a lying shape cannot cause a huge allocation.
-fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) -> Result<Bytes, InferError> {
+pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) -> Result<Bytes, InferError> {
     let bad = |why: String| InferError::invalid(format!("unable to parse 'data' of input '{name}': {why}"));
     if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
         return Err(bad(format!("datatype {datatype} has no JSON form; send it as binary data")));
@@ -376,7 +384,7 @@ fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) ->
 }
 
 /// Serialises a tensor's elements as a flat JSON array without an intermediate `Value` tree.
-struct JsonData<'a>(&'a Tensor);
+pub(super) struct JsonData<'a>(pub &'a Tensor);
 
 impl serde::Serialize for JsonData<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -419,7 +427,7 @@ pub struct EncodedResponse {
     pub header_len: Option<usize>,
 }
 
-fn param_json(v: &ParamValue) -> Value {
+pub(super) fn param_json(v: &ParamValue) -> Value {
     match v {
         ParamValue::Bool(b) => Value::Bool(*b),
         ParamValue::Int64(i) => Value::from(*i),

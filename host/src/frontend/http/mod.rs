@@ -2,6 +2,7 @@
 mod body;
 pub mod codec;
 mod compression;
+mod generate;
 mod router;
 mod watchdog;
 

@@ -13,6 +13,7 @@ use serde_json::json;
 use super::body::ReplyBody;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
+use super::generate;
 use crate::api;
 use crate::error::InferError;
 use crate::frontend::restricted::{Api, Restrictions};
@@ -177,6 +178,7 @@ enum ModelRoute {
     Statistics,
     TraceSetting,
     Generate,
+    GenerateStream,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,7 +204,7 @@ impl Route {
             Route::Statistics | Route::Model(ModelRoute::Statistics) => Api::Statistics,
             Route::Model(ModelRoute::Metadata) => Api::Metadata,
             Route::Model(ModelRoute::Config) => Api::ModelConfig,
-            Route::Model(ModelRoute::Infer | ModelRoute::Generate) => Api::Inference,
+            Route::Model(ModelRoute::Infer | ModelRoute::Generate | ModelRoute::GenerateStream) => Api::Inference,
             Route::Model(ModelRoute::TraceSetting) | Route::TraceSetting => Api::Trace,
             Route::RepositoryIndex | Route::RepositoryLoad | Route::RepositoryUnload => Api::ModelRepository,
             Route::SharedMemory(..) => Api::SharedMemory,
@@ -220,7 +222,7 @@ impl Route {
             Route::RepositoryIndex
             | Route::RepositoryLoad
             | Route::RepositoryUnload
-            | Route::Model(ModelRoute::Infer | ModelRoute::Generate)
+            | Route::Model(ModelRoute::Infer | ModelRoute::Generate | ModelRoute::GenerateStream)
             | Route::SharedMemory(_, ShmAction::Register | ShmAction::Unregister) => post,
             _ => get,
         }
@@ -254,7 +256,7 @@ impl Default for Routes {
             ("/stats", ModelRoute::Statistics),
             ("/trace/setting", ModelRoute::TraceSetting),
             ("/generate", ModelRoute::Generate),
-            ("/generate_stream", ModelRoute::Generate),
+            ("/generate_stream", ModelRoute::GenerateStream),
         ];
         for (action, route) in model_actions {
             for base in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
@@ -391,7 +393,10 @@ async fn route(
                 ))),
                 // The request takes the decoded name: no second copy of it.
                 ModelRoute::Infer => infer(server, options, name, version, req).await,
-                ModelRoute::Generate => Err(api::unimplemented("generate")),
+                ModelRoute::Generate | ModelRoute::GenerateStream => {
+                    let body = read_body(&req.headers().clone(), req.into_body(), options).await?;
+                    generate::answer(server, name, version, action == ModelRoute::GenerateStream, body).await
+                }
                 // tritonserver has no versioned trace setting: that path is no endpoint.
                 ModelRoute::TraceSetting if version.is_some() => Err(InferError::not_found("Not Found")),
                 ModelRoute::TraceSetting => trace_settings(server, options, &name, post, req).await,
@@ -627,7 +632,8 @@ async fn infer(
     request.model_name = name;
     request.model_version = version;
     request.trace = trace.clone();
-    let response = api::infer::run(server, request, &output_options.shm, "HTTP end point").await?;
+    let response =
+        api::infer::run(server, request, &output_options.shm, &output_options.classes, "HTTP end point").await?;
     let encoded = codec::encode_response(&response, &output_options);
     // tritonserver compresses inference responses and nothing else: clients such as aiohttp
     // (tritonclient's asyncio HTTP client) read every other answer as plain JSON whatever they
