@@ -461,3 +461,101 @@ fn a_cancelled_ensemble_request_cancels_its_running_steps() {
     fine["inputs"][0]["name"] = json!("I");
     assert_eq!(out(&s.post_json("/v2/models/wrapped/infer", &fine), "O"), [1, 2, 3]);
 }
+
+/// Ensembles mixing batching and non-batching: an ensemble that does not batch over a step that
+/// does (the ensemble's tensors carry the batch dimension in their dims), and a batching ensemble
+/// whose second step does not batch (it sees the whole batch as one tensor), as tritonserver serves
+/// them.
+#[test]
+fn batching_and_non_batching_steps_mix() {
+    let repo = Repo::new();
+    repo.example("simple");
+    int32_identity(&repo, "whole", 0, "[ -1, 16 ]");
+    repo.model(
+        "unbatched",
+        r#"name: "unbatched"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ -1, 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]
+ensemble_scheduling { step [ { model_name: "simple" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" } } ] }"#,
+        &["1"],
+    );
+    repo.model(
+        "mixed",
+        r#"name: "mixed"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "simple" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "sum" } },
+  { model_name: "whole" model_version: -1
+    input_map { key: "INPUT0" value: "sum" } output_map { key: "OUTPUT0" value: "SUM" } } ] }"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    for model in ["unbatched", "mixed"] {
+        assert_eq!(s.model_state(model).0, "READY", "{model}: {:?}", s.model_state(model));
+        let body = json!({"inputs": [
+            {"name": "A", "shape": [2, 16], "datatype": "INT32", "data": [vec![1; 16], vec![2; 16]]},
+            {"name": "B", "shape": [2, 16], "datatype": "INT32", "data": vec![10; 32]}
+        ]});
+        let r = s.post_json(&format!("/v2/models/{model}/infer"), &body);
+        assert_eq!(r.json()["outputs"][0]["shape"], json!([2, 16]), "{model}: {}", r.text());
+        assert_eq!(out(&r, "SUM"), [vec![11; 16], vec![12; 16]].concat(), "{model}");
+    }
+}
+
+/// Optional inputs, as tritonserver's QA suite L0_optional_input uses them: a model may be sent
+/// any subset of its optional inputs (the `identity` backend answers an output whose input was
+/// left out with zeros, as Triton's), an ensemble passes on only what the request provided, and a
+/// step whose other inputs are optional runs with the one its ensemble connects.
+#[test]
+fn optional_inputs_reach_models_and_ensemble_steps() {
+    let repo = Repo::new();
+    let io = r#"input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+                { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1 ] optional: true } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 1 ] } ]"#;
+    repo.model("pair", &format!("name: \"pair\" backend: \"identity\" max_batch_size: 4\n{io}"), &["1"]);
+    repo.model(
+        "pipeline",
+        &format!(
+            r#"name: "pipeline" platform: "ensemble" max_batch_size: 4
+{io}
+ensemble_scheduling {{ step [
+  {{ model_name: "pair" model_version: -1 input_map {{ key: "INPUT0" value: "INPUT0" }} input_map {{ key: "INPUT1" value: "INPUT1" }}
+    output_map {{ key: "OUTPUT0" value: "internal" }} }},
+  {{ model_name: "pair" model_version: -1 input_map {{ key: "INPUT1" value: "internal" }}
+    output_map {{ key: "OUTPUT0" value: "OUTPUT0" }} output_map {{ key: "OUTPUT1" value: "OUTPUT1" }} }} ] }}"#
+        ),
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let one = |name: &str, v: f64| json!({"name": name, "shape": [1, 1], "datatype": "FP32", "data": [v]});
+    let value = |r: &Resp, name: &str| -> Value {
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.json();
+        body["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .map(|o| o["data"].clone())
+            .unwrap_or(Value::Null)
+    };
+    // Only INPUT1: OUTPUT1 is it, OUTPUT0 zeros.
+    let r = s.post_json("/v2/models/pair/infer", &json!({"inputs": [one("INPUT1", 7.0)]}));
+    assert_eq!((value(&r, "OUTPUT0"), value(&r, "OUTPUT1")), (json!([0.0]), json!([7.0])));
+    // The pipeline: step 2 gets only INPUT1 (step 1's OUTPUT0 = INPUT0), so OUTPUT1 = INPUT0 and
+    // OUTPUT0 is zeros.
+    let r = s.post_json("/v2/models/pipeline/infer", &json!({"inputs": [one("INPUT0", 3.0), one("INPUT1", 9.0)]}));
+    assert_eq!((value(&r, "OUTPUT0"), value(&r, "OUTPUT1")), (json!([0.0]), json!([3.0])));
+    // The ensemble's own optional input left out: step 1 runs without it.
+    let r = s.post_json("/v2/models/pipeline/infer", &json!({"inputs": [one("INPUT0", 5.0)]}));
+    assert_eq!(value(&r, "OUTPUT1"), json!([5.0]));
+}

@@ -29,6 +29,12 @@ fn data(r: &Resp, name: &str) -> Vec<i64> {
     o["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
 }
 
+/// The batch sizes `model` has executed, from its statistics.
+fn batch_sizes(s: &Server, model: &str) -> Vec<u64> {
+    let stats = s.get(&format!("/v2/models/{model}/stats")).json()["model_stats"][0].clone();
+    stats["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect()
+}
+
 fn pair(datatype: &str, a: &[i64], b: &[i64]) -> Value {
     json!({"inputs": [
         {"name": "INPUT0", "shape": [1, 16], "datatype": datatype, "data": a},
@@ -129,10 +135,101 @@ fn the_dynamic_batcher_gathers_requests_into_one_execution() {
     for (k, h) in (1..=3).zip(others) {
         assert_eq!(data(&h.join().unwrap(), "OUTPUT0"), vec![k + 1; 16]);
     }
-    let stats = s.get("/v2/models/simple/stats").json()["model_stats"][0].clone();
-    let sizes: Vec<u64> =
-        stats["batch_stats"].as_array().unwrap().iter().map(|b| b["batch_size"].as_u64().unwrap()).collect();
-    assert_eq!(sizes, [1, 3], "one execution of 1, then one of the 3 queued requests");
+    assert_eq!(batch_sizes(&s, "simple"), [1, 3], "one execution of 1, then one of the 3 queued requests");
+}
+
+#[test]
+fn a_ragged_batch_gets_its_batch_inputs_and_each_request_its_own_elements_back() {
+    let Some(lib) = onnxruntime_library() else { return };
+    let repo = Repo::new();
+    example(&repo, "ragged", "");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    s.gate("ragged", false);
+    let port = s.port;
+    let send = move |n: usize| {
+        std::thread::spawn(move || {
+            let values: Vec<f32> = (0..n).map(|i| (n * 10 + i) as f32).collect();
+            let body =
+                json!({"inputs": [{"name": "RAGGED_INPUT", "shape": [1, n], "datatype": "FP32", "data": values}]});
+            http(port, "POST", "/v2/models/ragged/infer", &[], body.to_string().as_bytes())
+        })
+    };
+    // One request executing (held at the gate), then three of different lengths queued behind it:
+    // they are batched together although their shapes differ.
+    let first = send(1);
+    s.wait_until("first executing", || s.executions("ragged").0 == 1);
+    let lengths = [2usize, 4, 3];
+    let queued: Vec<_> = lengths
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let h = send(n);
+            s.wait_until("queued", || s.queued("ragged") == k as u64 + 1);
+            h
+        })
+        .collect();
+    s.gate("ragged", true);
+    assert_eq!(first.join().unwrap().status, 200);
+    let mut end = 0;
+    for (n, h) in lengths.into_iter().zip(queued) {
+        let r = h.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.json();
+        let output =
+            |name: &str| body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap().clone();
+        // Its own elements, in its own shape, out of the concatenated batch.
+        let own = output("RAGGED_OUTPUT");
+        assert_eq!(own["shape"], json!([1, n]));
+        assert_eq!(own["data"], json!((0..n).map(|i| (n * 10 + i) as f64).collect::<Vec<_>>()));
+        // The batch inputs, one row per request: its element count, where it ends in the
+        // concatenation, its shape without the batch dimension.
+        end += n;
+        assert_eq!((output("COUNT")["data"].clone(), output("END")["data"].clone()), (json!([n as f64]), json!([end])));
+        assert_eq!(output("ITEM")["data"], json!([n as f64]));
+    }
+    assert_eq!(
+        batch_sizes(&s, "ragged"),
+        [1, 3],
+        "one execution of 1, then the 3 queued requests of different lengths"
+    );
+}
+
+/// An initializer that is also a graph input may be declared as an optional input: left out, the
+/// model uses its stored value; given, the request's replaces it. A rank-0 input and output are
+/// served with `dims: [ 1 ]`; dims of more than one element for them do not load.
+#[test]
+fn initializers_as_optional_inputs_and_scalars() {
+    let Some(lib) = onnxruntime_library() else { return };
+    let repo = Repo::new();
+    example(&repo, "initializer", "");
+    example(&repo, "scalar", "");
+    let wide = std::fs::read_to_string(models().join("scalar/config.pbtxt"))
+        .unwrap()
+        .replace("name: \"scalar\"", "name: \"wide_scalar\"")
+        .replace("dims: [ 1 ]", "dims: [ 2 ]");
+    let dir = repo.model("wide_scalar", &wide, &["1"]);
+    std::fs::copy(models().join("scalar/1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let fives = |name: &str, v: f32| json!({"name": name, "shape": [5, 5], "datatype": "FP32", "data": vec![v; 25]});
+    let sum = |r: &Resp| -> Vec<f64> {
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+    };
+    let r = s.post_json("/v2/models/initializer/infer", &json!({"inputs": [fives("INPUT", 2.0)]}));
+    assert_eq!(sum(&r), vec![3.0; 25], "the stored initializer (ones)");
+    let r = s.post_json(
+        "/v2/models/initializer/infer",
+        &json!({"inputs": [fives("INPUT", 2.0), fives("INITIALIZER", 5.0)]}),
+    );
+    assert_eq!(sum(&r), vec![7.0; 25], "the request's value");
+
+    let body = json!({"inputs": [{"name": "INPUT", "shape": [1], "datatype": "FP32", "data": [4.5]}]});
+    let r = s.post_json("/v2/models/scalar/infer", &body);
+    assert_eq!(r.json()["outputs"][0]["shape"], json!([1]), "{}", r.text());
+    assert_eq!(sum(&r), vec![4.5]);
+    let (state, reason) = s.model_state("wide_scalar");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("scalar tensor 'INPUT', should only provide 1 in the model configuration"), "{reason}");
 }
 
 #[test]

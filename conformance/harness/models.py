@@ -29,6 +29,8 @@ GENERATORS = {
     "qa_model_repository": ("gen_qa_models.py", ["--onnx", ONNX_OPSET]),
     "qa_sequence_model_repository": ("gen_qa_sequence_models.py", ["--onnx", ONNX_OPSET]),
     "qa_identity_model_repository": ("gen_qa_identity_models.py", ["--onnx", ONNX_OPSET]),
+    "qa_ragged_model_repository": ("gen_qa_ragged_models.py", ["--onnx", ONNX_OPSET]),
+    "qa_scalar_models": ("gen_qa_ort_scalar_models.py", [ONNX_OPSET]),
     "qa_ensemble_model_repository/qa_model_repository": ("gen_qa_models.py", ["--ensemble"]),
 }
 

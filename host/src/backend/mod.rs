@@ -5,6 +5,7 @@
 //! means its folder and a line in [`registry`].
 pub mod batch;
 pub mod onnx;
+pub mod ragged;
 pub mod registry;
 pub mod wasm;
 

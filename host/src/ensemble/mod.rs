@@ -71,6 +71,8 @@ pub struct Ensemble {
     name: Arc<str>,
     steps: Vec<Step>,
     batching: bool,
+    /// The ensemble's optional inputs: one a request leaves out is absent (see [`Context`]).
+    optional_inputs: Vec<String>,
     /// Some step's model is decoupled: every response it sends drives the steps after it, and the
     /// ensemble answers each time a set of its outputs is complete (so it is decoupled too).
     decoupled: bool,
@@ -110,11 +112,14 @@ struct Running {
 
 /// A set of tensors steps read: the request's own (the root), or one response of a decoupled step
 /// and everything computed from it (a child of the context that step ran in). A step runs once in
-/// the deepest context its inputs come from.
+/// the deepest context its inputs come from. A tensor may be known to be absent (`None`): an
+/// optional input the request left out, or an output a step's response did not have; a step
+/// reading it runs without that input (which its model must take as optional), and a requested
+/// ensemble output that is absent is left out of the response, as tritonserver's ensembles do.
 struct Context {
     parent: Option<usize>,
     depth: usize,
-    own: HashMap<String, Tensor>,
+    own: HashMap<String, Option<Tensor>>,
     launched: Vec<bool>,
     answered: bool,
 }
@@ -123,12 +128,13 @@ struct Context {
 struct Contexts(Vec<Context>);
 
 impl Contexts {
-    /// `name` as `context` sees it, with the context it comes from.
-    fn resolve(&self, mut context: usize, name: &str) -> Option<(&Tensor, usize)> {
+    /// `name` as `context` sees it (`Some(None)`: known to be absent), with the context it comes
+    /// from; `None` while it does not exist yet.
+    fn resolve(&self, mut context: usize, name: &str) -> Option<(Option<&Tensor>, usize)> {
         loop {
             let c = &self.0[context];
             if let Some(t) = c.own.get(name) {
-                return Some((t, context));
+                return Some((t.as_ref(), context));
             }
             context = c.parent?;
         }
@@ -177,6 +183,7 @@ impl Ensemble {
             decoupled: steps.iter().any(|s| s.decoupled),
             steps,
             batching: config.max_batch_size > 0,
+            optional_inputs: config.input.iter().filter(|i| i.optional).map(|i| i.name.clone()).collect(),
             limits,
             held_back: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -277,13 +284,11 @@ impl Ensemble {
             ..
         } = request;
         let n = self.steps.len();
-        let root = Context {
-            parent: None,
-            depth: 0,
-            own: inputs.into_iter().map(|t| (t.name.clone(), t)).collect(),
-            launched: vec![false; n],
-            answered: false,
-        };
+        let mut own: HashMap<String, Option<Tensor>> = inputs.into_iter().map(|t| (t.name.clone(), Some(t))).collect();
+        for name in &self.optional_inputs {
+            own.entry(name.clone()).or_insert(None);
+        }
+        let root = Context { parent: None, depth: 0, own, launched: vec![false; n], answered: false };
         let mut contexts = Contexts(vec![root]);
         let mut running: Vec<Running> = Vec::new();
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
@@ -315,7 +320,8 @@ impl Ensemble {
                     .inputs
                     .iter()
                     .filter_map(|(input, tensor)| {
-                        contexts.resolve(context, tensor).map(|(t, _)| Tensor { name: input.clone(), ..t.clone() })
+                        let (t, _) = contexts.resolve(context, tensor)?;
+                        t.map(|t| Tensor { name: input.clone(), ..t.clone() })
                     })
                     .collect(),
                 requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
@@ -408,10 +414,8 @@ impl Ensemble {
                 StepEvent::Response(response, _) => {
                     let mut produced = HashMap::with_capacity(self.steps[step].outputs.len());
                     for (output, tensor) in &self.steps[step].outputs {
-                        let t = response.outputs.iter().find(|o| &o.name == output).ok_or_else(|| {
-                            self.step_error(step, InferError::internal(format!("the response lacks output '{output}'")))
-                        })?;
-                        produced.insert(tensor.clone(), Tensor { name: tensor.clone(), ..t.clone() });
+                        let t = response.outputs.iter().find(|o| &o.name == output);
+                        produced.insert(tensor.clone(), t.map(|t| Tensor { name: tensor.clone(), ..t.clone() }));
                     }
                     if streamed {
                         // Each response of a decoupled step starts a context of its own.
@@ -432,14 +436,19 @@ impl Ensemble {
         if self.decoupled {
             return Ok(None);
         }
-        let outputs = requested_outputs
-            .iter()
-            .map(|name| {
-                contexts.resolve(0, name).map(|(t, _)| t.clone()).ok_or_else(|| {
-                    InferError::internal(format!("ensemble '{}' did not produce output '{name}'", self.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut outputs = Vec::with_capacity(requested_outputs.len());
+        for name in &requested_outputs {
+            match contexts.resolve(0, name) {
+                Some((Some(t), _)) => outputs.push(t.clone()),
+                Some((None, _)) => {}
+                None => {
+                    return Err(InferError::internal(format!(
+                        "ensemble '{}' did not produce output '{name}'",
+                        self.name
+                    )));
+                }
+            }
+        }
         Ok(Some(InferenceResponse {
             model_name: self.name.clone(),
             model_version: version,
@@ -465,7 +474,7 @@ impl Ensemble {
             }
             contexts.0[c].answered = true;
             let outputs =
-                requested.iter().filter_map(|name| contexts.resolve(c, name).map(|(t, _)| t.clone())).collect();
+                requested.iter().filter_map(|name| contexts.resolve(c, name).and_then(|(t, _)| t.cloned())).collect();
             let response = InferenceResponse {
                 model_name: self.name.clone(),
                 model_version: version,

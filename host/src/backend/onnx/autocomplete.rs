@@ -61,15 +61,13 @@ fn outlets(list: &[ort::value::Outlet]) -> Result<Outlets, OnnxError> {
 /// The tensors of a session as the load-time checks compare them: like [`outlets`], but a value
 /// that is not a tensor, or of an element type Nereus cannot serve, is listed with no datatype
 /// (`TYPE_INVALID`) rather than refused, so that only a configuration naming it fails.
-pub(super) fn described(list: &[ort::value::Outlet]) -> Outlets {
-    list.iter()
-        .map(|o| match o.dtype() {
-            ValueType::Tensor { ty, shape, .. } => (
-                o.name().to_string(),
-                config_type(*ty).unwrap_or(ConfigType::TypeInvalid),
-                shape.iter().copied().collect(),
-            ),
-            _ => (o.name().to_string(), ConfigType::TypeInvalid, Vec::new()),
+pub(super) fn described<'a>(list: impl IntoIterator<Item = (&'a str, &'a ValueType)>) -> Outlets {
+    list.into_iter()
+        .map(|(name, dtype)| match dtype {
+            ValueType::Tensor { ty, shape, .. } => {
+                (name.to_string(), config_type(*ty).unwrap_or(ConfigType::TypeInvalid), shape.iter().copied().collect())
+            }
+            _ => (name.to_string(), ConfigType::TypeInvalid, Vec::new()),
         })
         .collect()
 }

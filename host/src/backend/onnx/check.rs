@@ -8,8 +8,15 @@ use crate::load_error::OnnxError;
 use crate::proto::inference::DataType as ConfigType;
 use crate::tensor::shape_string;
 
-/// Checks `config` against the session's `inputs` and `outputs`.
-pub fn check_io(config: &ModelConfig, inputs: &Outlets, outputs: &Outlets) -> Result<(), OnnxError> {
+/// Checks `config` against the session's `inputs` and `outputs`. `overridable`: the model's
+/// initializers that are also graph inputs, which a configuration may declare as (optional)
+/// inputs, as tritonserver's backend merges them in after counting the inputs.
+pub fn check_io(
+    config: &ModelConfig,
+    inputs: &Outlets,
+    overridable: &Outlets,
+    outputs: &Outlets,
+) -> Result<(), OnnxError> {
     let model = &config.name;
     let invalid = |message: String| Err(OnnxError::Mismatch(message));
     let mut expected = config.input.iter().filter(|i| !i.optional).count() + config.batch_input.len();
@@ -26,6 +33,8 @@ pub fn check_io(config: &ModelConfig, inputs: &Outlets, outputs: &Outlets) -> Re
             inputs.len()
         ));
     }
+    let inputs: Outlets = inputs.iter().chain(overridable).cloned().collect();
+    let inputs = &inputs;
     let batching = config.max_batch_size > 0;
     for input in &config.input {
         if input.optional && batching {
@@ -150,7 +159,7 @@ mod tests {
         config.name = "m".into();
         let inputs = outlets(&[("INPUT0", vec![-1, 16]), ("INPUT1", vec![-1, 16])]);
         let outputs = outlets(&[("OUTPUT0", vec![-1, 16])]);
-        check_io(&config, &inputs, &outputs).map_err(|e| e.to_string())
+        check_io(&config, &inputs, &Vec::new(), &outputs).map_err(|e| e.to_string())
     }
 
     const IO: &str = r#"input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]"#;

@@ -25,6 +25,7 @@ use gpu::GpuIo;
 use values::{from_value, to_value};
 
 use super::batch::{Gathered, gather, scatter};
+use super::ragged::{BatchIo, scatter_with_input_shape};
 use super::{
     BackendFactory, BackendInstance, ExecutionThread, InstanceDesc, InstanceKind, LoadedVersion, ModelFolder,
     VersionLoad,
@@ -156,6 +157,7 @@ fn load_instances(
     let cuda_options =
         if instances.iter().any(|d| d.kind == InstanceKind::Gpu) { gpu::cuda_options(config)? } else { Vec::new() };
     let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
+    let batch_io = BatchIo::new(config);
     let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
     for desc in instances {
         let fail = |source: InstanceError| OnnxError::Instance { instance: desc.name.clone(), source };
@@ -184,9 +186,11 @@ fn load_instances(
             .map_err(|error| fail(InstanceError::Model { path: model_file.to_path_buf(), error }))?;
         // Once per version: every instance has the same model.
         if out.is_empty() {
-            let inputs = autocomplete::described(session.inputs());
-            let outputs = autocomplete::described(session.outputs());
-            check::check_io(config, &inputs, &outputs)?;
+            let inputs = autocomplete::described(session.inputs().iter().map(|o| (o.name(), o.dtype())));
+            let initializers = session.overridable_initializers();
+            let overridable = autocomplete::described(initializers.iter().map(|i| (i.name(), i.dtype())));
+            let outputs = autocomplete::described(session.outputs().iter().map(|o| (o.name(), o.dtype())));
+            check::check_io(config, &inputs, &overridable, &outputs)?;
         }
         let gpu = match stream {
             Some(stream) => Some(GpuIo::new(&session, stream, desc.device_id).map_err(fail)?),
@@ -198,6 +202,7 @@ fn load_instances(
             io: io.clone(),
             version,
             ragged: ragged.clone(),
+            batch_io: batch_io.clone(),
             label: format!("model '{}' instance '{}'", config.name, desc.name),
         }));
     }
@@ -218,6 +223,8 @@ struct OnnxInstance {
     io: Arc<IoSpec>,
     version: i64,
     ragged: Vec<String>,
+    /// The batch inputs the server makes and the batch outputs it scatters (ragged batching).
+    batch_io: BatchIo,
     label: String,
 }
 
@@ -253,6 +260,7 @@ impl OnnxInstance {
             let ragged = self.ragged.contains(name);
             inputs.push(gather(jobs, name, ragged).map_err(|e| e.message)?);
         }
+        inputs.extend(self.batch_io.inputs(jobs).map_err(|e| e.message)?);
         let batch_sizes: Vec<i64> = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
         // Only the outputs some request asks for (and implicit state) are computed.
         let io = &self.io;
@@ -263,20 +271,26 @@ impl OnnxInstance {
             Some(gpu) => gpu.infer(&mut self.session, &inputs, &wanted)?,
             None => infer_on_cpu(&mut self.session, &inputs, &wanted)?,
         };
-        let mut per_job: Vec<Vec<Tensor>> = vec![Vec::new(); jobs.len()];
+        let mut per_job: Vec<Vec<(Tensor, bool)>> = vec![Vec::new(); jobs.len()];
         for tensor in outputs {
             let name = tensor.name.clone();
-            let parts = if batching { scatter(&tensor, &batch_sizes).map_err(|e| e.message)? } else { vec![tensor] };
+            let source = self.batch_io.scatter_source(&name);
+            let parts = match source {
+                Some(source) => scatter_with_input_shape(&tensor, source, jobs).map_err(|e| e.message)?,
+                None if batching => scatter(&tensor, &batch_sizes).map_err(|e| e.message)?,
+                None => vec![tensor],
+            };
             for ((out, job), part) in per_job.iter_mut().zip(jobs.iter()).zip(parts) {
                 if job.request.requested_outputs.contains(&name) || self.io.is_state_output(&name) {
-                    out.push(part);
+                    out.push((part, source.is_some()));
                 }
             }
         }
         for ((job, outputs), batch) in jobs.iter_mut().zip(per_job).zip(&batch_sizes) {
             let mut checked = Vec::with_capacity(outputs.len());
-            for t in outputs {
-                let shape = check_output(&self.io, &t, *batch)?;
+            for (t, scattered_by_input) in outputs {
+                // A batch output has its source input's shape, which the batcher let vary.
+                let shape = if scattered_by_input { t.shape.clone() } else { check_output(&self.io, &t, *batch)? };
                 checked.push(Tensor { shape, ..t });
             }
             let response = InferenceResponse {

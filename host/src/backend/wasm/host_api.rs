@@ -127,8 +127,11 @@ impl SandboxState {
                 }
             }
         }
+        // A model with optional inputs may leave out the outputs of the inputs it did not get (an
+        // ensemble then treats them as absent); otherwise a missing output is the plugin's fault.
         if problem.is_none()
             && !batch.decoupled
+            && !io.inputs.iter().any(|i| i.optional)
             && let Some(missing) =
                 job.request.requested_outputs.iter().find(|name| !outputs.iter().any(|o| &&o.name == name))
         {

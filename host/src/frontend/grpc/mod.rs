@@ -3,12 +3,14 @@
 pub mod convert;
 mod verbose;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
@@ -23,6 +25,7 @@ use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::request::CorrelationId;
 use crate::server::{EXTENSIONS, Server};
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, Trace};
@@ -148,6 +151,9 @@ impl GrpcInferenceService for GrpcFrontend {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
         let server = self.server.clone();
         tokio::spawn(async move {
+            // Each open sequence's last request on this stream: the next one's replies wait for
+            // its final reply (see `Turn`).
+            let mut sequences: HashMap<CorrelationId, oneshot::Receiver<()>> = HashMap::new();
             loop {
                 let waiting = server.tracer().is_active().then(Instant::now);
                 let Some(message) = incoming.next().await else { break };
@@ -161,7 +167,12 @@ impl GrpcInferenceService for GrpcFrontend {
                 };
                 // Queued here, in stream order (the requests of a sequence must reach the
                 // scheduler in the order they were sent); answered by a task of their own.
-                let started = StreamStart::new(&server, message, &context, read);
+                let mut started = StreamStart::new(&server, message, &context, read);
+                if let Some((id, end)) = started.sequence.take() {
+                    let (done, next) = oneshot::channel();
+                    let after = if end { sequences.remove(&id) } else { sequences.insert(id, next) };
+                    started.turn = Some(Turn { after, done });
+                }
                 tokio::spawn(stream_one(tx.clone(), started));
             }
         });
@@ -365,6 +376,20 @@ struct StreamStart {
     classes: api::classification::ClassOutputs,
     server: Arc<Server>,
     trace: Option<Trace>,
+    /// The request's sequence and whether it ends it, when it belongs to one.
+    sequence: Option<(CorrelationId, bool)>,
+    /// Its place among its sequence's requests on the stream.
+    turn: Option<Turn>,
+}
+
+/// The replies of a sequence's requests leave the stream in the order the requests came: the
+/// sequence batcher runs them one after another, but each request's replies are forwarded by a
+/// task of its own, and two tasks may send in either order. A request's task sends its first
+/// reply once the task of the sequence's previous request has sent its final one (or ended).
+struct Turn {
+    after: Option<oneshot::Receiver<()>>,
+    /// Dropped (which `after` of the next request sees) once this request's final reply is sent.
+    done: oneshot::Sender<()>,
 }
 
 impl StreamStart {
@@ -387,13 +412,26 @@ impl StreamStart {
             trace.capture(FrontendEvent::GrpcWaitReadStart, since);
             trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
         }
-        let (mut shm_outputs, mut classes) = (Vec::new(), Vec::new());
+        let (mut shm_outputs, mut classes, mut sequence) = (Vec::new(), Vec::new(), None);
         let started = convert::request(message, server.shm()).and_then(|(mut req, places, asked)| {
             (shm_outputs, classes) = (places, asked);
+            if req.correlation_id != CorrelationId::None {
+                sequence = Some((req.correlation_id.clone(), req.sequence_end));
+            }
             req.trace = trace.clone();
             server.infer_stream(req)
         });
-        StreamStart { id, empty_final, started, shm_outputs, classes, server: server.clone(), trace }
+        StreamStart {
+            id,
+            empty_final,
+            started,
+            shm_outputs,
+            classes,
+            server: server.clone(),
+            trace,
+            sequence,
+            turn: None,
+        }
     }
 }
 
@@ -430,7 +468,19 @@ impl Carrier for tonic::metadata::MetadataMap {
 /// Forwards a streamed request's responses (or its error) to the stream.
 async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
     use pb::infer_parameter::ParameterChoice;
-    let StreamStart { id, empty_final, started, shm_outputs, classes, server, trace } = start;
+    let StreamStart { id, empty_final, started, shm_outputs, classes, server, trace, turn, .. } = start;
+    // Held until this function returns, after the final reply: the sequence's next request waits.
+    let mut done = None;
+    if let Some(Turn { after, done: mine }) = turn {
+        done = Some(mine);
+        if let Some(after) = after {
+            tokio::select! {
+                _ = after => {}
+                () = tx.closed() => return,
+            }
+        }
+    }
+    let _done = done;
     let error_reply = |e: InferError| pb::ModelStreamInferResponse {
         error_message: e.message,
         // The request id lets the client match the error to its request.
