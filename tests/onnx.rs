@@ -181,11 +181,20 @@ fn a_ragged_batch_gets_its_batch_inputs_and_each_request_its_own_elements_back()
         let own = output("RAGGED_OUTPUT");
         assert_eq!(own["shape"], json!([1, n]));
         assert_eq!(own["data"], json!((0..n).map(|i| (n * 10 + i) as f64).collect::<Vec<_>>()));
-        // The batch inputs, one row per request: its element count, where it ends in the
-        // concatenation, its shape without the batch dimension.
+        // Every batch input kind, one row per request: its element count, where it ends and
+        // starts in the concatenation, the batch's largest count (4), its shape without the batch
+        // dimension, and the same flattened.
+        let start = end;
         end += n;
         assert_eq!((output("COUNT")["data"].clone(), output("END")["data"].clone()), (json!([n as f64]), json!([end])));
-        assert_eq!(output("ITEM")["data"], json!([n as f64]));
+        assert_eq!(
+            (output("START")["data"].clone(), output("MAX")["data"].clone()),
+            (json!([start as f64]), json!([4.0]))
+        );
+        assert_eq!(
+            (output("ITEM")["data"].clone(), output("FLAT")["data"].clone()),
+            (json!([n as f64]), json!([n as f64]))
+        );
     }
     assert_eq!(
         batch_sizes(&s, "ragged"),

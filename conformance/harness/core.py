@@ -32,6 +32,8 @@ SERVE_ARGS = ["--id", "triton"]
 # How long a server may take to become ready, and a test process to finish. tritonserver's
 # util.sh waits SERVER_TIMEOUT (120 s) for readiness; Nereus needs a fraction of that.
 READY_TIMEOUT = 60.0
+# How long a server may stay not ready once every model has settled before the wait gives up.
+SETTLED_GRACE = 2.0
 TEST_TIMEOUT = 600.0
 
 
@@ -108,6 +110,7 @@ class Server:
             return
         deadline = time.monotonic() + timeout
         path = {"ready": "/v2/health/ready", "live": "/v2/health/live", "listening": "/"}[what]
+        settled_since = None
         while time.monotonic() < deadline:
             if not self.running():
                 raise ServerStartError(f"nereus exited with status {self.proc.returncode}")
@@ -118,11 +121,16 @@ class Server:
             except urllib.error.HTTPError:
                 if what == "listening":
                     return
-                # Answering, not ready, and every model READY or UNAVAILABLE: it will not
-                # become ready (util.sh would wait out SERVER_TIMEOUT to learn the same).
+                # Answering, not ready, and every model READY or UNAVAILABLE for a while: it
+                # will not become ready (util.sh would wait out SERVER_TIMEOUT to learn the
+                # same). The while: the last model turns READY a moment before the server does.
                 if what == "ready" and models_settled(port):
-                    raise ServerStartError("nereus is not ready, and every model has settled "
-                                           "(READY or UNAVAILABLE)")
+                    settled_since = settled_since or time.monotonic()
+                    if time.monotonic() - settled_since > SETTLED_GRACE:
+                        raise ServerStartError("nereus is not ready, and every model has settled "
+                                               "(READY or UNAVAILABLE)")
+                else:
+                    settled_since = None
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             time.sleep(0.1)

@@ -3,9 +3,11 @@ python make_models.py). Each is tiny and hands back what the server fed it, so a
 that:
 
 - ragged/1: RAGGED_OUTPUT = RAGGED_INPUT (the requests' elements concatenated, scattered back in
-  each request's shape by batch_output), COUNT and END = the batch inputs COUNTS
-  (BATCH_ELEMENT_COUNT) and ENDS (BATCH_ACCUMULATED_ELEMENT_COUNT) as one row per request,
-  ITEM = ITEM_SHAPES (BATCH_ITEM_SHAPE).
+  each request's shape by batch_output), and every batch input kind as one row per request: COUNT
+  and END = COUNTS (BATCH_ELEMENT_COUNT) and ENDS (BATCH_ACCUMULATED_ELEMENT_COUNT), START = STARTS
+  (BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO) without its last element, MAX = the length of
+  MAX_SHAPED (BATCH_MAX_ELEMENT_COUNT_AS_SHAPE) for every request, ITEM = ITEM_SHAPES
+  (BATCH_ITEM_SHAPE), FLAT = FLAT_SHAPES (BATCH_ITEM_SHAPE_FLATTEN) one item per row.
 - initializer/1: OUTPUT = INPUT + INITIALIZER, INITIALIZER an initializer of ones that is also a
   graph input, so a request may override it (qa/L0_initializer_as_input's model, made the same way).
 - scalar/1: OUTPUT = INPUT, both rank 0 (served with dims [ 1 ]).
@@ -28,27 +30,43 @@ def save(name, nodes, inputs, outputs, initializers=()):
 
 
 column = helper.make_tensor("column", TensorProto.INT64, [2], [-1, 1])
+first = helper.make_tensor("first", TensorProto.INT64, [1], [0])
+all_but_last = helper.make_tensor("all_but_last", TensorProto.INT64, [1], [-1])
 save(
     "ragged",
     [
         helper.make_node("Identity", ["RAGGED_INPUT"], ["RAGGED_OUTPUT"]),
         helper.make_node("Reshape", ["COUNTS", "column"], ["COUNT"]),
         helper.make_node("Reshape", ["ENDS", "column"], ["END"]),
+        helper.make_node("Slice", ["STARTS", "first", "all_but_last"], ["starts"]),
+        helper.make_node("Reshape", ["starts", "column"], ["START"]),
+        # MAX_SHAPED's length, as FP32, in a [requests, 1] column.
+        helper.make_node("Shape", ["MAX_SHAPED"], ["max_shape"]),
+        helper.make_node("Cast", ["max_shape"], ["max"], to=fp32),
+        helper.make_node("Shape", ["COUNT"], ["rows"]),
+        helper.make_node("Expand", ["max", "rows"], ["MAX"]),
         helper.make_node("Identity", ["ITEM_SHAPES"], ["ITEM"]),
+        helper.make_node("Reshape", ["FLAT_SHAPES", "column"], ["FLAT"]),
     ],
     [
         helper.make_tensor_value_info("RAGGED_INPUT", fp32, [-1]),
         helper.make_tensor_value_info("COUNTS", fp32, [-1]),
         helper.make_tensor_value_info("ENDS", int32, [-1]),
+        helper.make_tensor_value_info("STARTS", fp32, [-1]),
+        helper.make_tensor_value_info("MAX_SHAPED", fp32, [-1]),
         helper.make_tensor_value_info("ITEM_SHAPES", fp32, [-1, 1]),
+        helper.make_tensor_value_info("FLAT_SHAPES", fp32, [-1]),
     ],
     [
         helper.make_tensor_value_info("RAGGED_OUTPUT", fp32, [-1]),
         helper.make_tensor_value_info("COUNT", fp32, [-1, 1]),
         helper.make_tensor_value_info("END", int32, [-1, 1]),
+        helper.make_tensor_value_info("START", fp32, [-1, 1]),
+        helper.make_tensor_value_info("MAX", fp32, [-1, 1]),
         helper.make_tensor_value_info("ITEM", fp32, [-1, 1]),
+        helper.make_tensor_value_info("FLAT", fp32, [-1, 1]),
     ],
-    [column],
+    [column, first, all_but_last],
 )
 save(
     "initializer",
