@@ -325,3 +325,60 @@ fn queued_requests_whose_client_has_gone_are_dropped_unexecuted() {
         assert_eq!(s.post_json(&path, &body).status, 200);
     }
 }
+
+/// A gRPC stream answers the requests one batch completes together in the batch's order, which is
+/// the order they were sent in (as tritonserver writes each response when its backend completes
+/// it; Triton's QA tests read a stream's replies by position).
+#[test]
+fn a_grpc_stream_answers_a_batch_in_its_order() {
+    use nereus::proto::inference as pb;
+    const N: i32 = 8;
+    let repo = Repo::new();
+    // A delay of ten minutes: the N requests run as one batch of the preferred size or hang.
+    probe_model(&repo, "m", 8, "preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 600000000", false, "");
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "m" };
+    let blocker = p.block(rows(&[100, 101, 102, 103, 104, 105, 106, 107], 1));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut client = grpc_client(&s).await;
+        let requests: Vec<pb::ModelInferRequest> = (1..=N)
+            .map(|i| pb::ModelInferRequest {
+                model_name: "m".into(),
+                id: i.to_string(),
+                inputs: vec![pb::model_infer_request::InferInputTensor {
+                    name: "INPUT0".into(),
+                    datatype: "INT32".into(),
+                    shape: vec![1, 1],
+                    ..Default::default()
+                }],
+                raw_input_contents: vec![le_i32(&[i]).into()],
+                ..Default::default()
+            })
+            .collect();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut replies =
+            client.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        for r in requests {
+            tx.send(r).await.unwrap();
+        }
+        let s = &s;
+        tokio::task::block_in_place(|| s.wait_until("every request queued", || s.queued("m") == N as u64));
+        p.open();
+        let mut ids = Vec::new();
+        for _ in 0..N {
+            let reply = replies.message().await.unwrap().unwrap();
+            assert_eq!(reply.error_message, "");
+            let response = reply.infer_response.unwrap();
+            let batch = response.outputs.iter().position(|o| o.name == "BATCH").unwrap();
+            let composition: Vec<i32> = response.raw_output_contents[batch]
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            assert_eq!(composition, (1..=N).collect::<Vec<_>>(), "all {N} ran as one batch");
+            ids.push(response.id.parse::<i32>().unwrap());
+        }
+        assert_eq!(ids, (1..=N).collect::<Vec<_>>());
+    });
+    assert_eq!(batch(blocker), [100, 101, 102, 103, 104, 105, 106, 107]);
+}

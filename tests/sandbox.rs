@@ -442,10 +442,14 @@ fn only_fast_well_behaved_models_run_inline() {
     // A slow execution once inline (the first only makes the gate time the next on the CPU clock
     // as well: most long wall times on a busy machine are preemptions; the second, slow on both
     // clocks, counts) sends the model back to its worker for a warm-up twice as long
-    // (2 × 64 fast executions), after which it runs inline again.
+    // (2 × 64 fast executions), after which it runs inline again. The spin waits on the wall
+    // clock, so it lasts 50 ms: a 2 ms one preempted for more than half its time (CI, 2 cores,
+    // tests in parallel) cost under the 1 ms limit on the CPU clock and counted as fast.
+    let mut long_spin = faults_request("spin");
+    long_spin["parameters"]["spin_ms"] = json!(50);
     let before_spin = warm_up("spiky");
-    ok("spiky", &spin);
-    ok("spiky", &spin);
+    ok("spiky", &long_spin);
+    ok("spiky", &long_spin);
     assert_eq!(inline("spiky"), before_spin + 2, "the slow executions themselves ran inline");
     for _ in 0..2 * 64 - 1 {
         ok("spiky", &faults_request(""));

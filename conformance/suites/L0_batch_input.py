@@ -49,6 +49,6 @@ def run(suite):
         f.write('batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
                 'source_input: "INPUT0" }] dynamic_batching { max_queue_delay_microseconds: 1000000 }\n')
 
-    with suite.block("onnx") as b:
+    with suite.block("onnx", quick=True) as b:
         b.start([f"--model-repository={models}", "--exit-timeout-secs=120"])
         b.unittest("batch_input_test.py")

@@ -170,25 +170,93 @@ impl StreamBuffer {
     }
 }
 
-/// What a frontend reads for a streamed request (gRPC ModelStreamInfer): each of its responses,
-/// as the backend sent them. Taking one makes room for the backend's next.
-pub struct StreamReceiver {
-    rx: mpsc::UnboundedReceiver<(StreamItem, u64)>,
+/// An item on a stream channel: which request it belongs to, the item, and what it holds of that
+/// request's buffer (given back when the reader takes it).
+struct Tagged {
+    tag: u64,
+    item: StreamItem,
+    bytes: u64,
     buffer: Arc<StreamBuffer>,
 }
 
+/// A channel streamed requests send their responses into, in the order they are sent: one
+/// request's own (see [`ModelVersion::infer_stream`](crate::model::ModelVersion::infer_stream)), or
+/// one shared by every request of a gRPC stream, so that responses leave the stream in the order
+/// the backends gave them (responses of one batch in the batch's order; a sequence's in its
+/// requests' order) as tritonserver's do, not in the order forwarding tasks happen to run.
+pub fn stream_channel() -> (StreamTx, StreamReceiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (StreamTx { tx }, StreamReceiver { rx })
+}
+
+/// The sending side of a [`stream_channel`]: a request takes it [`for_request`](Self::for_request).
+#[derive(Clone)]
+pub struct StreamTx {
+    tx: mpsc::UnboundedSender<Tagged>,
+}
+
+impl StreamTx {
+    /// Where the request `tag` sends its responses (the tag comes back with each).
+    pub fn for_request(&self, tag: u64) -> StreamSink {
+        StreamSink { tx: self.tx.clone(), tag, buffer: Arc::new(StreamBuffer::default()) }
+    }
+
+    /// Ends request `tag` with `error` before it reached a scheduler (it could not be decoded or
+    /// queued): its one final item, in its place among the stream's responses.
+    pub fn fail(&self, tag: u64, error: InferError) {
+        let item = StreamItem { response: Some(Err(error)), final_: true };
+        let _ = self.tx.send(Tagged { tag, item, bytes: 0, buffer: Arc::default() });
+    }
+
+    /// Resolves once nobody reads the channel any more.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// One request's place on a [`stream_channel`]: its tag and its own buffer accounting.
+pub struct StreamSink {
+    tx: mpsc::UnboundedSender<Tagged>,
+    tag: u64,
+    buffer: Arc<StreamBuffer>,
+}
+
+impl StreamSink {
+    fn send(&self, item: StreamItem, bytes: u64) -> Result<(), ()> {
+        self.buffer.put(bytes);
+        let tagged = Tagged { tag: self.tag, item, bytes, buffer: self.buffer.clone() };
+        self.tx.send(tagged).map_err(|_| ())
+    }
+}
+
+/// What a frontend reads for streamed requests (gRPC ModelStreamInfer): each response, as the
+/// backends sent them. Taking one makes room for its request's next.
+pub struct StreamReceiver {
+    rx: mpsc::UnboundedReceiver<Tagged>,
+}
+
 impl StreamReceiver {
-    /// The next item, or `None` once the sender is gone.
+    /// The next item, or `None` once every sender is gone.
     pub async fn recv(&mut self) -> Option<StreamItem> {
         std::future::poll_fn(|cx| self.poll_recv(cx)).await
     }
 
+    /// The next item and the tag of its request, or `None` once every sender is gone.
+    pub async fn recv_tagged(&mut self) -> Option<(u64, StreamItem)> {
+        std::future::poll_fn(|cx| self.poll_recv_tagged(cx)).await
+    }
+
     /// Polls for the next item (see [`recv`](Self::recv)).
     pub fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<StreamItem>> {
-        self.rx.poll_recv(cx).map(|item| {
-            item.map(|(item, bytes)| {
-                self.buffer.take(bytes);
-                item
+        self.poll_recv_tagged(cx).map(|item| item.map(|(_, item)| item))
+    }
+
+    /// Polls for the next item and its tag (see [`recv_tagged`](Self::recv_tagged)).
+    pub fn poll_recv_tagged(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<(u64, StreamItem)>> {
+        self.rx.poll_recv(cx).map(|tagged| {
+            tagged.map(|Tagged { tag, item, bytes, buffer }| {
+                buffer.take(bytes);
+                (tag, item)
             })
         })
     }
@@ -219,7 +287,7 @@ fn response_bytes(response: &InferenceResponse) -> u64 {
 
 enum Sink {
     Unary(oneshot::Sender<Result<InferenceResponse, InferError>>),
-    Stream(mpsc::UnboundedSender<(StreamItem, u64)>, Arc<StreamBuffer>),
+    Stream(StreamSink),
     /// A padding request's (an empty sequence slot's): whatever it is sent goes nowhere.
     Discard,
 }
@@ -277,17 +345,19 @@ impl ResponseSender {
     }
 
     /// A sender for a streamed request, which may receive several responses when the model is
-    /// `decoupled` (whose responses are then counted in `response_stats`).
-    pub fn stream(stats: Arc<ModelStats>, decoupled: bool) -> (Self, StreamReceiver) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let buffer = Arc::new(StreamBuffer::default());
+    /// `decoupled` (whose responses are then counted in `response_stats`), into `sink`.
+    pub fn stream(stats: Arc<ModelStats>, decoupled: bool, sink: StreamSink) -> Self {
         let now = Instant::now();
         let responses = decoupled.then_some((0, now));
-        let sink = Some(Sink::Stream(tx, buffer.clone()));
-        (
-            ResponseSender { sink, held: None, stats, arrived: now, responses, trace: None, answered: false },
-            StreamReceiver { rx, buffer },
-        )
+        ResponseSender {
+            sink: Some(Sink::Stream(sink)),
+            held: None,
+            stats,
+            arrived: now,
+            responses,
+            trace: None,
+            answered: false,
+        }
     }
 
     /// A sender for a padding request the scheduler adds to fill an empty sequence slot: the
@@ -358,7 +428,7 @@ impl ResponseSender {
         }
         match &self.sink {
             Some(Sink::Unary(tx)) => tx.is_closed(),
-            Some(Sink::Stream(tx, _)) => tx.is_closed(),
+            Some(Sink::Stream(sink)) => sink.tx.is_closed(),
             Some(Sink::Discard) | None => false,
         }
     }
@@ -371,7 +441,7 @@ impl ResponseSender {
         }
         match &mut self.sink {
             Some(Sink::Unary(tx)) => tx.closed().await,
-            Some(Sink::Stream(tx, _)) => tx.closed().await,
+            Some(Sink::Stream(sink)) => sink.tx.closed().await,
             Some(Sink::Discard) | None => std::future::pending().await,
         }
     }
@@ -448,16 +518,15 @@ impl ResponseSender {
     /// stream has [`drained`](Self::drained).
     pub fn try_send_partial(&mut self, response: InferenceResponse) -> Result<(), PartialRefused> {
         match (&self.sink, self.held.is_some()) {
-            (Some(Sink::Stream(tx, buffer)), false) => {
-                if tx.is_closed() {
+            (Some(Sink::Stream(sink)), false) => {
+                if sink.tx.is_closed() {
                     return Err(PartialRefused::Cancelled);
                 }
                 let bytes = response_bytes(&response);
-                if !buffer.has_room(bytes) {
+                if !sink.buffer.has_room(bytes) {
                     return Err(PartialRefused::Full(response));
                 }
-                buffer.put(bytes);
-                if tx.send((StreamItem { response: Some(Ok(response)), final_: false }, bytes)).is_err() {
+                if sink.send(StreamItem { response: Some(Ok(response)), final_: false }, bytes).is_err() {
                     return Err(PartialRefused::Cancelled);
                 }
                 self.count_response(ResponseKind::Success);
@@ -473,7 +542,7 @@ impl ResponseSender {
     /// reads it any more; at once for anything but a stream: the moment to send a
     /// [`PartialRefused::Full`] response again.
     pub async fn drained(&self, pending: &InferenceResponse) {
-        let Some(Sink::Stream(tx, buffer)) = &self.sink else { return };
+        let Some(Sink::Stream(StreamSink { tx, buffer, .. })) = &self.sink else { return };
         let bytes = response_bytes(pending);
         loop {
             // Registered before the buffer is looked at, so that a take in between still wakes it.
@@ -524,7 +593,7 @@ impl ResponseSender {
                 };
                 let _ = tx.send(outcome);
             }
-            Some(Sink::Stream(tx, buffer)) => {
+            Some(Sink::Stream(sink)) => {
                 let response = match last {
                     Final::Outcome(o) => Some(o),
                     Final::FlagOnly => None,
@@ -534,8 +603,7 @@ impl ResponseSender {
                     Some(Ok(r)) => response_bytes(r),
                     _ => 0,
                 };
-                buffer.put(bytes);
-                let _ = tx.send((StreamItem { response, final_: true }, bytes));
+                let _ = sink.send(StreamItem { response, final_: true }, bytes);
             }
             Some(Sink::Discard) | None => {}
         }

@@ -461,7 +461,9 @@ impl Server {
         Ok((model.infer_stream(request, Caller::IoThread)?, model))
     }
 
-    fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
+    /// The model version that serves `request` from a frontend: the one it names, unless the
+    /// server is stopping and the request would start something new.
+    pub fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
         if let Some(poll) = &self.busy_poll {
             poll.touch();
         }

@@ -34,7 +34,7 @@ pub struct EnsembleScheduler {
 }
 
 impl Schedule for EnsembleScheduler {
-    fn enqueue(&self, job: Job, _caller: Caller) -> Result<(), InferError> {
+    fn enqueue(&self, job: Job, _caller: Caller) {
         self.ensemble.enqueue(job, self.version, self.models.clone(), self.stats.clone())
     }
 
@@ -205,13 +205,14 @@ impl Ensemble {
     /// composing models at request time (a composing model that became unavailable fails the step).
     pub fn enqueue(
         self: &Arc<Self>,
-        job: Job,
+        mut job: Job,
         version: i64,
         models: Arc<dyn ModelResolver>,
         stats: Arc<ModelStats>,
-    ) -> Result<(), InferError> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| InferError::internal("ensembles run on the server's async runtime"))?;
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return job.fail(InferError::internal("ensembles run on the server's async runtime"));
+        };
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let this = self.clone();
         runtime.spawn(async move {
@@ -240,7 +241,6 @@ impl Ensemble {
                 this.drained.1.notify_all();
             }
         });
-        Ok(())
     }
 
     /// Blocks until no request of this ensemble is in flight.

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::backend::{BackendInstance, ModelTeardown};
 use crate::config::ModelConfig;
 use crate::error::InferError;
-use crate::request::{InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver};
+use crate::request::{self, InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver, StreamSink};
 use crate::scheduler::inline::IoThreads;
 use crate::scheduler::{
     BatchRules, Caller, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
@@ -159,20 +159,33 @@ impl ModelVersion {
         let (mut sender, receiver) = ResponseSender::unary(self.stats.clone());
         self.trace(&mut request, &mut sender);
         let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
+        self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
         Ok(receiver)
     }
 
-    /// Validates `request` and queues it for a stream: the receiver yields each response, the
-    /// last one marked final (one response for models that are not decoupled).
-    pub fn infer_stream(&self, mut request: InferenceRequest, caller: Caller) -> Result<StreamReceiver, InferError> {
+    /// Validates `request` and queues it for a stream of its own: the receiver yields each
+    /// response, the last one marked final (one response for models that are not decoupled).
+    pub fn infer_stream(&self, request: InferenceRequest, caller: Caller) -> Result<StreamReceiver, InferError> {
+        let (tx, receiver) = request::stream_channel();
+        self.infer_into(request, caller, tx.for_request(0))?;
+        Ok(receiver)
+    }
+
+    /// Validates `request` and queues it to answer into `sink`, a place on a stream channel
+    /// other requests may share (see [`request::stream_channel`]). On an error nothing was sent.
+    pub fn infer_into(
+        &self,
+        mut request: InferenceRequest,
+        caller: Caller,
+        sink: StreamSink,
+    ) -> Result<(), InferError> {
         self.check_ready()?;
         validate_request(&self.io, &mut request)?;
-        let (mut sender, receiver) = ResponseSender::stream(self.stats.clone(), self.is_decoupled());
+        let mut sender = ResponseSender::stream(self.stats.clone(), self.is_decoupled(), sink);
         self.trace(&mut request, &mut sender);
         let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued }, caller)?;
-        Ok(receiver)
+        self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
+        Ok(())
     }
 
     /// Moves a traced request's trace into its sender, which records this model's part of it.

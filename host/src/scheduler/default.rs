@@ -100,13 +100,14 @@ impl DefaultScheduler {
 }
 
 impl Schedule for DefaultScheduler {
-    fn enqueue(&self, job: Job, caller: Caller) -> Result<(), InferError> {
+    fn enqueue(&self, mut job: Job, caller: Caller) {
         let _admitted = self.admission.read();
-        self.lifecycle.admit()?;
-        let Some(job) = self.try_inline(job, caller) else { return Ok(()) };
+        if let Err(e) = self.lifecycle.admit() {
+            return job.fail(e);
+        }
+        let Some(job) = self.try_inline(job, caller) else { return };
         let _ = self.queue.send(Message::Batch(vec![job]));
         self.lifecycle.wake_one();
-        Ok(())
     }
 
     fn queued(&self) -> usize {

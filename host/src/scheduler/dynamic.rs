@@ -187,20 +187,23 @@ impl DynamicBatcher {
 }
 
 impl Schedule for DynamicBatcher {
-    /// Queues a request. A full queue answers it at once with Triton's error; only an unloading
-    /// model refuses it (`Err`).
-    fn enqueue(&self, mut job: Job, _caller: Caller) -> Result<(), InferError> {
+    /// Queues a request. A full queue answers it at once with Triton's error, an unloading model
+    /// with its own.
+    fn enqueue(&self, mut job: Job, _caller: Caller) {
         let now = Instant::now();
         job.enqueued = now;
         let batch_size = job.request.batch_size(self.shared.rules.batching).max(1) as usize;
         let mut state = self.shared.state.lock();
-        self.shared.lifecycle.admit()?;
+        if let Err(e) = self.shared.lifecycle.admit() {
+            drop(state);
+            return job.fail(e);
+        }
         let was_empty = state.queues.is_empty();
         let deadline_before = state.queues.next_deadline();
         if let Err(mut job) = state.queues.push(job, batch_size, now) {
             drop(state);
             job.reject(InferError::unavailable(QUEUE_FULL));
-            return Ok(());
+            return;
         }
         // Wake an idle worker only when the arrival changes what it would do: the queue was empty
         // (it waits without a deadline), a batch is now ready, or a timeout now expires sooner.
@@ -213,7 +216,6 @@ impl Schedule for DynamicBatcher {
             self.shared.work.notify_one();
             self.shared.lifecycle.wake_one();
         }
-        Ok(())
     }
 
     fn queued(&self) -> usize {

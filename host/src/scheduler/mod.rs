@@ -31,9 +31,10 @@ use crate::trace::Execution;
 /// and sequence schedulers, chosen by the configuration's `scheduling_choice`), or other models
 /// (an ensemble's).
 pub trait Schedule: Send + Sync {
-    /// Queues a validated request from `caller`. An error means it was not queued (the model is
-    /// unloading).
-    fn enqueue(&self, job: Job, caller: Caller) -> Result<(), InferError>;
+    /// Queues a validated request from `caller`. A request it refuses (the model is unloading, a
+    /// full queue, a sequence it cannot belong to) is answered through its sender like any other,
+    /// so that its one final response takes its place among a stream's responses.
+    fn enqueue(&self, job: Job, caller: Caller);
     /// Requests waiting for an instance.
     fn queued(&self) -> usize;
     /// Requests the model has in flight, as tritonserver counts them when it waits for them at

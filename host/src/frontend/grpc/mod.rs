@@ -1,17 +1,16 @@
 //! Triton's gRPC protocol (`inference.GRPCInferenceService`) and `grpc.health.v1.Health`, on
 //! tonic. The service only translates: every decision is the server's.
 pub mod convert;
+mod stream;
 mod verbose;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -25,7 +24,6 @@ use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
-use crate::request::CorrelationId;
 use crate::server::{EXTENSIONS, Server};
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, Trace};
@@ -138,8 +136,7 @@ impl GrpcInferenceService for GrpcFrontend {
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 
     /// Many requests on one stream; each response (or error, in `error_message`) is sent as soon
-    /// as it completes, in completion order. The stream ends once the client has finished sending
-    /// and every request has been answered.
+    /// as it completes, in completion order (see [`stream`]).
     async fn model_stream_infer(
         &self,
         r: Request<Streaming<pb::ModelInferRequest>>,
@@ -147,36 +144,7 @@ impl GrpcInferenceService for GrpcFrontend {
         allow(&self.restricted, Api::Inference, &r)?;
         // The stream's metadata is every one of its requests' trace context.
         let context = trace_context(r.metadata());
-        let mut incoming = r.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ModelStreamInferResponse, Status>>(64);
-        let server = self.server.clone();
-        tokio::spawn(async move {
-            // Each open sequence's last request on this stream: the next one's replies wait for
-            // its final reply (see `Turn`).
-            let mut sequences: HashMap<CorrelationId, oneshot::Receiver<()>> = HashMap::new();
-            loop {
-                let waiting = server.tracer().is_active().then(Instant::now);
-                let Some(message) = incoming.next().await else { break };
-                let read = waiting.map(|since| (since, Instant::now()));
-                let message = match message {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                };
-                // Queued here, in stream order (the requests of a sequence must reach the
-                // scheduler in the order they were sent); answered by a task of their own.
-                let mut started = StreamStart::new(&server, message, &context, read);
-                if let Some((id, end)) = started.sequence.take() {
-                    let (done, next) = oneshot::channel();
-                    let after = if end { sequences.remove(&id) } else { sequences.insert(id, next) };
-                    started.turn = Some(Turn { after, done });
-                }
-                tokio::spawn(stream_one(tx.clone(), started));
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(stream::serve(self.server.clone(), r.into_inner(), context))))
     }
 
     async fn model_config(&self, r: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
@@ -367,74 +335,6 @@ impl GrpcInferenceService for GrpcFrontend {
 /// Runs one request of a stream and forwards each of its responses. For a decoupled model every
 /// response carries `triton_final_response`; a completion without a response is sent as an empty
 /// final response only when the request set `triton_enable_empty_final_response`, as Triton does.
-/// A streamed request, decoded and queued (or refused), with what its replies need.
-struct StreamStart {
-    id: String,
-    empty_final: bool,
-    started: Result<(crate::request::StreamReceiver, Arc<crate::model::ModelVersion>), InferError>,
-    shm_outputs: api::infer::ShmOutputs,
-    classes: api::classification::ClassOutputs,
-    server: Arc<Server>,
-    trace: Option<Trace>,
-    /// The request's sequence and whether it ends it, when it belongs to one.
-    sequence: Option<(CorrelationId, bool)>,
-    /// Its place among its sequence's requests on the stream.
-    turn: Option<Turn>,
-}
-
-/// The replies of a sequence's requests leave the stream in the order the requests came: the
-/// sequence batcher runs them one after another, but each request's replies are forwarded by a
-/// task of its own, and two tasks may send in either order. A request's task sends its first
-/// reply once the task of the sequence's previous request has sent its final one (or ended).
-struct Turn {
-    after: Option<oneshot::Receiver<()>>,
-    /// Dropped (which `after` of the next request sees) once this request's final reply is sent.
-    done: oneshot::Sender<()>,
-}
-
-impl StreamStart {
-    /// `read`: when the stream began waiting for this request and when it arrived (taken while
-    /// tracing is on).
-    fn new(
-        server: &Arc<Server>,
-        message: pb::ModelInferRequest,
-        context: &TraceContext,
-        read: Option<(Instant, Instant)>,
-    ) -> Self {
-        use pb::infer_parameter::ParameterChoice;
-        let id = message.id.clone();
-        let empty_final = matches!(
-            message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
-            Some(ParameterChoice::BoolParam(true))
-        );
-        let trace = start_trace(server, &message, context);
-        if let (Some(trace), Some((since, arrived))) = (&trace, read) {
-            trace.capture(FrontendEvent::GrpcWaitReadStart, since);
-            trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
-        }
-        let (mut shm_outputs, mut classes, mut sequence) = (Vec::new(), Vec::new(), None);
-        let started = convert::request(message, server.shm()).and_then(|(mut req, places, asked)| {
-            (shm_outputs, classes) = (places, asked);
-            if req.correlation_id != CorrelationId::None {
-                sequence = Some((req.correlation_id.clone(), req.sequence_end));
-            }
-            req.trace = trace.clone();
-            server.infer_stream(req)
-        });
-        StreamStart {
-            id,
-            empty_final,
-            started,
-            shm_outputs,
-            classes,
-            server: server.clone(),
-            trace,
-            sequence,
-            turn: None,
-        }
-    }
-}
-
 /// Samples a request for tracing (only a request whose model version reads: others fail anyway).
 #[inline]
 fn start_trace(server: &Server, message: &pb::ModelInferRequest, carrier: &dyn Carrier) -> Option<Trace> {
@@ -462,87 +362,6 @@ fn trace_context(metadata: &tonic::metadata::MetadataMap) -> TraceContext {
 impl Carrier for tonic::metadata::MetadataMap {
     fn values(&self, key: &str) -> Vec<&str> {
         self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
-    }
-}
-
-/// Forwards a streamed request's responses (or its error) to the stream.
-async fn stream_one(tx: tokio::sync::mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>, start: StreamStart) {
-    use pb::infer_parameter::ParameterChoice;
-    let StreamStart { id, empty_final, started, shm_outputs, classes, server, trace, turn, .. } = start;
-    // Held until this function returns, after the final reply: the sequence's next request waits.
-    let mut done = None;
-    if let Some(Turn { after, done: mine }) = turn {
-        done = Some(mine);
-        if let Some(after) = after {
-            tokio::select! {
-                _ = after => {}
-                () = tx.closed() => return,
-            }
-        }
-    }
-    let _done = done;
-    let error_reply = |e: InferError| pb::ModelStreamInferResponse {
-        error_message: e.message,
-        // The request id lets the client match the error to its request.
-        infer_response: Some(pb::ModelInferResponse { id: id.clone(), ..Default::default() }),
-    };
-    let (mut items, model) = match started {
-        Ok(started) => started,
-        Err(e) => {
-            let _ = tx.send(Ok(error_reply(e))).await;
-            return;
-        }
-    };
-    let decoupled = model.is_decoupled();
-    let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
-    loop {
-        // A stream the client cancelled drops `items` at once, so the backend sees the
-        // cancellation (`is-cancelled`) without waiting for its next response.
-        let item = tokio::select! {
-            item = items.recv() => item,
-            () = tx.closed() => break,
-        };
-        let Some(item) = item else { break };
-        let reply = match item.response {
-            Some(Ok(mut response)) => match api::infer::write_shm_outputs(server.shm(), &response, &shm_outputs)
-                .and_then(|()| api::classification::apply(&mut response, &classes, &model.io))
-            {
-                Ok(()) => {
-                    let mut response = convert::response(response, &shm_outputs);
-                    if decoupled {
-                        response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
-                    }
-                    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
-                }
-                Err(e) => error_reply(e),
-            },
-            Some(Err(e)) => error_reply(e),
-            None if empty_final => {
-                let mut response = pb::ModelInferResponse {
-                    model_name: model.name.to_string(),
-                    model_version: model.version.to_string(),
-                    id: id.clone(),
-                    ..Default::default()
-                };
-                response.parameters.insert("triton_final_response".into(), final_flag(true));
-                pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
-            }
-            None => break,
-        };
-        if let Some(trace) = &trace {
-            let now = Instant::now();
-            if item.final_ {
-                trace.capture(FrontendEvent::InferResponseComplete, now);
-            }
-            trace.capture(FrontendEvent::GrpcSendStart, now);
-        }
-        let sent = tx.send(Ok(reply)).await;
-        if let Some(trace) = &trace {
-            trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
-        }
-        if sent.is_err() || item.final_ {
-            break;
-        }
     }
 }
 

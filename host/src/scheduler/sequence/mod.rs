@@ -128,30 +128,34 @@ impl SequenceBatcher {
         shared.lifecycle.start(model, workers);
         SequenceBatcher { shared }
     }
-}
 
-impl Schedule for SequenceBatcher {
-    /// Routes a validated request to its sequence's slot or backlog. Requests that cannot belong to
-    /// a sequence are refused with Triton's errors.
-    fn enqueue(&self, mut job: Job, _caller: Caller) -> Result<(), InferError> {
+    /// Where [`Schedule::enqueue`] puts a request; a refused one comes back with its error.
+    #[allow(clippy::result_large_err)]
+    fn route(&self, mut job: Job) -> Result<(), (Job, InferError)> {
         let model = &self.shared.model;
         let id = job.request.correlation_id.clone();
         if id == CorrelationId::None {
-            return Err(InferError::invalid(format!(
-                "inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
-            )));
+            let message =
+                format!("inference request to model '{model}' must specify a non-zero or non-empty correlation ID");
+            return Err((job, InferError::invalid(message)));
         }
         if job.request.batch_size(self.shared.rules.batching) > 1 {
-            return Err(InferError::invalid(format!(
+            let message = format!(
                 "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
-            )));
+            );
+            return Err((job, InferError::invalid(message)));
         }
-        self.shared.rules.check_id(&id)?;
+        if let Err(e) = self.shared.rules.check_id(&id) {
+            return Err((job, e));
+        }
         let (start, end) = (job.request.sequence_start, job.request.sequence_end);
         let now = Instant::now();
         job.enqueued = now;
         let mut state = self.shared.state.lock();
-        self.shared.lifecycle.admit()?;
+        if let Err(e) = self.shared.lifecycle.admit() {
+            drop(state);
+            return Err((job, e));
+        }
         if let Some(&(instance, slot)) = state.active.get(&id) {
             if start {
                 tracing::warn!(
@@ -177,10 +181,12 @@ impl Schedule for SequenceBatcher {
             return Ok(());
         }
         if !start {
-            return Err(InferError::invalid(format!(
+            let message = format!(
                 "inference request for sequence {} to model '{model}' must specify the START flag on the first request of the sequence",
                 id_text(&id)
-            )));
+            );
+            drop(state);
+            return Err((job, InferError::invalid(message)));
         }
         match state.free.pop_first() {
             Some((slot, instance)) => {
@@ -200,6 +206,16 @@ impl Schedule for SequenceBatcher {
             None => state.backlog.push_back(Backlogged { id, queue: VecDeque::from([job]), ended: end }),
         }
         Ok(())
+    }
+}
+
+impl Schedule for SequenceBatcher {
+    /// Routes a validated request to its sequence's slot or backlog. Requests that cannot belong to
+    /// a sequence are refused with Triton's errors.
+    fn enqueue(&self, job: Job, _caller: Caller) {
+        if let Err((mut job, e)) = self.route(job) {
+            job.fail(e);
+        }
     }
 
     /// Requests waiting: in slots and in the backlog.

@@ -1,0 +1,237 @@
+//! `ModelStreamInfer`: many requests on one bidirectional stream, each answered (one response, or
+//! several from a decoupled model, or an error in `error_message`) as it completes.
+//!
+//! Two tasks per stream. The reader decodes each request in stream order and queues it, so a
+//! sequence's requests reach its scheduler in the order they were sent. Every request answers
+//! into one channel the stream shares ([`request::stream_channel`]), tagged with its place on the
+//! stream; the writer forwards that channel to the client in the order the backends answered, as
+//! tritonserver writes each response when its backend completes it: the requests of one batch in
+//! the batch's order, a sequence's in its requests' order. (A task per request, as before, sent
+//! a batch's answers in whatever order the tasks ran; Triton's own tests read them by position.)
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::convert;
+use super::{TraceContext, start_trace};
+use crate::api;
+use crate::error::InferError;
+use crate::model::ModelVersion;
+use crate::proto::inference as pb;
+use crate::request::{self, StreamItem, StreamReceiver, StreamTx};
+use crate::scheduler::Caller;
+use crate::server::Server;
+use crate::trace::{FrontendEvent, Trace};
+
+type Outgoing = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
+
+/// Serves one stream: reads `incoming`, answers on the returned stream, which ends once the
+/// client has finished sending and every request has been answered.
+pub(super) fn serve(
+    server: Arc<Server>,
+    incoming: Streaming<pb::ModelInferRequest>,
+    context: TraceContext,
+) -> ReceiverStream<Result<pb::ModelStreamInferResponse, Status>> {
+    let (out, rx) = mpsc::channel(64);
+    let (replies, answers) = request::stream_channel();
+    let (register, registered) = mpsc::unbounded_channel();
+    tokio::spawn(read(server.clone(), incoming, context, replies, register, out.clone()));
+    tokio::spawn(write(server, answers, registered, out));
+    ReceiverStream::new(rx)
+}
+
+/// What the writer needs to turn a request's answers into stream messages.
+struct Reply {
+    id: String,
+    /// `triton_enable_empty_final_response`: a decoupled model's flag-only completion is sent as
+    /// an empty response marked final.
+    empty_final: bool,
+    shm_outputs: api::infer::ShmOutputs,
+    classes: api::classification::ClassOutputs,
+    /// The model version answering it; `None` for a request refused before it had one.
+    model: Option<Arc<ModelVersion>>,
+    trace: Option<Trace>,
+}
+
+/// Decodes and queues each request in stream order. Each one's [`Reply`] is registered before it
+/// is queued, so the writer knows it before its first answer arrives.
+async fn read(
+    server: Arc<Server>,
+    mut incoming: Streaming<pb::ModelInferRequest>,
+    context: TraceContext,
+    replies: StreamTx,
+    register: mpsc::UnboundedSender<(u64, Reply)>,
+    out: Outgoing,
+) {
+    let mut tag = 0u64;
+    loop {
+        let waiting = server.tracer().is_active().then(Instant::now);
+        let message = tokio::select! {
+            message = incoming.next() => message,
+            // The writer is gone (the client went away): nothing read now could be answered.
+            () = replies.closed() => return,
+        };
+        let Some(message) = message else { return };
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = out.send(Err(e)).await;
+                return;
+            }
+        };
+        tag += 1;
+        let read = waiting.map(|since| (since, Instant::now()));
+        let (reply, queued) = start(&server, message, &context, read);
+        let started = match queued {
+            Ok((request, model)) => {
+                let _ = register.send((tag, Reply { model: Some(model.clone()), ..reply }));
+                model.infer_into(request, Caller::IoThread, replies.for_request(tag))
+            }
+            Err(e) => {
+                let _ = register.send((tag, reply));
+                Err(e)
+            }
+        };
+        if let Err(e) = started {
+            replies.fail(tag, e);
+        }
+    }
+}
+
+/// Decodes a request and finds its model: its [`Reply`] (without the model yet), and the request
+/// to queue with the model that answers it, or why it cannot be.
+#[allow(clippy::type_complexity)]
+fn start(
+    server: &Server,
+    message: pb::ModelInferRequest,
+    context: &TraceContext,
+    read: Option<(Instant, Instant)>,
+) -> (Reply, Result<(request::InferenceRequest, Arc<ModelVersion>), InferError>) {
+    use pb::infer_parameter::ParameterChoice;
+    let id = message.id.clone();
+    let empty_final = matches!(
+        message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    );
+    let trace = start_trace(server, &message, context);
+    if let (Some(trace), Some((since, arrived))) = (&trace, read) {
+        trace.capture(FrontendEvent::GrpcWaitReadStart, since);
+        trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
+    }
+    let (mut shm_outputs, mut classes) = (Vec::new(), Vec::new());
+    let queued = convert::request(message, server.shm()).and_then(|(mut request, places, asked)| {
+        (shm_outputs, classes) = (places, asked);
+        request.trace = trace.clone();
+        let model = server.model_for(&request)?;
+        Ok((request, model))
+    });
+    (Reply { id, empty_final, shm_outputs, classes, model: None, trace }, queued)
+}
+
+/// Forwards every request's answers to the client, in the order they were given.
+async fn write(
+    server: Arc<Server>,
+    mut answers: StreamReceiver,
+    mut registered: mpsc::UnboundedReceiver<(u64, Reply)>,
+    out: Outgoing,
+) {
+    let mut replies: HashMap<u64, Reply> = HashMap::new();
+    loop {
+        // A client that cancels the stream ends this loop at once, and dropping `answers` tells
+        // every backend still working on one of its requests (`is-cancelled`).
+        let answer = tokio::select! {
+            answer = answers.recv_tagged() => answer,
+            () = out.closed() => return,
+        };
+        let Some((tag, item)) = answer else { return };
+        // Registered before the request was queued, so it is there by now.
+        while !replies.contains_key(&tag) {
+            let Ok((t, reply)) = registered.try_recv() else { break };
+            replies.insert(t, reply);
+        }
+        let Some(reply) = replies.get(&tag) else {
+            tracing::error!("a streamed answer for request {tag}, which the stream never registered");
+            continue;
+        };
+        let final_ = item.final_;
+        let message = reply.message(&server, item);
+        if let Some(trace) = &reply.trace {
+            let now = Instant::now();
+            if final_ {
+                trace.capture(FrontendEvent::InferResponseComplete, now);
+            }
+            trace.capture(FrontendEvent::GrpcSendStart, now);
+        }
+        let sent = match message {
+            Some(message) => out.send(Ok(message)).await.is_ok(),
+            None => true,
+        };
+        if let Some(trace) = &reply.trace {
+            trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
+        }
+        if final_ {
+            replies.remove(&tag);
+        }
+        if !sent {
+            return;
+        }
+    }
+}
+
+impl Reply {
+    /// The stream message for one of the request's answers; `None` for a flag-only completion
+    /// the client did not ask to see.
+    fn message(&self, server: &Server, item: StreamItem) -> Option<pb::ModelStreamInferResponse> {
+        use pb::infer_parameter::ParameterChoice;
+        let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
+        let ok =
+            |response| pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) };
+        let Some(model) = &self.model else {
+            // Refused before it reached a model: its one answer is the error.
+            return match item.response {
+                Some(Err(e)) => Some(self.error(e)),
+                _ => None,
+            };
+        };
+        match item.response {
+            Some(Ok(mut response)) => {
+                let shm = api::infer::write_shm_outputs(server.shm(), &response, &self.shm_outputs);
+                match shm.and_then(|()| api::classification::apply(&mut response, &self.classes, &model.io)) {
+                    Ok(()) => {
+                        let mut response = convert::response(response, &self.shm_outputs);
+                        if model.is_decoupled() {
+                            response.parameters.insert("triton_final_response".into(), final_flag(item.final_));
+                        }
+                        Some(ok(response))
+                    }
+                    Err(e) => Some(self.error(e)),
+                }
+            }
+            Some(Err(e)) => Some(self.error(e)),
+            None if self.empty_final => {
+                let mut response = pb::ModelInferResponse {
+                    model_name: model.name.to_string(),
+                    model_version: model.version.to_string(),
+                    id: self.id.clone(),
+                    ..Default::default()
+                };
+                response.parameters.insert("triton_final_response".into(), final_flag(true));
+                Some(ok(response))
+            }
+            None => None,
+        }
+    }
+
+    /// An error message; the request id lets the client match it to its request.
+    fn error(&self, e: InferError) -> pb::ModelStreamInferResponse {
+        pb::ModelStreamInferResponse {
+            error_message: e.message,
+            infer_response: Some(pb::ModelInferResponse { id: self.id.clone(), ..Default::default() }),
+        }
+    }
+}
