@@ -511,6 +511,48 @@ ensemble_scheduling { step [
     }
 }
 
+/// Where a tensor crosses between an ensemble that does not batch and a step that does, the batch
+/// dimension is added and taken away again as tritonserver does (`ReshapeTensorDims`): a non-batching
+/// ensemble's `[n]` tensor, exactly the step's dims without a batch, reaches the step as a batch of
+/// one, `[1, n]`, and its output comes back as `[n]` — also when `n` is zero (L0_infer_zero's
+/// ensembles). A request with a batch of zero is served, with empty outputs.
+#[test]
+fn batch_dimensions_are_added_and_removed_between_batching_and_non_batching_models() {
+    let repo = Repo::new();
+    int32_identity(&repo, "batched", 8, "[ -1 ]");
+    repo.model(
+        "flat",
+        r#"name: "flat"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "B" data_type: TYPE_INT32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "batched" model_version: -1 input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "batched" model_version: -1 input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "B" } } ] }"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    for data in [vec![4, 5, 6], vec![]] {
+        let n = data.len();
+        let r = s.post_json(
+            "/v2/models/flat/infer",
+            &json!({"inputs": [{"name": "A", "shape": [n], "datatype": "INT32", "data": data}]}),
+        );
+        assert_eq!(r.json()["outputs"][0]["shape"], json!([n]), "{}", r.text());
+        assert_eq!(out(&r, "B"), data.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    }
+    // Each step saw a batch of one.
+    let stats = s.get("/v2/models/batched/stats").json();
+    assert_eq!(stats["model_stats"][0]["inference_count"], json!(4), "{stats}");
+    // A batch of zero, straight to the batching model.
+    let r = s.post_json(
+        "/v2/models/batched/infer",
+        &json!({"inputs": [{"name": "INPUT0", "shape": [0, 3], "datatype": "INT32", "data": []}]}),
+    );
+    assert_eq!(r.json()["outputs"][0]["shape"], json!([0, 3]), "{}", r.text());
+}
+
 /// Optional inputs, as tritonserver's QA suite L0_optional_input uses them: a model may be sent
 /// any subset of its optional inputs (the `identity` backend answers an output whose input was
 /// left out with zeros, as Triton's), an ensemble passes on only what the request provided, and a

@@ -831,7 +831,10 @@ fn system_shared_memory_is_opt_in_and_bounds_checked() {
     let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
     let r = register(&s, "big", json!({"key": key, "offset": 0, "byte_size": 128}));
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.error().contains("do not fit"), "{}", r.text());
+    assert!(r.error().contains("failed to register shared memory region 'big': invalid args"), "{}", r.text());
+    let r = register(&s, "all_slashes", json!({"key": "///", "byte_size": 8}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("cannot register shared memory region 'all_slashes' - invalid shm key '///'"));
     let r = register(&s, "missing", json!({"key": "/nereus_no_such_key", "byte_size": 8}));
     assert!(r.status == 400 && r.error().contains("Unable to open shared memory region"), "{}", r.text());
     assert_eq!(register(&s, "r", json!({"key": key, "offset": 0, "byte_size": 64})).status, 200);
@@ -844,7 +847,26 @@ fn system_shared_memory_is_opt_in_and_bounds_checked() {
         "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 64, "shared_memory_offset": 8}});
     let r = s.post_json("/v2/models/simple/infer", &body);
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.error().contains("do not fit"), "{}", r.text());
+    assert_eq!(r.error(), "Invalid offset + byte size for shared memory region: 'r'");
+    // An output's place is checked as the request arrives, with tritonserver's messages.
+    for (offset, byte_size, message) in [
+        (64u64, 4u64, "Invalid offset for shared memory region: 'r'".to_string()),
+        (
+            32,
+            u64::MAX - 31,
+            format!(
+                "Integer overflow detected: byte_size ({}) + offset (32) exceeds maximum value ({}) for region 'r'",
+                u64::MAX - 31,
+                u64::MAX
+            ),
+        ),
+    ] {
+        let mut body = simple_request(1);
+        body["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"shared_memory_region": "r",
+            "shared_memory_byte_size": byte_size, "shared_memory_offset": offset}}]);
+        let r = s.post_json("/v2/models/simple/infer", &body);
+        assert_eq!((r.status, r.error()), (400, message));
+    }
     assert_eq!(s.request("POST", "/v2/systemsharedmemory/unregister", &[], b"").status, 200);
     assert_eq!(s.get("/v2/systemsharedmemory/status").json(), json!([]));
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);

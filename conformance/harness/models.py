@@ -32,6 +32,7 @@ GENERATORS = {
     "qa_ragged_model_repository": ("gen_qa_ragged_models.py", ["--onnx", ONNX_OPSET]),
     "qa_scalar_models": ("gen_qa_ort_scalar_models.py", [ONNX_OPSET]),
     "qa_ensemble_model_repository/qa_model_repository": ("gen_qa_models.py", ["--ensemble"]),
+    "qa_ensemble_model_repository/qa_identity_model_repository": ("gen_qa_identity_models.py", ["--ensemble"]),
 }
 
 # Framework prefixes of Triton's QA model names that a stand-in may replace.

@@ -103,10 +103,11 @@ pub struct InferenceRequest {
 
 impl InferenceRequest {
     /// How many inferences the request carries: its batch dimension when the model batches
-    /// (`batching`, i.e. `max_batch_size` > 0; validation has checked it), else 1.
+    /// (`batching`, i.e. `max_batch_size` > 0; validation has checked it; zero is a batch too,
+    /// as tritonserver serves it), else 1.
     pub fn batch_size(&self, batching: bool) -> i64 {
         match self.inputs.first().and_then(|t| t.shape.first()) {
-            Some(&b) if batching => b.max(1),
+            Some(&b) if batching => b.max(0),
             _ => 1,
         }
     }

@@ -49,12 +49,7 @@ impl Region {
     /// The absolute position in the object of `len` bytes at `offset` of the region, checked against
     /// the region as registered and against the object as it is now.
     fn place(&self, offset: u64, len: u64) -> Result<u64, InferError> {
-        let end = offset.checked_add(len).filter(|end| *end <= self.byte_size).ok_or_else(|| {
-            InferError::invalid(format!(
-                "shared memory region '{}' has {} bytes; {len} bytes at offset {offset} do not fit",
-                self.name, self.byte_size
-            ))
-        })?;
+        let end = self.end_of(offset, len)?;
         let now = std::fs::metadata(&self.path).map_err(|_| {
             InferError::invalid(format!(
                 "shared memory region '{}': its object '{}' no longer exists (unlinked after registration)",
@@ -71,6 +66,25 @@ impl Region {
             return Err(self.shrunk(now.size()));
         }
         Ok(self.offset + offset)
+    }
+
+    /// The end of `len` bytes at `offset` of the region, when they lie inside it as registered;
+    /// tritonserver's checks and messages (`SharedMemoryManager::GetMemoryInfo`).
+    fn end_of(&self, offset: u64, len: u64) -> Result<u64, InferError> {
+        let name = &self.name;
+        if offset >= self.byte_size {
+            return Err(InferError::invalid(format!("Invalid offset for shared memory region: '{name}'")));
+        }
+        let end = offset.checked_add(len).ok_or_else(|| {
+            InferError::invalid(format!(
+                "Integer overflow detected: byte_size ({len}) + offset ({offset}) exceeds maximum value ({}) for region '{name}'",
+                u64::MAX
+            ))
+        })?;
+        if end > self.byte_size {
+            return Err(InferError::invalid(format!("Invalid offset + byte size for shared memory region: '{name}'")));
+        }
+        Ok(end)
     }
 
     fn shrunk(&self, size: u64) -> InferError {
@@ -120,6 +134,11 @@ impl SystemShm {
     /// Registers `byte_size` bytes at `offset` of the shared-memory object `key` as region `name`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
         self.check_enabled()?;
+        if key.trim_start_matches('/').is_empty() {
+            return Err(InferError::invalid(format!(
+                "cannot register shared memory region '{name}' - invalid shm key '{key}'"
+            )));
+        }
         if key.trim_start_matches('/').starts_with(RESERVED_KEY_PREFIX) {
             return Err(InferError::invalid(format!(
                 "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
@@ -148,7 +167,7 @@ impl SystemShm {
         let size = meta.size();
         if offset.checked_add(byte_size).is_none_or(|end| end > size) || byte_size == 0 {
             return Err(InferError::invalid(format!(
-                "failed to register shared memory region '{name}': {byte_size} bytes at offset {offset} do not fit in '{key}' ({size} bytes)"
+                "failed to register shared memory region '{name}': invalid args ({byte_size} bytes at offset {offset} do not fit in '{key}', {size} bytes)"
             )));
         }
         let region = Region {
@@ -209,6 +228,12 @@ impl SystemShm {
             .get(name)
             .cloned()
             .ok_or_else(|| InferError::invalid(format!("Unable to find shared memory region: '{name}'")))
+    }
+
+    /// Checks that `place` (an output's) lies inside its region as registered, when the request
+    /// arrives, as tritonserver checks it then.
+    pub fn check(&self, place: &ShmPlace) -> Result<(), InferError> {
+        self.region(&place.region)?.end_of(place.offset, place.byte_size).map(drop)
     }
 
     /// A copy of `len` bytes at `offset` of region `name` (an input's data).

@@ -144,7 +144,9 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                     shape_string(&input.shape)
                 )));
             };
-            if b < 1 || b > spec.max_batch_size {
+            // A batch of zero is a request (tritonserver refuses only one over the maximum): its
+            // tensors are empty, and the backend answers with empty outputs.
+            if b < 0 || b > spec.max_batch_size {
                 return Err(InferError::invalid(format!(
                     "inference request batch-size must be <= {} for '{model}', got {b}",
                     spec.max_batch_size
@@ -170,7 +172,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                 shape_string(&input.shape)
             )));
         }
-        check_byte_size(input).map_err(InferError::invalid)?;
+        check_byte_size(input, &format!(" for model '{model}'")).map_err(InferError::invalid)?;
         if let Some(reshape) = &s.reshape {
             let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
             shape.extend_from_slice(reshape);
@@ -193,8 +195,9 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
     Ok(batch.unwrap_or(1))
 }
 
-/// Checks that a tensor's bytes agree with its shape and datatype.
-pub fn check_byte_size(t: &Tensor) -> Result<(), String> {
+/// Checks that a tensor's bytes agree with its shape and datatype; `whose` follows the tensor's name
+/// in the message (tritonserver's " for model '…'" for a request's inputs).
+pub fn check_byte_size(t: &Tensor, whose: &str) -> Result<(), String> {
     let elements =
         element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {
@@ -202,7 +205,7 @@ pub fn check_byte_size(t: &Tensor) -> Result<(), String> {
             let expected = elements.checked_mul(size as u64);
             if expected != Some(t.data.len() as u64) {
                 return Err(format!(
-                    "input byte size mismatch for input '{}'. Expected {}, got {}",
+                    "input byte size mismatch for input '{}'{whose}. Expected {}, got {}",
                     t.name,
                     expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string()),
                     t.data.len()
@@ -253,7 +256,7 @@ pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, S
             shape_string(declared)
         ));
     }
-    check_byte_size(t)
+    check_byte_size(t, "")
         .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
     if s.reshape.is_some() && !s.dims.contains(&-1) {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };

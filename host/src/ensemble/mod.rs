@@ -4,6 +4,7 @@
 //! at once and may finish in any order. Tensors pass between steps by reference (the bytes are
 //! shared, never copied). The ensemble answers once no further step can run, with the outputs the
 //! client asked for; a failing step fails the request with an error naming the step.
+mod batch_dims;
 pub mod composition;
 mod graph;
 
@@ -73,6 +74,9 @@ pub struct Ensemble {
     batching: bool,
     /// The ensemble's optional inputs: one a request leaves out is absent (see [`Context`]).
     optional_inputs: Vec<String>,
+    /// Each output's dims (its reshape's where it has one), which a tensor from a step is
+    /// reshaped against (see [`batch_dims`]).
+    output_dims: HashMap<String, Vec<i64>>,
     /// Some step's model is decoupled: every response it sends drives the steps after it, and the
     /// ensemble answers each time a set of its outputs is complete (so it is decoupled too).
     decoupled: bool,
@@ -105,6 +109,8 @@ enum StepEvent {
 struct Running {
     step: usize,
     context: usize,
+    /// Whether the step's model batches: the batch size of the tensors it produces.
+    batching: bool,
     answers: Answers,
     /// Released when the step finishes (`max_inflight_requests`).
     _permit: Option<OwnedSemaphorePermit>,
@@ -119,9 +125,32 @@ struct Running {
 struct Context {
     parent: Option<usize>,
     depth: usize,
-    own: HashMap<String, Option<Tensor>>,
+    own: HashMap<String, Option<Held>>,
     launched: Vec<bool>,
     answered: bool,
+}
+
+/// An ensemble tensor and the batch size of what produced it (0: a model or a request that does
+/// not batch), which decides its shape where it meets a model that batches differently.
+struct Held {
+    tensor: Tensor,
+    batch_size: u64,
+}
+
+impl Held {
+    fn new(tensor: Tensor, batching: bool) -> Self {
+        Held { batch_size: batch_dims::batch_size(batching, &tensor.shape), tensor }
+    }
+
+    /// The tensor as `name` where it meets `dims` of something that batches or not.
+    fn meeting(&self, name: &str, dims: Option<&[i64]>, batching: bool) -> Tensor {
+        let shape = dims.and_then(|d| batch_dims::reshaped(d, batching, self.batch_size, &self.tensor.shape));
+        Tensor {
+            name: name.to_string(),
+            shape: shape.unwrap_or_else(|| self.tensor.shape.clone()),
+            ..self.tensor.clone()
+        }
+    }
 }
 
 /// The contexts of one ensemble request.
@@ -130,7 +159,7 @@ struct Contexts(Vec<Context>);
 impl Contexts {
     /// `name` as `context` sees it (`Some(None)`: known to be absent), with the context it comes
     /// from; `None` while it does not exist yet.
-    fn resolve(&self, mut context: usize, name: &str) -> Option<(Option<&Tensor>, usize)> {
+    fn resolve(&self, mut context: usize, name: &str) -> Option<(Option<&Held>, usize)> {
         loop {
             let c = &self.0[context];
             if let Some(t) = c.own.get(name) {
@@ -184,6 +213,11 @@ impl Ensemble {
             steps,
             batching: config.max_batch_size > 0,
             optional_inputs: config.input.iter().filter(|i| i.optional).map(|i| i.name.clone()).collect(),
+            output_dims: config
+                .output
+                .iter()
+                .map(|o| (o.name.clone(), o.reshape.as_ref().map_or(&o.dims, |r| &r.shape).clone()))
+                .collect(),
             limits,
             held_back: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -284,7 +318,10 @@ impl Ensemble {
             ..
         } = request;
         let n = self.steps.len();
-        let mut own: HashMap<String, Option<Tensor>> = inputs.into_iter().map(|t| (t.name.clone(), Some(t))).collect();
+        // As tritonserver counts an ensemble request's batch: 0 when the ensemble does not batch.
+        let request_batch = inputs.first().map_or(0, |t| batch_dims::batch_size(self.batching, &t.shape));
+        let mut own: HashMap<String, Option<Held>> =
+            inputs.into_iter().map(|t| (t.name.clone(), Some(Held::new(t, self.batching)))).collect();
         for name in &self.optional_inputs {
             own.entry(name.clone()).or_insert(None);
         }
@@ -306,6 +343,8 @@ impl Ensemble {
                     Err(e) => return Err::<Running, InferError>(self.step_error(step, e.into_infer_error())),
                 }
             };
+            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
+            let batching = model.config.max_batch_size > 0;
             let step_request = InferenceRequest {
                 model_name: s.model.clone(),
                 model_version: s.version,
@@ -320,15 +359,15 @@ impl Ensemble {
                     .inputs
                     .iter()
                     .filter_map(|(input, tensor)| {
-                        let (t, _) = contexts.resolve(context, tensor)?;
-                        t.map(|t| Tensor { name: input.clone(), ..t.clone() })
+                        let (held, _) = contexts.resolve(context, tensor)?;
+                        let dims = model.config.input.iter().find(|i| &i.name == input).map(|i| i.dims.as_slice());
+                        held.map(|h| h.meeting(input, dims, batching))
                     })
                     .collect(),
                 requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
                 trace: step_trace.clone(),
                 calls: step_calls,
             };
-            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
             let answers = if self.decoupled && model.is_decoupled() {
                 // The ensemble's task runs on the server's runtime: an I/O thread.
                 model.infer_stream(step_request, Caller::IoThread).map(Answers::Stream)
@@ -336,7 +375,7 @@ impl Ensemble {
                 model.infer(step_request, "ensemble", Caller::IoThread).map(Answers::Unary)
             }
             .map_err(|e| self.step_error(step, e))?;
-            Ok::<_, InferError>(Running { step, context, answers, _permit: permit })
+            Ok::<_, InferError>(Running { step, context, batching, answers, _permit: permit })
         };
         loop {
             // Every step whose inputs now exist, in the deepest context they come from.
@@ -373,7 +412,8 @@ impl Ensemble {
                 running.push(launch(step, context, &contexts, permit)?);
             }
             if self.decoupled {
-                self.answer_complete_contexts(&mut contexts, &requested_outputs, &id, version, sender).await;
+                let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
+                self.answer_complete_contexts(&mut contexts, &answer, sender).await;
             }
             if running.is_empty() && held.queue.is_empty() {
                 break;
@@ -402,7 +442,7 @@ impl Ensemble {
                 () = sender.cancelled() => return Err(InferError::unavailable("the request was cancelled")),
             };
             let Some((index, event)) = waited else { continue };
-            let (step, context) = (running[index].step, running[index].context);
+            let (step, context, batching) = (running[index].step, running[index].context, running[index].batching);
             let finished = !matches!(event, StepEvent::Response(_, false));
             let streamed = matches!(running[index].answers, Answers::Stream(_));
             if finished {
@@ -415,7 +455,8 @@ impl Ensemble {
                     let mut produced = HashMap::with_capacity(self.steps[step].outputs.len());
                     for (output, tensor) in &self.steps[step].outputs {
                         let t = response.outputs.iter().find(|o| &o.name == output);
-                        produced.insert(tensor.clone(), t.map(|t| Tensor { name: tensor.clone(), ..t.clone() }));
+                        let t = t.map(|t| Held::new(Tensor { name: tensor.clone(), ..t.clone() }, batching));
+                        produced.insert(tensor.clone(), t);
                     }
                     if streamed {
                         // Each response of a decoupled step starts a context of its own.
@@ -439,7 +480,7 @@ impl Ensemble {
         let mut outputs = Vec::with_capacity(requested_outputs.len());
         for name in &requested_outputs {
             match contexts.resolve(0, name) {
-                Some((Some(t), _)) => outputs.push(t.clone()),
+                Some((Some(held), _)) => outputs.push(self.output(name, held, request_batch)),
                 Some((None, _)) => {}
                 None => {
                     return Err(InferError::internal(format!(
@@ -463,22 +504,26 @@ impl Ensemble {
     async fn answer_complete_contexts(
         &self,
         contexts: &mut Contexts,
-        requested: &[String],
-        id: &str,
-        version: i64,
+        answer: &Answer<'_>,
         sender: &mut ResponseSender,
     ) {
         for c in 0..contexts.0.len() {
-            if contexts.0[c].answered || !contexts.complete_in(c, &mut requested.iter().map(String::as_str)) {
+            if contexts.0[c].answered || !contexts.complete_in(c, &mut answer.requested.iter().map(String::as_str)) {
                 continue;
             }
             contexts.0[c].answered = true;
-            let outputs =
-                requested.iter().filter_map(|name| contexts.resolve(c, name).and_then(|(t, _)| t.cloned())).collect();
+            let outputs = answer
+                .requested
+                .iter()
+                .filter_map(|name| {
+                    let (held, _) = contexts.resolve(c, name)?;
+                    held.map(|h| self.output(name, h, answer.request_batch))
+                })
+                .collect();
             let response = InferenceResponse {
                 model_name: self.name.clone(),
-                model_version: version,
-                id: id.to_string(),
+                model_version: answer.version,
+                id: answer.id.to_string(),
                 parameters: Vec::new(),
                 outputs,
             };
@@ -487,6 +532,20 @@ impl Ensemble {
             let _ = sender.send_partial(response).await;
         }
     }
+
+    /// The ensemble output `name` as the response carries it, for a request of `request_batch`.
+    fn output(&self, name: &str, held: &Held, request_batch: u64) -> Tensor {
+        held.meeting(name, self.output_dims.get(name).map(Vec::as_slice), request_batch != 0)
+    }
+}
+
+/// What a decoupled ensemble's responses carry: the outputs requested, and the request's id,
+/// version and batch size.
+struct Answer<'a> {
+    requested: &'a [String],
+    id: &'a str,
+    version: i64,
+    request_batch: u64,
 }
 
 /// Waits for the next event of any running step; returns its index in `running`.

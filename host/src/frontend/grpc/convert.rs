@@ -167,6 +167,7 @@ pub fn request(
             }
         }
         if let Some(place) = place {
+            shm.check(&place)?;
             shm_outputs.push((output.name.clone(), place));
         }
         request.requested_outputs.push(output.name);

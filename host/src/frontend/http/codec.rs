@@ -245,6 +245,7 @@ pub fn decode_request(
             }
         }
         if let Some(place) = place {
+            shm.check(&place)?;
             options.shm.push((output.name.clone(), place));
         }
         if let Some(b) = bool_param(op, "binary_data")? {
