@@ -75,6 +75,13 @@ else
   cargo build --release --locked -q
   nereus=$target/release/nereus
 fi
+# Triton's C++ test backends that plugins not bundled into nereus stand in for (plugins/sequence;
+# docs/conformance.md): the plugins crate's build makes every plugin component (at once when the
+# build above ran).
+if [[ -n ${NEREUS_BIN:-} ]]; then
+  cargo build --release --locked -q -p nereus-plugins
+fi
+export NEREUS_TEST_PLUGINS=$target/wasm-plugins/wasm32-wasip2/plugin
 # The suites run a copy, so a build while they run (another cargo command) cannot swap it.
 run_bin=$(mktemp -d "${TMPDIR:-/tmp}/nereus-conformance.XXXXXX")
 trap 'rm -rf "$run_bin"' EXIT

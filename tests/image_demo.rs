@@ -94,10 +94,15 @@ fn the_committed_images_are_classified_as_labelled() {
     }
     assert_eq!(at, r.body.len(), "{head}");
     assert_eq!(first_label.as_deref(), label.as_str(), "{head}");
-    // A bad image fails that request with the client's error, naming the step; the demo keeps serving.
+    // A bad image fails that request with the client's error, naming the ensemble (as tritonserver
+    // words a step's error); the demo keeps serving.
     let r = image_request(&s, "classify_digit", &[b"not an image".to_vec()], &["LABELS"]);
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.error().contains("digit_preprocess") && r.error().contains("neither a PNG nor a JPEG"), "{}", r.error());
+    assert!(
+        r.error().starts_with("in ensemble 'classify_digit', ") && r.error().contains("neither a PNG nor a JPEG"),
+        "{}",
+        r.error()
+    );
     assert_eq!(output(&image_request(&s, "classify_digit", &[all[0].0.clone()], &["LABELS"]), "LABELS")[0], all[0].1);
 }
 

@@ -514,3 +514,26 @@ sequence_batching { oldest { max_candidate_sequences: 1 preserve_ordering: true 
     assert_eq!((in_flight, executions), (0, 2), "the second response overtook the first");
     assert_eq!(first.join().unwrap().status, 200);
 }
+
+/// tritonserver's test hooks, which its QA suite L0_sequence_batcher sets to make batches
+/// deterministic: `TRITONSERVER_DELAY_SCHEDULER=2` holds the first batch until two requests wait in
+/// slots, `TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1` until one more waits in the backlog; then the two
+/// in slots run as one batch. (Without the hold the first request would run alone at once and the
+/// second run in a batch of its own.)
+#[test]
+fn the_delay_scheduler_hooks_hold_the_first_batch() {
+    let repo = Repo::new();
+    accumulate(&repo, "acc", 2, &format!("control_input [ {CONTROLS} ]"), "instance_group [ { count: 1 } ]");
+    let env = [("TRITONSERVER_DELAY_SCHEDULER", "2"), ("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "1")];
+    let s = Server::start_with_env(repo.path(), &[], &env);
+    let one = send(&s, "acc", seq(json!(1), 1, true, false));
+    s.wait_until("sequence 1 queued", || s.queued("acc") == 1);
+    let two = send(&s, "acc", seq(json!(2), 10, true, false));
+    s.wait_until("sequence 2 queued", || s.queued("acc") == 2);
+    let three = send(&s, "acc", seq(json!(3), 100, true, false));
+    assert_eq!(sum_and_slots(one.join().unwrap()), (1, vec![1, 1]));
+    assert_eq!(sum_and_slots(two.join().unwrap()), (10, vec![1, 1]));
+    // Sequence 3 takes the slot sequence 1 frees.
+    assert_eq!(infer(&s, "acc", seq(json!(1), 2, false, true)), (3, vec![1]));
+    assert_eq!(sum_and_slots(three.join().unwrap()).0, 100);
+}

@@ -478,6 +478,15 @@ def models_settled(port: int = 8000) -> bool:
     return all(m.get("state") in ("READY", "UNAVAILABLE") for m in index if "state" in m)
 
 
+def sed(path: Path, edits: list[tuple[str, str]]):
+    """`sed -i s/pattern/repl/` for each (pattern, repl) in turn: the first match on every line,
+    as test.sh's edits of model configurations do."""
+    lines = path.read_text().split("\n")
+    for pattern, repl in edits:
+        lines = [re.sub(pattern, repl, line, count=1) for line in lines]
+    path.write_text("\n".join(lines))
+
+
 def wait_until(what: str, cond: Callable[[], bool], timeout: float = 30.0, every: float = 0.1):
     """Polls `cond` until it holds; AssertionError naming `what` at the deadline (test.sh's fixed
     sleeps become polls for the condition they wait for)."""

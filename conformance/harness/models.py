@@ -33,6 +33,10 @@ GENERATORS = {
     "qa_scalar_models": ("gen_qa_ort_scalar_models.py", [ONNX_OPSET]),
     "qa_ensemble_model_repository/qa_model_repository": ("gen_qa_models.py", ["--ensemble"]),
     "qa_ensemble_model_repository/qa_identity_model_repository": ("gen_qa_identity_models.py", ["--ensemble"]),
+    "qa_variable_sequence_model_repository": ("gen_qa_sequence_models.py", ["--onnx", "--variable", ONNX_OPSET]),
+    "qa_ensemble_model_repository/qa_sequence_model_repository": ("gen_qa_sequence_models.py", ["--ensemble"]),
+    "qa_ensemble_model_repository/qa_variable_sequence_model_repository":
+        ("gen_qa_sequence_models.py", ["--ensemble", "--variable"]),
 }
 
 # Framework prefixes of Triton's QA model names that a stand-in may replace.

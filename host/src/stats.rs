@@ -157,7 +157,10 @@ impl ModelStats {
     }
 
     /// One execution of `requests` requests totalling `batch_size` inferences.
-    pub fn record_execution(&self, requests: u64, batch_size: u64, times: ExecutionTimes) {
+    /// Records an execution of `requests` requests carrying `batch_size` inferences, run as a batch
+    /// of `executed` (which counts the padding a sequence batcher adds, as tritonserver's batch
+    /// statistics count its null requests; `inference_count` does not).
+    pub fn record_execution(&self, requests: u64, batch_size: u64, executed: u64, times: ExecutionTimes) {
         self.execution_count.fetch_add(1, Ordering::Relaxed);
         self.inference_count.fetch_add(batch_size, Ordering::Relaxed);
         self.compute_input.record_n(requests, times.input);
@@ -169,7 +172,7 @@ impl ModelStats {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
         self.last_inference_ms.store(now, Ordering::Relaxed);
         let mut batches = self.batches.lock();
-        let b = batches.entry(batch_size).or_default();
+        let b = batches.entry(executed).or_default();
         b.compute_input.record(times.input);
         b.compute_infer.record(times.infer);
         b.compute_output.record(times.output);

@@ -19,6 +19,7 @@ const PLUGINS: &[(&str, bool)] = &[
     ("image_classify_preprocess", true),
     ("image_preprocess", true),
     ("repeat_int32", true),
+    ("sequence", false),
     ("string_case", true),
     ("test_faults", false),
     ("topk", true),

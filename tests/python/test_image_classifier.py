@@ -53,12 +53,12 @@ def main(http_url, grpc_url):
         result = client.infer("classify_digit", [images_input(module, blobs[:8])])
         firsts = [row[0].decode() for row in result.as_numpy("LABELS")]
         assert firsts == [expected[n]["label"] for n in names[:8]], f"{protocol}: {firsts}"
-        # Not an image: the client's error, naming the step that refused it.
+        # Not an image: the client's error, naming the ensemble (as tritonserver words a step's error).
         try:
             client.infer("classify_digit", [images_input(module, [b"GIF89a not supported"])])
             raise AssertionError(f"{protocol}: a GIF was accepted")
         except InferenceServerException as e:
-            assert "digit_preprocess" in str(e) and "neither a PNG nor a JPEG" in str(e), str(e)
+            assert "in ensemble 'classify_digit'" in str(e) and "neither a PNG nor a JPEG" in str(e), str(e)
             if protocol == "http":
                 assert e.status() == "400", e.status()
     print(f"image classification demo: {len(names)} images over HTTP and gRPC: 1 passed, 0 failed")

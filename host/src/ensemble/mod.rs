@@ -260,7 +260,7 @@ impl Ensemble {
                 // request (perf_analyzer finds the version it measured by its queue count).
                 stats.record_queue(started.saturating_duration_since(job.enqueued));
                 let times = ExecutionTimes { infer: started.elapsed(), ..Default::default() };
-                stats.record_execution(1, batch_size, times);
+                stats.record_execution(1, batch_size, batch_size, times);
             }
             match outcome {
                 Ok(Some(response)) => job.sender.send_final(Ok(response)),
@@ -286,12 +286,10 @@ impl Ensemble {
     }
 
     /// `error`, as the ensemble's error: naming the step it came from, keeping its kind.
-    fn step_error(&self, i: usize, error: InferError) -> InferError {
-        let model = &self.steps[i].model;
-        InferError::new(
-            error.kind,
-            format!("in ensemble '{}', step {i} (model '{model}'): {}", self.name, error.message),
-        )
+    /// A step's error as the ensemble's, in tritonserver's words (the step's own message names
+    /// its model where it matters; clients match these messages).
+    fn step_error(&self, error: InferError) -> InferError {
+        InferError::new(error.kind, format!("in ensemble '{}', {}", self.name, error.message))
     }
 
     /// Runs the steps as their inputs become available. A unary ensemble returns its one response;
@@ -340,10 +338,10 @@ impl Ensemble {
             } else {
                 match calls.enter(&self.name, &s.model, None) {
                     Ok(chain) => chain,
-                    Err(e) => return Err::<Running, InferError>(self.step_error(step, e.into_infer_error())),
+                    Err(e) => return Err::<Running, InferError>(self.step_error(e.into_infer_error())),
                 }
             };
-            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(step, e))?;
+            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(e))?;
             let batching = model.config.max_batch_size > 0;
             let step_request = InferenceRequest {
                 model_name: s.model.clone(),
@@ -374,7 +372,7 @@ impl Ensemble {
             } else {
                 model.infer(step_request, "ensemble", Caller::IoThread).map(Answers::Unary)
             }
-            .map_err(|e| self.step_error(step, e))?;
+            .map_err(|e| self.step_error(e))?;
             Ok::<_, InferError>(Running { step, context, batching, answers, _permit: permit })
         };
         loop {
@@ -449,7 +447,7 @@ impl Ensemble {
                 running.swap_remove(index);
             }
             match event {
-                StepEvent::Failed(e) => return Err(self.step_error(step, e)),
+                StepEvent::Failed(e) => return Err(self.step_error(e)),
                 StepEvent::Done => {}
                 StepEvent::Response(response, _) => {
                     let mut produced = HashMap::with_capacity(self.steps[step].outputs.len());

@@ -112,6 +112,7 @@ impl WorkerContext {
         let mut batch_size = 0u64;
         let mut requests = 0u64;
         let mut traced = false;
+        let executed = batch.iter().map(|j| j.request.batch_size(self.batching) as u64).sum();
         for job in batch.iter().filter(|j| !j.sender.is_padding()) {
             self.stats.record_queue(now - job.enqueued);
             batch_size += job.request.batch_size(self.batching) as u64;
@@ -130,7 +131,7 @@ impl WorkerContext {
                 crate::stats::ExecutionTimes::default()
             }
         };
-        self.stats.record_execution(requests, batch_size, times);
+        self.stats.record_execution(requests, batch_size, executed, times);
         if traced {
             for job in batch.iter() {
                 if let Some(trace) = job.sender.trace() {

@@ -18,6 +18,7 @@
 //! Before a request reaches the backend the host adds the control tensors (START, END, READY,
 //! CORRID) and each implicit state's input; after it ran, the state output is kept for the
 //! sequence's next request and removed from the response unless the client asked for it.
+mod hold;
 mod reaper;
 mod rules;
 
@@ -36,6 +37,7 @@ use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
+use hold::Hold;
 use reaper::{REAPER, Reap, Registration};
 use rules::Strategy;
 
@@ -71,6 +73,8 @@ struct State {
     backlog: VecDeque<Backlogged>,
     /// The ticket of the next formed batch (for `preserve_ordering`).
     next_ticket: u64,
+    /// tritonserver's test hold on the first batch, until it is released (see [`hold`]).
+    hold: Option<Hold>,
     /// The reaper will look at the slots (armed, or looking now): set when a slot takes a
     /// sequence, cleared when the reaper finds none held.
     reaping: bool,
@@ -111,6 +115,7 @@ impl SequenceBatcher {
                 active: HashMap::new(),
                 backlog: VecDeque::new(),
                 next_ticket: 0,
+                hold: Hold::from_env(),
                 reaping: false,
             }),
             rules,
@@ -274,6 +279,14 @@ type Formed = (Vec<Job>, Vec<Entry>, u64);
 impl Shared {
     /// Decides what instance `i` does next, from its slots as they stand at `now`.
     fn next(&self, state: &mut State, i: usize, now: Instant) -> Next<Formed> {
+        if let Some(hold) = state.hold {
+            let queued = state.slots.iter().flatten().map(|s| s.queue.len()).sum();
+            let backlogged = state.backlog.iter().map(|b| b.queue.len()).sum();
+            if !hold.released_by(queued, backlogged) && !self.lifecycle.is_closed() {
+                return Next::Wait(Some(now + hold::POLL));
+            }
+            state.hold = None;
+        }
         let slots = &state.slots[i];
         let ready: Vec<usize> = (0..slots.len()).filter(|s| !slots[*s].queue.is_empty()).collect();
         if ready.is_empty() {
@@ -281,6 +294,18 @@ impl Shared {
         }
         let head_age = |s: usize| slots[s].queue.front().map_or(now, |j| j.enqueued);
         let oldest = ready.iter().map(|s| head_age(*s)).min().unwrap_or(now);
+        // Only requests whose shapes match the reference's run together (tritonserver's
+        // `enforce_equal_shape_tensors`); the others wait for a later batch.
+        let matching = |reference: usize, candidates: Vec<usize>| -> Vec<usize> {
+            let Some(reference) = slots[reference].queue.front().map(|j| &j.request) else { return candidates };
+            if self.rules.equal_shape_inputs.is_empty() {
+                return candidates;
+            }
+            candidates
+                .into_iter()
+                .filter(|s| slots[*s].queue.front().is_some_and(|j| self.rules.batch_together(reference, &j.request)))
+                .collect()
+        };
         let take: Vec<usize> = match &self.rules.strategy {
             Strategy::Direct { min_utilization, max_queue_delay } => {
                 let needed = (min_utilization * slots.len() as f32).ceil() as usize;
@@ -291,10 +316,15 @@ impl Shared {
                 {
                     return Next::Wait(Some(oldest + *max_queue_delay));
                 }
-                ready
+                // The batch still spans every ready slot: a slot whose request does not match the
+                // first one's is padding this time, as tritonserver's null request.
+                let span = ready.last().copied().unwrap_or(0);
+                let take = matching(ready[0], ready);
+                return self.form(state, i, &take, span);
             }
             Strategy::Oldest { preferred, max_queue_delay, .. } => {
-                let mut by_age = ready;
+                let first = ready.iter().copied().min_by_key(|s| head_age(*s)).unwrap_or(ready[0]);
+                let mut by_age = matching(first, ready);
                 by_age.sort_by_key(|s| head_age(*s));
                 let n = by_age.len().min(self.rules.max_batch_size);
                 let waited_out = max_queue_delay.is_zero()
@@ -309,15 +339,15 @@ impl Shared {
                 by_age
             }
         };
-        self.form(state, i, &take)
+        let span = take.iter().copied().max().unwrap_or(0);
+        self.form(state, i, &take, span)
     }
 
-    /// Takes the head request of each slot in `take` (direct: padding the other occupied slots
-    /// below the last one taken, so that batch position = slot), adding controls and state.
-    fn form(&self, state: &mut State, i: usize, take: &[usize]) -> Next<Formed> {
+    /// Takes the head request of each slot in `take` (direct: padding every other slot up to
+    /// `span`, so that batch position = slot), adding controls and state.
+    fn form(&self, state: &mut State, i: usize, take: &[usize], span: usize) -> Next<Formed> {
         let direct = matches!(self.rules.strategy, Strategy::Direct { .. });
-        let positions: Vec<usize> =
-            if direct { (0..=take.iter().copied().max().unwrap_or(0)).collect() } else { take.to_vec() };
+        let positions: Vec<usize> = if direct { (0..=span).collect() } else { take.to_vec() };
         // Padding copies a real request's inputs (shared bytes); only direct batches with gaps need it.
         let template = (positions.len() > take.len())
             .then(|| take.first().and_then(|s| state.slots[i][*s].queue.front()).map(|j| j.request.inputs.clone()))

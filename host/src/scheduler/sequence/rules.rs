@@ -64,6 +64,9 @@ pub struct SequenceRules {
     pub states: Vec<StateSpec>,
     /// Whether tensors carry a batch dimension (`max_batch_size` > 0).
     pub batching: bool,
+    /// Inputs with variable dims that are not `allow_ragged_batch`: requests batched together
+    /// must give them equal shapes (tritonserver's `enforce_equal_shape_tensors`).
+    pub equal_shape_inputs: Vec<String>,
 }
 
 impl SequenceRules {
@@ -177,7 +180,22 @@ impl SequenceRules {
             controls,
             states,
             batching: config.max_batch_size > 0,
+            equal_shape_inputs: config
+                .input
+                .iter()
+                .filter(|i| i.dims.contains(&-1) && !i.allow_ragged_batch)
+                .map(|i| i.name.clone())
+                .collect(),
         }))
+    }
+
+    /// Whether the requests `a` and `b` may run in one batch: their inputs that must match in
+    /// shape do.
+    pub fn batch_together(&self, a: &crate::request::InferenceRequest, b: &crate::request::InferenceRequest) -> bool {
+        let shape = |r: &crate::request::InferenceRequest, name: &str| {
+            r.inputs.iter().find(|t| t.name == name).map(|t| t.shape.clone())
+        };
+        self.equal_shape_inputs.iter().all(|name| shape(a, name) == shape(b, name))
     }
 
     /// The shape of a per-request control tensor: one value per batch slot.
