@@ -247,6 +247,18 @@ fn an_unusable_log_file_is_refused() {
     assert!(err.contains("/nonexistent/dir/server.log"), "{err}");
 }
 
+/// `--http-max-input-size` of zero or below stops the start in tritonserver's words.
+#[test]
+fn a_max_input_size_below_one_is_refused() {
+    let repo = Repo::new();
+    repo.example("simple");
+    for value in ["0", "-1024"] {
+        let flag = format!("--http-max-input-size={value}");
+        let err = refused(&repo, &["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", &flag]);
+        assert!(err.contains("Error: --http-max-input-size must be greater than 0."), "{value}: {err}");
+    }
+}
+
 /// `--id` names the server in its metadata, as tritonserver's flag does.
 #[test]
 fn id_names_the_server() {

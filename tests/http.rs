@@ -83,6 +83,17 @@ fn model_metadata_readiness_and_config() {
     assert_eq!(s.get("/v2/models/simple/versions/x").status, 400);
     let index = s.post_json("/v2/repository/index", &json!({})).json();
     assert!(index.as_array().unwrap().iter().any(|m| m["name"] == "simple" && m["state"] == "READY"));
+    // `ready` must be a boolean, however deeply its value nests (tritonserver parses any depth)
+    let depth = 100_000;
+    let nested = format!("{{\"ready\":{}true{}}}", "[".repeat(depth), "]".repeat(depth));
+    for body in [nested.as_str(), r#"{"ready":"yes"}"#, r#"{"ready":null}"#] {
+        let r = s.request("POST", "/v2/repository/index", &[], body.as_bytes());
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.error(), "Invalid value for 'ready': expected a boolean");
+    }
+    let ready = s.request("POST", "/v2/repository/index", &[], br#"{"ready": true, "other": [[[1]]]}"#);
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert!(s.get("/v2/health/live").status == 200);
 }
 
 #[test]
@@ -198,6 +209,14 @@ fn binary_tensor_extension_both_ways() {
     let r = s.post_json("/v2/models/simple/infer", &body);
     let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
     assert_eq!(r.body.len() - n, 128);
+    // a listed output without its own binary_data is JSON even so, as tritonserver: the request's
+    // binary_data_output is the default of the outputs it does not list
+    body["outputs"] = json!([{"name": "OUTPUT0", "parameters": {"binary_data": false}}, {"name": "OUTPUT1"}]);
+    let r = s.post_json("/v2/models/simple/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("Inference-Header-Content-Length").is_none(), "{:?}", r.header("Inference-Header-Content-Length"));
+    let v = r.json();
+    assert!(v["outputs"][0]["data"].is_array() && v["outputs"][1]["data"].is_array(), "{v}");
 
     // raw binary request: only the tensor, for a one-input model; outputs come back binary
     let data: Vec<u8> = [1.0f32, 2.5, -3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -390,13 +409,30 @@ fn validation_errors() {
     cases.push((batch, "simple", "batch-size must be <= 8"));
     let mut count = simple_request(1);
     count["inputs"][0]["data"] = json!([1, 2, 3]);
-    cases.push((count, "simple", "3 elements given, the shape needs 16"));
+    cases.push((count, "simple", "Failed to parse 'data' field: shape does not match true shape"));
+    let mut surplus = simple_request(1);
+    surplus["inputs"][0]["data"] = json!(vec![1; 18]);
+    cases.push((surplus, "simple", "Unable to parse 'data': Shape does not match true shape of 'data' field"));
     let mut lying = simple_request(1);
     lying["inputs"][0]["shape"] = json!([1, 2147483648i64]);
-    cases.push((lying, "simple", "elements given"));
-    let mut neg = simple_request(1);
-    neg["inputs"][0]["shape"] = json!([1, -16]);
-    cases.push((neg, "simple", "invalid shape"));
+    cases.push((lying, "simple", "Failed to parse 'data' field: shape does not match true shape"));
+    let mut huge = simple_request(1);
+    huge["inputs"][0]["shape"] = json!([16, (1u64 << 60) + 2]);
+    cases.push((huge, "simple", "causes total element count to exceed maximum size of 9223372036854775807"));
+    let mut wide = simple_request(1);
+    wide["inputs"][0]["shape"] = json!([4, (1u64 << 60) + 2]);
+    cases.push((
+        wide,
+        "simple",
+        "byte size overflow for input 'INPUT0': element count (4611686018427387912) * data type size (4)",
+    ));
+    let mut deep = simple_request(1);
+    deep["inputs"][0]["shape"] = json!([1, 1]);
+    deep["inputs"][0]["data"] = (0..100).fold(json!(1), |v, _| json!([v]));
+    cases.push((deep, "simple", "JSON nesting depth exceeds maximum allowed limit (100)"));
+    let mut twice = simple_request(1);
+    twice["outputs"] = json!([{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]);
+    cases.push((twice, "simple", "output 'OUTPUT0' already exists in request"));
     let mut range = simple_request(1);
     range["inputs"][0]["data"][0] = json!(4294967296i64);
     cases.push((range, "simple", "out of range"));
@@ -420,6 +456,16 @@ fn validation_errors() {
         assert_eq!(r.status, 400, "{needle}: {}", r.text());
         assert!(r.error().contains(needle), "expected '{needle}' in: {}", r.text());
     }
+    // a negative dimension fails tritonserver's JSON parse of the shape: 500, in its words
+    let mut neg = simple_request(1);
+    neg["inputs"][0]["shape"] = json!([1, -16]);
+    let r = post("simple", neg);
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.error().contains("Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        "{}",
+        r.text()
+    );
 
     // malformed JSON text and framing
     let r = s.request("POST", "/v2/models/simple/infer", &[], b"{\"inputs\": [");
@@ -468,12 +514,33 @@ fn body_size_limit() {
     let big = json!({"inputs": [{"name": "INPUT0", "shape": [1, 400], "datatype": "FP32", "data": vec![1.0; 400]}]});
     let r = s.post_json("/v2/models/identity_fp32/infer", &big);
     assert_eq!(r.status, 400);
-    assert!(r.error().contains("exceeds the limit"), "{}", r.text());
+    assert!(r.error().starts_with("request JSON size of "), "{}", r.text());
+    assert!(
+        r.error().ends_with(
+            " bytes exceeds the maximum allowed input size of 1024 bytes. Use --http-max-input-size to increase the limit."
+        ),
+        "{}",
+        r.text()
+    );
+    // a raw binary request names its raw input, as tritonserver
+    let raw = vec![0u8; 2048];
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[("Inference-Header-Content-Length", "0")], &raw);
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error(),
+        "Raw input has a byte_size (2048 bytes) that exceeds the maximum allowed value of 1024 bytes. \
+         Use --http-max-input-size to increase the limit."
+    );
     // a gzip bomb within the compressed limit but past it once inflated
     let bomb = gzip(&vec![b' '; 256 << 10]);
     assert!(bomb.len() < 1024);
     let r = s.request("POST", "/v2/models/identity_fp32/infer", &[("Content-Encoding", "gzip")], &bomb);
     assert_eq!(r.status, 400);
+    assert!(
+        r.error().starts_with("Decompressed data size exceeds the maximum allowed value of 1024 bytes"),
+        "{}",
+        r.text()
+    );
     let ok = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]});
     assert_eq!(s.post_json("/v2/models/identity_fp32/infer", &ok).status, 200);
 }

@@ -168,7 +168,8 @@ def test_names(path: Path) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
+                # `async def` tests too (unittest.IsolatedAsyncioTestCase).
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
                     out.append(f"{node.name}.{item.name}")
     return out
 

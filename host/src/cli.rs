@@ -152,7 +152,7 @@ pub struct ServeArgs {
     pub allow_http: bool,
     /// Largest HTTP request body, in bytes, before and after decompression (tritonserver's
     /// default, 64 MiB).
-    #[arg(long = "http-max-input-size", default_value_t = 64 << 20)]
+    #[arg(long = "http-max-input-size", default_value_t = 64 << 20, allow_negative_numbers = true, value_parser = max_input_size)]
     pub http_max_input_size: usize,
     /// Restrict HTTP APIs to requests carrying a header, as tritonserver:
     /// `<api>[,<api>…]:<key>=<value>` (repeatable; APIs: health, metadata, inference, shared-memory,
@@ -559,6 +559,16 @@ impl clap::builder::TypedValueParser for TritonBool {
     fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
         Some(Box::new(["true", "false"].into_iter().map(clap::builder::PossibleValue::new)))
     }
+}
+
+/// `--http-max-input-size`: a byte count above zero, refused in tritonserver's words otherwise
+/// (its command-line parser reads an int64 and rejects zero and below).
+fn max_input_size(s: &str) -> Result<usize, String> {
+    let n: i64 = s.trim().parse().map_err(|_| format!("'{s}' is not an integer"))?;
+    if n <= 0 {
+        return Err("Error: --http-max-input-size must be greater than 0.".into());
+    }
+    usize::try_from(n).map_err(|_| format!("'{s}' is too large"))
 }
 
 /// A CPU count that is a finite number of zero or more.

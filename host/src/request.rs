@@ -41,11 +41,37 @@ impl Tensor {
         let dt: DataType = datatype
             .parse()
             .map_err(|_| InferError::invalid(format!("invalid datatype '{datatype}' for input '{name}'")))?;
-        let elements = crate::tensor::element_count(shape).ok_or_else(|| {
-            InferError::invalid(format!("invalid shape {} for input '{name}'", crate::tensor::shape_string(shape)))
-        })?;
+        let elements = element_count_checked(name, shape)?;
+        // The tensor's byte size must fit an int64 as well, as tritonserver checks before it
+        // allocates (BYTES elements have no fixed size; their data decides).
+        if let Some(size) = dt.element_size().filter(|s| *s > 1)
+            && elements > i64::MAX as u64 / size as u64
+        {
+            return Err(InferError::invalid(format!(
+                "byte size overflow for input '{name}': element count ({elements}) * data type size ({size}) \
+                 exceeds maximum allowed size ({})",
+                i64::MAX
+            )));
+        }
         Ok((dt, elements))
     }
+}
+
+/// The element count of an input's shape, refused in tritonserver's words (its
+/// GetElementCount) when a dimension is negative or the count passes int64's maximum.
+fn element_count_checked(name: &str, shape: &[i64]) -> Result<u64, InferError> {
+    let shown = crate::tensor::shape_string(shape);
+    if shape.iter().any(|d| *d < 0) {
+        return Err(InferError::invalid(format!(
+            "invalid shape for input '{name}': shape {shown} contains one or more invalid dimensions"
+        )));
+    }
+    shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).map(|n| n as u64).ok_or_else(|| {
+        InferError::invalid(format!(
+            "invalid shape for input '{name}': shape {shown} causes total element count to exceed maximum size of {}",
+            i64::MAX
+        ))
+    })
 }
 
 /// Whether a request parameter is one Triton reserves to steer the server (sequence, scheduling,

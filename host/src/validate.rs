@@ -188,7 +188,8 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                 return Err(InferError::invalid(format!("unexpected inference output '{name}' for model '{model}'")));
             }
             if request.requested_outputs[..i].contains(name) {
-                return Err(InferError::invalid(format!("output '{name}' requested more than once")));
+                // tritonserver's words (TRITONSERVER_InferenceRequestAddRequestedOutput).
+                return Err(InferError::invalid(format!("output '{name}' already exists in request")));
             }
         }
     }

@@ -184,6 +184,7 @@ pub fn decode_request(
     };
 
     for input in parsed.inputs {
+        check_json_shape(&input.shape)?;
         let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
         let ip = input.parameters.as_ref();
         let data = match (shm_place(&input.name, ip)?, ip.and_then(|m| m.get("binary_data_size"))) {
@@ -248,12 +249,25 @@ pub fn decode_request(
             shm.check(&place)?;
             options.shm.push((output.name.clone(), place));
         }
-        if let Some(b) = bool_param(op, "binary_data")? {
-            options.binary.push((output.name.clone(), b));
-        }
+        // A listed output is JSON unless its own `binary_data` says otherwise: as tritonserver,
+        // the request's `binary_data_output` is the default only of outputs not listed.
+        let binary = bool_param(op, "binary_data")?.unwrap_or(false);
+        options.binary.push((output.name.clone(), binary));
         request.requested_outputs.push(output.name);
     }
     Ok((request, options))
+}
+
+/// tritonserver reads a JSON shape's dimensions as unsigned integers: a negative one fails the
+/// parse, an internal error (500) in its words, where the gRPC frontend's int64 dims reach the
+/// shape check instead.
+fn check_json_shape(shape: &[i64]) -> Result<(), InferError> {
+    if shape.iter().any(|d| *d < 0) {
+        return Err(InferError::internal(
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+        ));
+    }
+    Ok(())
 }
 
 /// The shared-memory place a tensor's JSON parameters name, if any.
@@ -321,6 +335,9 @@ fn decode_raw_binary(
     Ok((request, OutputOptions { binary_default: true, binary: Vec::new(), shm: Vec::new(), classes: Vec::new() }))
 }
 
+/// How deeply a tensor's JSON `data` may nest, as tritonserver's HTTP_MAX_JSON_NESTING_DEPTH.
+const MAX_JSON_DEPTH: usize = 100;
+
 /// Converts JSON `data` (nested or flat, row-major) to little-endian bytes. The element count is
 /// checked against `expected` as leaves are visited, so a lying shape cannot cause a huge allocation.
 pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data: &Value) -> Result<Bytes, InferError> {
@@ -329,20 +346,26 @@ pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data:
         return Err(bad(format!("datatype {datatype} has no JSON form; send it as binary data")));
     }
     let mut leaves: Vec<&Value> = Vec::new();
-    let mut stack = vec![data];
-    while let Some(v) = stack.pop() {
+    let mut stack = vec![(data, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        if depth >= MAX_JSON_DEPTH {
+            return Err(bad(format!("JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})")));
+        }
         match v {
-            Value::Array(items) => stack.extend(items.iter().rev()),
+            Value::Array(items) => stack.extend(items.iter().rev().map(|i| (i, depth + 1))),
             leaf => {
                 if leaves.len() as u64 >= expected {
-                    return Err(bad(format!("more elements than the shape's {expected}")));
+                    // tritonserver's words, for more elements than the shape has and for fewer.
+                    return Err(InferError::invalid(
+                        "Unable to parse 'data': Shape does not match true shape of 'data' field",
+                    ));
                 }
                 leaves.push(leaf);
             }
         }
     }
     if leaves.len() as u64 != expected {
-        return Err(bad(format!("{} elements given, the shape needs {expected}", leaves.len())));
+        return Err(InferError::invalid("Failed to parse 'data' field: shape does not match true shape"));
     }
     let size = datatype.element_size().unwrap_or(4);
     let mut out = BytesMut::with_capacity(leaves.len() * size);
@@ -546,7 +569,11 @@ mod tests {
     fn lying_shapes_are_rejected_without_allocating() {
         let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
         let err = decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).unwrap_err();
-        assert!(err.message.contains("1 elements given"), "{}", err.message);
+        assert!(
+            err.message.contains("Failed to parse 'data' field: shape does not match true shape"),
+            "{}",
+            err.message
+        );
         let json =
             br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
         assert!(decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).is_err());

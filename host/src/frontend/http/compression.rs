@@ -77,7 +77,10 @@ pub fn decompress(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes
         .read_to_end(&mut out)
         .map_err(|e| InferError::invalid(format!("malformed {} request body: {e}", encoding.name())))?;
     if out.len() > limit {
-        return Err(InferError::invalid(format!("decompressed request body exceeds the limit of {limit} bytes")));
+        return Err(InferError::invalid(format!(
+            "Decompressed data size exceeds the maximum allowed value of {limit} bytes. \
+             Use --http-max-input-size to increase the limit."
+        )));
     }
     Ok(out.into())
 }

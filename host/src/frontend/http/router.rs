@@ -107,16 +107,50 @@ fn percent_decode(s: &str) -> Result<String, InferError> {
     String::from_utf8(out).map_err(|_| InferError::invalid("the path is not UTF-8"))
 }
 
-/// Reads the whole body within the size limit, undoing any `Content-Encoding`.
+/// What a request body holds, for the words of the size-limit error (tritonserver names the JSON
+/// of a request, or the raw input of a raw binary inference request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyKind {
+    Json,
+    RawInput,
+}
+
+impl BodyKind {
+    /// tritonserver's refusal of a body of `size` bytes (`None`: not known, only that it passed
+    /// the limit, as for a chunked body) over `limit`.
+    fn too_big(self, size: Option<u64>, limit: usize) -> InferError {
+        let size = size.map_or_else(|| format!("more than {limit}"), |n| n.to_string());
+        InferError::invalid(match self {
+            BodyKind::Json => format!(
+                "request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. \
+                 Use --http-max-input-size to increase the limit."
+            ),
+            BodyKind::RawInput => format!(
+                "Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value of {limit} bytes. \
+                 Use --http-max-input-size to increase the limit."
+            ),
+        })
+    }
+}
+
+/// Reads the whole body (JSON) within the size limit, undoing any `Content-Encoding`.
 async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -> Result<Bytes, InferError> {
+    read_body_as(headers, body, options, BodyKind::Json).await
+}
+
+/// [`read_body`] for a body of `kind`.
+async fn read_body_as(
+    headers: &HeaderMap,
+    body: Incoming,
+    options: &HttpOptions,
+    kind: BodyKind,
+) -> Result<Bytes, InferError> {
     let limit = options.max_input_size;
-    let too_big =
-        || InferError::invalid(format!("request body exceeds the limit of {limit} bytes (--http-max-input-size)"));
     if let Some(len) =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
         && len > limit as u64
     {
-        return Err(too_big());
+        return Err(kind.too_big(Some(len), limit));
     }
     // A client that stops sending its body is answered 408 instead of holding the request open.
     let collected =
@@ -129,7 +163,7 @@ async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -
     let raw = collected
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
-                too_big()
+                kind.too_big(None, limit)
             } else {
                 InferError::invalid(format!("failed to read the request body: {e}"))
             }
@@ -503,6 +537,34 @@ impl Carrier for HeaderMap {
 }
 
 /// `POST /v2/repository/index` (`{"ready": true}` lists only ready models).
+/// The body of a repository index request: only `ready` matters.
+#[derive(serde::Deserialize)]
+struct IndexRequest<'a> {
+    /// Raw, so that serde_json skips the value without recursing: tritonserver parses any depth
+    /// and refuses a `ready` that is not a boolean, where a typed parse would stop at serde_json's
+    /// recursion limit (128) with another message.
+    #[serde(borrow, default, deserialize_with = "present")]
+    ready: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A field that is present, `null` included (a plain `Option` reads `null` as absent, where
+/// tritonserver refuses `"ready": null` as not a boolean).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+/// The index request's `ready` flag (absent: false); anything but a boolean is refused in
+/// tritonserver's words.
+fn index_ready(body: &[u8]) -> Result<bool, InferError> {
+    let request: IndexRequest = serde_json::from_slice(body)
+        .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+    match request.ready.map(|r| r.get()) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(InferError::invalid("Invalid value for 'ready': expected a boolean")),
+    }
+}
+
 async fn repository_index(
     server: &Arc<Server>,
     options: &HttpOptions,
@@ -510,13 +572,7 @@ async fn repository_index(
 ) -> Result<HttpResponse, InferError> {
     let (parts, body) = req.into_parts();
     let body = read_body(&parts.headers, body, options).await?;
-    let ready = if body.is_empty() {
-        false
-    } else {
-        let v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
-        v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
-    };
+    let ready = if body.is_empty() { false } else { index_ready(&body)? };
     let index: Vec<serde_json::Value> = server
         .index(ready)
         .into_iter()
@@ -609,7 +665,8 @@ async fn infer(
             })?),
             None => None,
         };
-    let body = read_body(&parts.headers, body, options).await?;
+    let kind = if header_len == Some(0) { BodyKind::RawInput } else { BodyKind::Json };
+    let body = read_body_as(&parts.headers, body, options, kind).await?;
     if let Some(trace) = &trace {
         trace.capture(FrontendEvent::HttpRecvEnd, Instant::now());
     }
