@@ -195,9 +195,9 @@ ensemble_scheduling {{
     );
 }
 
-#[test]
-fn a_stateful_step_gets_the_sequence_and_a_failing_step_is_named() {
-    let repo = Repo::new();
+/// `running`: an ensemble over the `accumulate_state` example (a sequence model's running sum),
+/// input `V`, output `TOTAL`.
+fn running_sum(repo: &Repo) {
     repo.example("accumulate_state");
     repo.model(
         "running",
@@ -211,6 +211,12 @@ ensemble_scheduling {
 }"#,
         &["1"],
     );
+}
+
+#[test]
+fn a_stateful_step_gets_the_sequence_and_a_failing_step_is_named() {
+    let repo = Repo::new();
+    running_sum(&repo);
     let dir = repo.model("faulty", &faults_config("faulty", ""), &["1"]);
     install_faults_component(&dir);
     wrap_in_ensemble(&repo, "wrapped", "faulty");
@@ -234,6 +240,70 @@ ensemble_scheduling {
     let mut fine = faults_request("none");
     fine["inputs"][0]["name"] = json!("I");
     assert_eq!(out(&s.post_json("/v2/models/wrapped/infer", &fine), "O"), [1, 2, 3]);
+}
+
+/// Requests of one sequence sent back to back on a gRPC stream reach the sequence model behind an
+/// ensemble in the order they were sent: the ensemble launches a request's first steps before it
+/// takes the next request (as tritonserver), where a task per request could start them in either
+/// order ("must specify the START flag", or a running sum in the wrong order).
+#[test]
+fn requests_of_a_sequence_reach_the_step_in_the_order_sent() {
+    use nereus::proto::inference as pb;
+    const SEQUENCES: u64 = 8;
+    const STEPS: u64 = 4;
+    let repo = Repo::new();
+    running_sum(&repo);
+    let s = Server::start(repo.path(), &[]);
+    let value = |seq: u64, k: u64| (seq * 100 + k * 7) as i32;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut client = grpc_client(&s).await;
+        // Interleaved: each sequence's k-th request after every sequence's (k-1)-th, all sent at
+        // once (the server reads them from one buffer, one after the other).
+        let mut requests = Vec::new();
+        for k in 0..STEPS {
+            for seq in 1..=SEQUENCES {
+                let flag = |b: bool| pb::InferParameter {
+                    parameter_choice: Some(pb::infer_parameter::ParameterChoice::BoolParam(b)),
+                };
+                let request = pb::ModelInferRequest {
+                    model_name: "running".into(),
+                    id: format!("{seq}-{k}"),
+                    parameters: [
+                        (
+                            "sequence_id".to_string(),
+                            pb::InferParameter {
+                                parameter_choice: Some(pb::infer_parameter::ParameterChoice::Int64Param(seq as i64)),
+                            },
+                        ),
+                        ("sequence_start".to_string(), flag(k == 0)),
+                        ("sequence_end".to_string(), flag(k == STEPS - 1)),
+                    ]
+                    .into(),
+                    inputs: vec![pb::model_infer_request::InferInputTensor {
+                        name: "V".into(),
+                        datatype: "INT32".into(),
+                        shape: vec![1, 1],
+                        ..Default::default()
+                    }],
+                    raw_input_contents: vec![le_i32(&[value(seq, k)]).into()],
+                    ..Default::default()
+                };
+                requests.push(request);
+            }
+        }
+        let mut replies = client.model_stream_infer(tokio_stream::iter(requests)).await.unwrap().into_inner();
+        for _ in 0..SEQUENCES * STEPS {
+            let reply = replies.message().await.unwrap().unwrap();
+            assert_eq!(reply.error_message, "");
+            let response = reply.infer_response.unwrap();
+            let (seq, k) = response.id.split_once('-').unwrap();
+            let (seq, k): (u64, u64) = (seq.parse().unwrap(), k.parse().unwrap());
+            let total = i32::from_le_bytes(response.raw_output_contents[0][..4].try_into().unwrap());
+            let expected: i32 = (0..=k).map(|j| value(seq, j)).sum();
+            assert_eq!(total, expected, "request {k} of sequence {seq}");
+        }
+    });
 }
 
 #[test]

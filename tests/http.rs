@@ -863,6 +863,35 @@ fn stalled_clients_leave_no_connections_or_memory_behind() {
     drop(stalled);
 }
 
+/// A chunked body may have at most 65536 non-empty chunks (tritonserver's cap): past it the
+/// request is refused in tritonserver's words before the rest is read; at the cap it is read and
+/// answered by the model's checks. The server serves on.
+#[test]
+fn a_chunked_body_of_too_many_chunks_is_refused() {
+    let s = server();
+    let send = |chunks: usize| {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        let mut request = b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n\
+            Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            .to_vec();
+        for _ in 0..chunks {
+            request.extend_from_slice(b"1\r\nA\r\n");
+        }
+        request.extend_from_slice(b"0\r\n\r\n");
+        // The server may answer and close before it has read everything: what matters is its answer.
+        let _ = c.write_all(&request);
+        let mut answer = Vec::new();
+        let _ = c.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let message = "Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger HTTP chunks.";
+    let over = send(65537);
+    assert!(over.starts_with("HTTP/1.1 400 ") && over.contains(message), "{over}");
+    let at = send(65536);
+    assert!(at.starts_with("HTTP/1.1 400 ") && !at.contains(message), "{at}");
+    assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
+}
+
 /// System shared memory is off unless `--allow-client-shm`; when on, regions are checked against
 /// the shared-memory object at registration and every range against the region (the full data
 /// path is tested with tritonclient's shm utilities in tests/python/test_system_shm.py).

@@ -35,8 +35,8 @@ pub struct EnsembleScheduler {
 }
 
 impl Schedule for EnsembleScheduler {
-    fn enqueue(&self, job: Job, _caller: Caller) {
-        self.ensemble.enqueue(job, self.version, self.models.clone(), self.stats.clone())
+    fn enqueue(&self, job: Job, caller: Caller) {
+        self.ensemble.enqueue(job, self.version, self.models.clone(), self.stats.clone(), caller)
     }
 
     fn queued(&self) -> usize {
@@ -237,24 +237,30 @@ impl Ensemble {
 
     /// Starts a validated request; its outcome goes to the job's sender. `models` resolves the
     /// composing models at request time (a composing model that became unavailable fails the step).
+    ///
+    /// The steps whose inputs the request holds are sent to their models here, on the caller's
+    /// thread, before this returns, as tritonserver does; the rest of the request runs as a task.
+    /// Two requests of one sequence enqueued one after the other thus reach its model in that
+    /// order (a task of their own each could start them in either).
     pub fn enqueue(
         self: &Arc<Self>,
         mut job: Job,
         version: i64,
         models: Arc<dyn ModelResolver>,
         stats: Arc<ModelStats>,
+        caller: Caller,
     ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return job.fail(InferError::internal("ensembles run on the server's async runtime"));
         };
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let this = self.clone();
-        runtime.spawn(async move {
+        let mut request = Box::pin(async move {
             let mut job = job;
             let started = Instant::now();
             let batch_size = job.request.batch_size(this.batching) as u64;
             let request = std::mem::take(&mut job.request);
-            let outcome = this.run(request, version, models.as_ref(), &mut job.sender).await;
+            let outcome = this.run(request, version, models.as_ref(), &mut job.sender, caller).await;
             if outcome.is_ok() {
                 // As Triton does for an ensemble: one queue entry and one execution per successful
                 // request (perf_analyzer finds the version it measured by its queue count).
@@ -275,6 +281,13 @@ impl Ensemble {
                 this.drained.1.notify_all();
             }
         });
+        // The first poll runs up to the first wait: the first steps are launched. Its waker is
+        // never woken; the task's first poll polls again with its own, and every future waited on
+        // keeps what happened meanwhile (a response in a channel, a permit), so nothing is lost.
+        let mut first = std::task::Context::from_waker(std::task::Waker::noop());
+        if request.as_mut().poll(&mut first).is_pending() {
+            runtime.spawn(request);
+        }
     }
 
     /// Blocks until no request of this ensemble is in flight.
@@ -301,6 +314,7 @@ impl Ensemble {
         version: i64,
         models: &dyn ModelResolver,
         sender: &mut ResponseSender,
+        caller: Caller,
     ) -> Result<Option<InferenceResponse>, InferError> {
         let InferenceRequest {
             id,
@@ -329,52 +343,55 @@ impl Ensemble {
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
         // A traced request's steps are traced below its record, each on its model.
         let step_trace = sender.trace().map(|t| t.child());
-        let launch = |step: usize, context: usize, contexts: &Contexts, permit: Option<OwnedSemaphorePermit>| {
-            let s = &self.steps[step];
-            // A request a plugin called carries its chain on through the steps: a step reaching a
-            // model already on it (a plugin calling an ensemble that calls the plugin) is a cycle.
-            let step_calls = if calls.is_empty() {
-                Default::default()
-            } else {
-                match calls.enter(&self.name, &s.model, None) {
-                    Ok(chain) => chain,
-                    Err(e) => return Err::<Running, InferError>(self.step_error(e.into_infer_error())),
+        // The first steps are launched from the caller's thread (see `enqueue`), later ones from
+        // the request's task on the server's runtime.
+        let mut caller = caller;
+        let launch =
+            |step: usize, context: usize, contexts: &Contexts, permit: Option<OwnedSemaphorePermit>, caller: Caller| {
+                let s = &self.steps[step];
+                // A request a plugin called carries its chain on through the steps: a step reaching a
+                // model already on it (a plugin calling an ensemble that calls the plugin) is a cycle.
+                let step_calls = if calls.is_empty() {
+                    Default::default()
+                } else {
+                    match calls.enter(&self.name, &s.model, None) {
+                        Ok(chain) => chain,
+                        Err(e) => return Err::<Running, InferError>(self.step_error(e.into_infer_error())),
+                    }
+                };
+                let model = models.version(&s.model, s.version).map_err(|e| self.step_error(e))?;
+                let batching = model.config.max_batch_size > 0;
+                let step_request = InferenceRequest {
+                    model_name: s.model.clone(),
+                    model_version: s.version,
+                    id: id.clone(),
+                    correlation_id: correlation_id.clone(),
+                    sequence_start,
+                    sequence_end,
+                    priority,
+                    timeout_us,
+                    parameters: parameters.clone(),
+                    inputs: s
+                        .inputs
+                        .iter()
+                        .filter_map(|(input, tensor)| {
+                            let (held, _) = contexts.resolve(context, tensor)?;
+                            let dims = model.config.input.iter().find(|i| &i.name == input).map(|i| i.dims.as_slice());
+                            held.map(|h| h.meeting(input, dims, batching))
+                        })
+                        .collect(),
+                    requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
+                    trace: step_trace.clone(),
+                    calls: step_calls,
+                };
+                let answers = if self.decoupled && model.is_decoupled() {
+                    model.infer_stream(step_request, caller).map(Answers::Stream)
+                } else {
+                    model.infer(step_request, "ensemble", caller).map(Answers::Unary)
                 }
+                .map_err(|e| self.step_error(e))?;
+                Ok::<_, InferError>(Running { step, context, batching, answers, _permit: permit })
             };
-            let model = models.version(&s.model, s.version).map_err(|e| self.step_error(e))?;
-            let batching = model.config.max_batch_size > 0;
-            let step_request = InferenceRequest {
-                model_name: s.model.clone(),
-                model_version: s.version,
-                id: id.clone(),
-                correlation_id: correlation_id.clone(),
-                sequence_start,
-                sequence_end,
-                priority,
-                timeout_us,
-                parameters: parameters.clone(),
-                inputs: s
-                    .inputs
-                    .iter()
-                    .filter_map(|(input, tensor)| {
-                        let (held, _) = contexts.resolve(context, tensor)?;
-                        let dims = model.config.input.iter().find(|i| &i.name == input).map(|i| i.dims.as_slice());
-                        held.map(|h| h.meeting(input, dims, batching))
-                    })
-                    .collect(),
-                requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
-                trace: step_trace.clone(),
-                calls: step_calls,
-            };
-            let answers = if self.decoupled && model.is_decoupled() {
-                // The ensemble's task runs on the server's runtime: an I/O thread.
-                model.infer_stream(step_request, Caller::IoThread).map(Answers::Stream)
-            } else {
-                model.infer(step_request, "ensemble", Caller::IoThread).map(Answers::Unary)
-            }
-            .map_err(|e| self.step_error(e))?;
-            Ok::<_, InferError>(Running { step, context, batching, answers, _permit: permit })
-        };
         loop {
             // Every step whose inputs now exist, in the deepest context they come from.
             for c in 0..contexts.0.len() {
@@ -385,7 +402,7 @@ impl Ensemble {
                         contexts.0[c].launched[i] = true;
                         // Without `max_inflight_requests` nothing is counted or queued on the way.
                         match self.limits {
-                            None => running.push(launch(i, c, &contexts, None)?),
+                            None => running.push(launch(i, c, &contexts, None, caller)?),
                             Some(_) => held.push((i, c)),
                         }
                     }
@@ -407,7 +424,7 @@ impl Ensemble {
                 };
                 held.queue.remove(k);
                 self.held_back.fetch_sub(1, Ordering::AcqRel);
-                running.push(launch(step, context, &contexts, permit)?);
+                running.push(launch(step, context, &contexts, permit, caller)?);
             }
             if self.decoupled {
                 let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
@@ -416,6 +433,7 @@ impl Ensemble {
             if running.is_empty() && held.queue.is_empty() {
                 break;
             }
+            caller = Caller::IoThread;
             // The next step event or, while launches are held back, a free slot for the first.
             let first_held = held.queue.front().copied();
             let waiting_for = first_held.and_then(|(step, _)| self.limits.as_ref().map(|l| l[step].clone()));

@@ -3,6 +3,7 @@ mod body;
 pub mod codec;
 mod compression;
 mod generate;
+mod request_body;
 mod router;
 mod watchdog;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -14,6 +14,7 @@ use super::body::ReplyBody;
 use super::codec::{self, OutputOptions};
 use super::compression::{self, Encoding};
 use super::generate;
+use super::request_body::{self, BodyError};
 use crate::api;
 use crate::error::InferError;
 use crate::frontend::restricted::{Api, Restrictions};
@@ -152,23 +153,24 @@ async fn read_body_as(
     {
         return Err(kind.too_big(Some(len), limit));
     }
+    let chunked = headers
+        .get(header::TRANSFER_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     // A client that stops sending its body is answered 408 instead of holding the request open.
-    let collected =
-        tokio::time::timeout(options.body_timeout, Limited::new(body, limit).collect()).await.map_err(|_| {
+    let collected = tokio::time::timeout(options.body_timeout, request_body::collect(body, limit, chunked))
+        .await
+        .map_err(|_| {
             InferError::timeout(format!(
                 "the request body did not arrive within {} ms (--http-body-timeout-ms)",
                 options.body_timeout.as_millis()
             ))
         })?;
-    let raw = collected
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                kind.too_big(None, limit)
-            } else {
-                InferError::invalid(format!("failed to read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
+    let raw = collected.map_err(|e| match e {
+        BodyError::TooBig => kind.too_big(None, limit),
+        BodyError::TooManyChunks => InferError::invalid(BodyError::too_many_chunks_message()),
+        BodyError::Read(e) => InferError::invalid(format!("failed to read the request body: {e}")),
+    })?;
     let encoding = match headers.get(header::CONTENT_ENCODING) {
         Some(v) => {
             Encoding::from_content_encoding(v.to_str().map_err(|_| InferError::invalid("bad Content-Encoding"))?)?
