@@ -571,9 +571,9 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
 /// `--grpc-restricted-protocol`, as tritonserver: a restricted call without the
 /// `triton-grpc-protocol-<key>` header answers UNAVAILABLE with Triton's message, streams included;
 /// with it the call succeeds; other protocols stay open.
-/// Requests compressed with deflate or gzip are accepted, as gRPC core accepts them; responses are
-/// compressed only at a --grpc-infer-response-compression-level above none (Triton's L0_grpc runs
-/// its deflate example against `high`).
+/// Requests compressed with deflate or gzip are accepted, as gRPC core accepts them; inference
+/// responses are compressed only at a --grpc-infer-response-compression-level above none (Triton's
+/// L0_grpc runs its deflate example against `high`), and other responses never.
 #[test]
 fn compressed_requests_and_responses() {
     use tonic::codec::CompressionEncoding::{Deflate, Gzip};
@@ -591,6 +591,9 @@ fn compressed_requests_and_responses() {
                 assert_eq!(answered, want, "{level} {encoding}");
                 let out = r.into_inner();
                 assert_eq!(i32s(&out.raw_output_contents[0]), (1..17).collect::<Vec<_>>());
+                // Only inference responses are compressed, as in tritonserver.
+                let m = c.server_metadata(pb::ServerMetadataRequest {}).await.unwrap();
+                assert!(m.metadata().get("grpc-encoding").is_none(), "{level} {encoding}: metadata compressed");
             }
         });
     }

@@ -1,13 +1,17 @@
 //! Message compression on the gRPC endpoint, as tritonserver's gRPC core does it: compressed
 //! requests (gzip or deflate) are always accepted, and `--grpc-infer-response-compression-level`
-//! decides whether responses are compressed (with an encoding the client lists in its
+//! decides whether inference responses are compressed (with an encoding the client lists in its
 //! `grpc-accept-encoding`).
+use std::task::{Context, Poll};
+
+use hyper::http::Request;
 use tonic::codec::CompressionEncoding;
 
 /// `--grpc-infer-response-compression-level`: tritonserver's four levels, `none` by default.
 ///
 /// tonic compresses at one fixed level, so `low`, `medium` and `high` all mean "compress"; the
-/// flag takes all four so that launch scripts written for tritonserver start unchanged.
+/// flag takes all four so that launch scripts written for tritonserver start unchanged. Only
+/// inference responses are compressed ([`InferOnly`]), as in tritonserver.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ResponseCompression {
     #[default]
@@ -41,6 +45,37 @@ impl ResponseCompression {
 
 /// What gRPC core accepts besides identity, and so what clients of tritonserver may send.
 pub const ACCEPTED: &[CompressionEncoding] = &[CompressionEncoding::Gzip, CompressionEncoding::Deflate];
+
+/// The calls whose responses tritonserver compresses (its infer handlers set the level; the
+/// others keep gRPC's default, none).
+const COMPRESSED_CALLS: &[&str] =
+    &["/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer"];
+
+/// Keeps responses other than inference ones uncompressed. tonic enables response compression per
+/// service, not per call, and picks the encoding from the request's `grpc-accept-encoding`: a call
+/// of another RPC has that header removed before tonic reads it, so it is answered uncompressed.
+#[derive(Clone)]
+pub struct InferOnly<S>(pub S);
+
+impl<S, B> tower_service::Service<Request<B>> for InferOnly<S>
+where
+    S: tower_service::Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        if !COMPRESSED_CALLS.contains(&request.uri().path()) {
+            request.headers_mut().remove("grpc-accept-encoding");
+        }
+        self.0.call(request)
+    }
+}
 
 #[cfg(test)]
 mod tests {

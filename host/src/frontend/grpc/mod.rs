@@ -403,8 +403,9 @@ pub async fn serve(
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
     // Compressed requests are always accepted; responses are compressed only at a
-    // --grpc-infer-response-compression-level above none, and only with an encoding the client
-    // accepts (tonic reads grpc-accept-encoding).
+    // --grpc-infer-response-compression-level above none, only inference ones (the InferOnly
+    // layer below), and only with an encoding the client accepts (tonic reads
+    // grpc-accept-encoding).
     for &encoding in compression::ACCEPTED {
         inference = inference.accept_compressed(encoding);
     }
@@ -435,6 +436,7 @@ pub async fn serve(
         .http2_keepalive_interval(options.keepalive_time)
         .http2_keepalive_timeout(options.keepalive_timeout)
         .layer(tower_layer::layer_fn(verbose::LogCalls))
+        .layer(tower_layer::layer_fn(compression::InferOnly))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)
