@@ -259,6 +259,17 @@ fn a_max_input_size_below_one_is_refused() {
     }
 }
 
+/// `--grpc-infer-response-compression-level` takes tritonserver's four levels and refuses others
+/// in its words.
+#[test]
+fn an_unknown_compression_level_is_refused() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let flag = "--grpc-infer-response-compression-level=max";
+    let err = refused(&repo, &["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", flag]);
+    assert!(err.contains("invalid argument for --grpc_infer_response_compression_level"), "{err}");
+}
+
 /// `--id` names the server in its metadata, as tritonserver's flag does.
 #[test]
 fn id_names_the_server() {

@@ -571,6 +571,34 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
 /// `--grpc-restricted-protocol`, as tritonserver: a restricted call without the
 /// `triton-grpc-protocol-<key>` header answers UNAVAILABLE with Triton's message, streams included;
 /// with it the call succeeds; other protocols stay open.
+/// Requests compressed with deflate or gzip are accepted, as gRPC core accepts them; inference
+/// responses are compressed only at a --grpc-infer-response-compression-level above none (Triton's
+/// L0_grpc runs its deflate example against `high`), and other responses never.
+#[test]
+fn compressed_requests_and_responses() {
+    use tonic::codec::CompressionEncoding::{Deflate, Gzip};
+    let repo = Repo::new();
+    repo.example("simple");
+    for (level, compressed) in [("none", false), ("high", true)] {
+        let flag = format!("--grpc-infer-response-compression-level={level}");
+        let s = Server::start(repo.path(), &[&flag]);
+        runtime().block_on(async {
+            for encoding in [Deflate, Gzip] {
+                let mut c = client(&s).await.send_compressed(encoding).accept_compressed(encoding);
+                let r = c.model_infer(simple(1, "z")).await.unwrap();
+                let answered = r.metadata().get("grpc-encoding").map(|v| v.to_str().unwrap().to_string());
+                let want = compressed.then(|| encoding.to_string());
+                assert_eq!(answered, want, "{level} {encoding}");
+                let out = r.into_inner();
+                assert_eq!(i32s(&out.raw_output_contents[0]), (1..17).collect::<Vec<_>>());
+                // Only inference responses are compressed, as in tritonserver.
+                let m = c.server_metadata(pb::ServerMetadataRequest {}).await.unwrap();
+                assert!(m.metadata().get("grpc-encoding").is_none(), "{level} {encoding}: metadata compressed");
+            }
+        });
+    }
+}
+
 #[test]
 fn restricted_protocols_need_their_header() {
     let repo = Repo::new();

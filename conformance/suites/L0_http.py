@@ -6,15 +6,16 @@ deeply nested JSON, the asyncio client's calls, the generate extension, restrict
 (--http-restricted-api), input size limits (--http-max-input-size) and requests of many chunks.
 
 Models: test.sh serves `models/`, which Triton's QA image fills with its docs/examples models
-(simple, simple_dyna_sequence, simple_identity, simple_sequence, simple_string, densenet_onnx).
-The ONNX ones are Triton's own files (tests/onnx_models/, unchanged); `simple_identity` is a
-Python-backend model in Triton (BYTES back unchanged), for which Nereus's example of the same name
-(model_repository/simple_identity, the `identity` Wasm plugin) stands in. `densenet_onnx` is a
-download (docs/examples/fetch_models.sh) not available here: the image client is skipped.
-`simple_string_dyna_sequence` is Triton's C++ `dyna_sequence` test backend: not stood in, so the
-model-control example's repository gets it (and densenet_onnx) as configuration-only folders (in
-EXPLICIT mode nothing loads them; the example counts the index's seven entries), and the
-sequence examples' `-d` runs are skipped.
+(simple, simple_dyna_sequence, simple_identity, simple_sequence, simple_string, densenet_onnx),
+and to which test.sh adds simple_string_dyna_sequence; harness/examples.py prepares it as for
+L0_grpc. The ONNX ones are Triton's own files (tests/onnx_models/, unchanged); `simple_identity` is
+a Python-backend model in Triton (BYTES back unchanged), for which Nereus's example of the same
+name (model_repository/simple_identity, the `identity` Wasm plugin) stands in. `densenet_onnx` is
+a download (docs/examples/fetch_models.sh) not available here, and `simple_string_dyna_sequence`
+is Triton's C++ `dyna_sequence` test backend, not stood in: the image client and the sequence
+examples' `-d` runs are skipped, and both names are placeholders that load (renamed copies of
+`simple` and `simple_dyna_sequence`), so that the repository index counts test.sh's seven models
+(the model-control example and python_http_aio_test.py check it).
 
 Other substitutions:
 - The Python client examples test.sh runs from `../clients/` (copied there from
@@ -30,30 +31,22 @@ import json
 import shutil
 
 from harness.core import grep_count, http, test_names
+from harness.examples import (CUDA_SHM_SKIP, CXX_SKIP, DYNA_SKIP, IMAGE_SKIP, NGINX_SKIP,
+                              NGINX_TODO, add_placeholders, ensure, example as _example,
+                              example_models, refused_block, refused_restrictions)
 
-CLIENT_EXAMPLES = "tests/python/triton_client_examples"
 HTTP_TEST = "http_test.py"
 SIZE_TEST = "http_input_size_limit_test.py"
 EXAMPLE_MODELS = ("simple", "simple_dyna_sequence", "simple_sequence", "simple_string")
-IMAGE_SKIP = ("needs densenet_onnx, a download (Triton's docs/examples/fetch_models.sh) this "
-              "machine does not have")
-DYNA_SKIP = ("needs simple_string_dyna_sequence, Triton's C++ dyna_sequence test backend "
-             "(libtriton_dyna_sequence.so), which Nereus has no stand-in for")
-CXX_SKIP = "a C++ client binary (Triton's C++ client library is not built here)"
 
 
 def run(suite):
-    env = suite.env
-    p = suite.path
-    models = p("models")
-    suite.reset("models")
-    for m in EXAMPLE_MODELS:
-        shutil.copytree(env.repo_root / "tests" / "onnx_models" / m, models / m)
-    shutil.copytree(env.repo_root / "model_repository" / "simple_identity", models / "simple_identity")
+    models = example_models(suite, EXAMPLE_MODELS)
+    add_placeholders(models)
     repo = f"--model-repository={models}"
 
     def example(name):
-        return str(env.repo_root / CLIENT_EXAMPLES / name)
+        return _example(suite.env, name)
 
     clients_block(suite, repo, example)
     model_control_block(suite, models, example)
@@ -93,7 +86,7 @@ def clients_block(suite, repo, example):
         b.skip("image_client.py -m densenet_onnx (async and sync)", IMAGE_SKIP)
         for name in ("simple_http_shm_string_client", "simple_http_shm_client"):
             b.command(f"{name}.py", [env.python, example(f"{name}.py"), "-v"])
-        b.skip("simple_http_cudashm_client.py", "CUDA shared memory (Nereus has no GPU support)")
+        b.skip("simple_http_cudashm_client.py", CUDA_SHM_SKIP)
         for name in ("simple_http_string_infer_client", "simple_http_sequence_sync_infer_client"):
             b.command(f"{name}.py", [env.python, example(f"{name}.py"), "-v"])
         b.command("reuse_infer_objects_client.py", [env.python, example("reuse_infer_objects_client.py"), "-v"])
@@ -113,38 +106,21 @@ def clients_block(suite, repo, example):
         b.skip("reuse_infer_objects_client (C++)", CXX_SKIP)
         b.skip("simple_http_infer_client -u localhost:8000/base_path (C++)", CXX_SKIP)
         b.unittest("http_client_plugin_test.py")
-        if shutil.which("nginx"):
-            b.skip("http_basic_auth_test.py", "nginx is installed but the recipe does not run it yet")
-        else:
-            b.skip("http_basic_auth_test.py", "needs nginx (a basic-auth proxy in front of the "
-                   "server), not installed here")
+        b.skip("http_basic_auth_test.py", NGINX_TODO if shutil.which("nginx") else NGINX_SKIP)
 
 
 def model_control_block(suite, models, example):
     """The Python model-control example in EXPLICIT mode; the server logs the invalid override."""
     env = suite.env
-    control = suite.path("control_models")
-    suite.reset("control_models")
-    for m in models.iterdir():
-        shutil.copytree(m, control / m.name)
-    # Configuration-only stand-ins for the two models this machine cannot serve (see above): the
-    # example only counts the repository index's entries.
-    dyna = (models / "simple_dyna_sequence" / "config.pbtxt").read_text()
-    (control / "simple_string_dyna_sequence").mkdir()
-    (control / "simple_string_dyna_sequence" / "config.pbtxt").write_text(
-        dyna.replace("simple_dyna_sequence", "simple_string_dyna_sequence"))
-    (control / "densenet_onnx").mkdir()
-    (control / "densenet_onnx" / "config.pbtxt").write_text(
-        'name: "densenet_onnx"\nplatform: "onnxruntime_onnx"\n')
     with suite.block("model control", quick=True) as b:
-        b.start([f"--model-repository={control}", "--model-control-mode=explicit"])
+        b.start([f"--model-repository={models}", "--model-control-mode=explicit"])
 
         def passed(p):
             return p.returncode == 0 and p.stdout.count("PASS") == 1
         b.command("simple_http_model_control.py",
                   [env.python, example("simple_http_model_control.py"), "-v"], ok=passed)
         b.check("the server logs 'Invalid config override'",
-                lambda: _assert(grep_count(b.log, "Invalid config override", False) > 0, "not logged"))
+                lambda: ensure(grep_count(b.log, "Invalid config override", False) > 0, "not logged"))
 
 
 SIMPLE_IN = {"inputs": [
@@ -238,20 +214,7 @@ def unit_test_block(suite):
 
 
 def restricted_blocks(suite, repo):
-    def refused(label, args, message):
-        with suite.block(label) as b:
-            started = b.start([repo, *args], expect_failure=True)
-            b.check("the server does not start", lambda: _assert(started is None, "it started"))
-            b.check(f"the log says \"{message}\"",
-                    lambda: _assert(grep_count(b.log, message, False) == 1, "not logged once"))
-    refused("restricted api in two groups",
-            ["--http-restricted-api=model-repository,health:k1=v1",
-             "--http-restricted-api=metadata,health:k2=v2"],
-            "api 'health' can not be specified in multiple config groups")
-    refused("unknown restricted api",
-            ["--http-restricted-api=model-reposit,health:k1=v1",
-             "--http-restricted-api=metadata,health:k2=v2"],
-            "unknown restricted api 'model-reposit'")
+    refused_restrictions(suite, repo, "http-restricted-api", "api")
     with suite.block("restricted apis", quick=True) as b:
         b.start([repo, "--http-restricted-api=model-repository:admin-key=admin-value",
                  "--http-restricted-api=inference,metadata:infer-key=infer-value"])
@@ -279,14 +242,6 @@ def size_limit_blocks(suite):
         b.unittest(SIZE_TEST, [f"InferSizeLimitTest.{t}" for t in (
             "test_large_input_raw_binary", "test_large_input_json", "test_large_input_compressed")])
     for label, value in (("zero input size limit", "0"), ("negative input size limit", "-1024")):
-        with suite.block(label) as b:
-            started = b.start([repo, f"--http-max-input-size={value}"], expect_failure=True)
-            b.check("the server does not start", lambda: _assert(started is None, "it started"))
-            msg = "Error: --http-max-input-size must be greater than 0."
-            b.check(f"the log says \"{msg}\"",
-                    lambda: _assert(grep_count(b.log, msg, False) == 1, "not logged once"))
+        refused_block(suite, label, [repo, f"--http-max-input-size={value}"],
+                      "Error: --http-max-input-size must be greater than 0.")
 
-
-def _assert(cond, msg):
-    if not cond:
-        raise AssertionError(msg)

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::frontend::grpc::compression::ResponseCompression;
 use crate::repository::location::RepositoryLocation;
 use crate::server::ServerOptions;
 
@@ -217,6 +218,10 @@ pub struct ServeArgs {
     /// How long to wait for a keepalive ping's answer, in ms.
     #[arg(long = "grpc-keepalive-timeout")]
     pub grpc_keepalive_timeout: Option<u64>,
+    /// Compress inference responses (tritonserver's flag: none, low, medium or high; the last
+    /// three all compress, with gzip or deflate as the client accepts).
+    #[arg(long = "grpc-infer-response-compression-level", default_value = "none", value_parser = ResponseCompression::parse)]
+    pub grpc_infer_response_compression_level: ResponseCompression,
     /// Serve the gRPC endpoint.
     #[arg(long = "allow-grpc", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_grpc: bool,

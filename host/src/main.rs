@@ -89,6 +89,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 keepalive_timeout: args.grpc_keepalive_timeout.map(std::time::Duration::from_millis),
                 restricted: grpc_restricted.clone(),
                 tls: grpc_tls.clone(),
+                response_compression: args.grpc_infer_response_compression_level,
             };
             let listener = listener.into_std()?;
             for i in 0..grpc_threads {

@@ -150,7 +150,8 @@ impl SystemShm {
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
-        let open_error = || InferError::invalid(format!("Unable to open shared memory region: '{key}'"));
+        // tritonserver answers INTERNAL when shm_open fails (HTTP 500), whatever the cause.
+        let open_error = || InferError::internal(format!("Unable to open shared memory region: '{key}'"));
         let path = object_path(key).ok_or_else(open_error)?;
         // O_NONBLOCK: a FIFO planted under the name must not stall the request; O_NOFOLLOW: nor may
         // a symbolic link lead elsewhere. Only a regular file is a shared-memory object.
@@ -277,9 +278,7 @@ impl SystemShm {
 
     pub fn cuda_register(&self, name: &str) -> Result<(), InferError> {
         self.check_enabled()?;
-        Err(InferError::invalid(format!(
-            "failed to register CUDA shared memory region: '{name}', CUDA shared memory is not supported by this server"
-        )))
+        Err(InferError::invalid(format!("failed to register CUDA shared memory region: '{name}', GPUs not supported")))
     }
 
     /// Nothing to unregister: succeeds whenever client shared memory is on.

@@ -1,5 +1,6 @@
 //! Triton's gRPC protocol (`inference.GRPCInferenceService`) and `grpc.health.v1.Health`, on
 //! tonic. The service only translates: every decision is the server's.
+pub mod compression;
 pub mod convert;
 mod stream;
 mod verbose;
@@ -27,6 +28,7 @@ use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceServic
 use crate::server::{EXTENSIONS, Server};
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, Trace};
+use compression::ResponseCompression;
 use convert::status;
 
 /// Transport settings (tritonserver's `--grpc-*` flags).
@@ -42,6 +44,8 @@ pub struct GrpcOptions {
     pub restricted: Arc<Restrictions>,
     /// `--grpc-use-ssl[-mutual]`; plain HTTP/2 when `None`.
     pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// `--grpc-infer-response-compression-level`.
+    pub response_compression: ResponseCompression,
 }
 
 impl Default for GrpcOptions {
@@ -52,6 +56,7 @@ impl Default for GrpcOptions {
             keepalive_timeout: None,
             restricted: Arc::default(),
             tls: None,
+            response_compression: ResponseCompression::None,
         }
     }
 }
@@ -391,15 +396,22 @@ pub async fn serve(
     connections: Connections,
     shutdown: impl Future<Output = ()>,
 ) {
-    let inference = GrpcInferenceServiceServer::new(GrpcFrontend {
+    let mut inference = GrpcInferenceServiceServer::new(GrpcFrontend {
         server: server.clone(),
         restricted: options.restricted.clone(),
     })
     .max_decoding_message_size(options.max_message_size)
-    .max_encoding_message_size(options.max_message_size)
-    // Compressed requests are accepted; responses are compressed only when the client asks
-    // for it per call (tonic honours grpc-accept-encoding), never by default.
-    .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    .max_encoding_message_size(options.max_message_size);
+    // Compressed requests are always accepted; responses are compressed only at a
+    // --grpc-infer-response-compression-level above none, only inference ones (the InferOnly
+    // layer below), and only with an encoding the client accepts (tonic reads
+    // grpc-accept-encoding).
+    for &encoding in compression::ACCEPTED {
+        inference = inference.accept_compressed(encoding);
+    }
+    for &encoding in options.response_compression.response_encodings() {
+        inference = inference.send_compressed(encoding);
+    }
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
     let incoming = TcpListenerStream::new(listener).map(move |stream| {
         stream.map(|s| {
@@ -424,6 +436,7 @@ pub async fn serve(
         .http2_keepalive_interval(options.keepalive_time)
         .http2_keepalive_timeout(options.keepalive_timeout)
         .layer(tower_layer::layer_fn(verbose::LogCalls))
+        .layer(tower_layer::layer_fn(compression::InferOnly))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)
