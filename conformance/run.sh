@@ -43,8 +43,8 @@ if [[ ! -d $qa/common || ! -f $qa/common/util.sh ]]; then
 fi
 
 venv=${NEREUS_TEST_VENV:-$target/pyvenv}
-packages=('tritonclient[http,grpc]' numpy onnx pytest requests ml_dtypes psutil opentelemetry-proto)
-check='import tritonclient.http, tritonclient.grpc, numpy, onnx, pytest, requests, ml_dtypes, psutil, opentelemetry.proto'
+packages=('tritonclient[http,grpc]' numpy onnx pytest requests ml_dtypes psutil opentelemetry-proto sseclient-py)
+check='import tritonclient.http, tritonclient.grpc, numpy, onnx, pytest, requests, ml_dtypes, psutil, opentelemetry.proto, sseclient'
 if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
   :
 else

@@ -94,12 +94,32 @@ fn what_cannot_be_mapped_is_refused_with_tritonservers_words() {
             json!({"INPUT0": vec![0; 16], "parameters": {"INPUT1": [1, 2]}}),
             "Converting keyword: 'parameters': The schema can not convert input 'INPUT1'",
         ),
-        ("simple", json!({"INPUT0": vec![0; 16]}), "expected 2 inputs but got 1 inputs for model 'simple'"),
+        (
+            "simple",
+            json!({"INPUT0": vec![0; 16]}),
+            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required \
+             input(s) ['INPUT1']. Please provide all required input(s).",
+        ),
     ] {
         for endpoint in ["generate", "generate_stream"] {
             let r = s.post_json(&format!("/v2/models/{model}/{endpoint}"), &body);
             assert_eq!(r.status, 400, "{endpoint} {body}: {}", r.text());
             assert!(r.error().contains(expected), "{endpoint}: expected '{expected}' in '{}'", r.error());
+        }
+    }
+    // The body's members are read in its order, a repeated input refused (the first repeated one
+    // named), as tritonserver reads them; a value of the wrong JSON type in its words.
+    let sixteen = format!("{:?}", vec![0; 16]);
+    let strings = format!(r#"{{"INPUT0": {:?}, "INPUT1": {sixteen}}}"#, vec!["seven"; 16]);
+    let repeated = format!(r#"{{"INPUT1": {sixteen}, "INPUT0": {sixteen}, "INPUT0": {sixteen}, "INPUT1": {sixteen}}}"#);
+    for (body, expected) in [
+        (repeated.as_str(), "input 'INPUT0' already exists in request"),
+        (strings.as_str(), "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+    ] {
+        for endpoint in ["generate", "generate_stream"] {
+            let r = http(s.port, "POST", &format!("/v2/models/simple/{endpoint}"), &[], body.as_bytes());
+            assert_eq!(r.status, 400, "{endpoint} {body}: {}", r.text());
+            assert_eq!(r.error(), expected, "{endpoint} {body}");
         }
     }
     let r = s.post_json("/v2/models/nothing/generate", &json!({}));

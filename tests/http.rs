@@ -381,7 +381,7 @@ fn validation_errors() {
     let mut cases: Vec<(Value, &str, &str)> = Vec::new();
     let mut missing = simple_request(1);
     missing["inputs"].as_array_mut().unwrap().pop();
-    cases.push((missing, "simple", "Missing required input(s) ['INPUT1']"));
+    cases.push((missing, "simple", "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']"));
     let mut extra = simple_request(1);
     extra["inputs"]
         .as_array_mut()
@@ -391,7 +391,7 @@ fn validation_errors() {
     let mut dup = simple_request(1);
     let first = dup["inputs"][0].clone();
     dup["inputs"].as_array_mut().unwrap().push(first);
-    cases.push((dup, "simple", "more than once"));
+    cases.push((dup, "simple", "already exists in request"));
     let mut dtype = simple_request(1);
     dtype["inputs"][0]["datatype"] = json!("FP32");
     cases.push((dtype, "simple", "data-type is 'FP32', but model 'simple' expects 'INT32'"));
@@ -438,7 +438,7 @@ fn validation_errors() {
     cases.push((range, "simple", "out of range"));
     let mut not_int = simple_request(1);
     not_int["inputs"][0]["data"][0] = json!("seven");
-    cases.push((not_int, "simple", "expected an integer"));
+    cases.push((not_int, "simple", "attempt to access JSON non-signed-integer as signed-integer"));
     let mut unknown_out = simple_request(1);
     unknown_out["outputs"] = json!([{"name": "OUTPUT9"}]);
     cases.push((unknown_out, "simple", "unexpected inference output 'OUTPUT9'"));

@@ -515,5 +515,16 @@ def grep_count(path: Path, pattern: str, regex: bool = True) -> int:
     return n
 
 
+def install_standin_plugin(name: str, backends: Path):
+    """Copies the plugin `name` that stands in for one of Triton's test backends or Python models
+    (plugins/<name>, built by conformance/run.sh into $NEREUS_TEST_PLUGINS) to
+    `backends/<name>/<name>.wasm`, where `--backend-directory=<backends>` finds it."""
+    component = Path(os.environ.get("NEREUS_TEST_PLUGINS", ""), f"{name}.wasm")
+    if not component.is_file():
+        raise FileNotFoundError(f"the `{name}` plugin is not built: {component} (conformance/run.sh builds it)")
+    (backends / name).mkdir(parents=True, exist_ok=True)
+    shutil.copy(component, backends / name / f"{name}.wasm")
+
+
 def python_executable() -> str:
     return sys.executable

@@ -23,14 +23,15 @@ Other substitutions:
   tests/python/triton_client_examples/ (unchanged).
 - The C++ example clients, `cc_client_test` (a gtest of the C++ client library) and the basic
   authentication test (an nginx proxy in front of the server, when nginx is not installed) are
-  skipped; so are the CUDA shared-memory example and the generate extension's tests, whose
-  `mock_llm` is a Python-backend model.
+  skipped; so is the CUDA shared-memory example.
+- The generate extension's `mock_llm` is a Python-backend model: the `mock_llm` plugin
+  (plugins/mock_llm, built by conformance/run.sh) does the same from a backend directory.
 - test.sh's curl checks of binary and JSON outputs are re-expressed with Python's urllib.
 """
 import json
 import shutil
 
-from harness.core import grep_count, http, test_names
+from harness.core import grep_count, http, install_standin_plugin
 from harness.examples import (CUDA_SHM_SKIP, CXX_SKIP, DYNA_SKIP, IMAGE_SKIP, NGINX_SKIP,
                               NGINX_TODO, add_placeholders, ensure, example as _example,
                               example_models, refused_block, refused_restrictions)
@@ -63,9 +64,7 @@ def run(suite):
         b.unittest("python_http_aio_test.py")
 
     unit_test_block(suite)
-    suite.skip_tests("generate_endpoint_test.py", test_names(suite.qa_dir / "generate_endpoint_test.py"),
-                     "needs mock_llm (qa/python_models/generate_models), a Python-backend model "
-                     "(Nereus has no Python backend)")
+    generate_block(suite)
     restricted_blocks(suite, repo)
     size_limit_blocks(suite)
     with suite.block("requests of many chunks") as b:
@@ -211,6 +210,23 @@ def unit_test_block(suite):
     with suite.block("python unit tests") as b:
         b.start([f"--model-repository={ut}", "--model-control-mode=explicit", "--load-model=*"])
         b.unittest(HTTP_TEST)
+
+
+def generate_block(suite):
+    """generate_endpoint_test.py against ../python_models/generate_models, whose `mock_llm` is a
+    Python-backend model: the `mock_llm` plugin (plugins/mock_llm, the same behaviour) stands in,
+    from a backend directory, in a copy of the folder whose config names it."""
+    p = suite.path
+    suite.reset("generate_models", "generate_backends")
+    models = p("generate_models")
+    shutil.copytree(suite.qa_dir.parent / "python_models" / "generate_models" / "mock_llm", models / "mock_llm")
+    config = models / "mock_llm" / "config.pbtxt"
+    config.write_text(config.read_text().replace('backend: "python"', 'backend: "mock_llm"', 1))
+    install_standin_plugin("mock_llm", p("generate_backends"))
+    with suite.block("generate extension", quick=True) as b:
+        b.start([f"--model-repository={models}", f"--backend-directory={p('generate_backends')}",
+                 "--log-verbose=1"])
+        b.unittest("generate_endpoint_test.py")
 
 
 def restricted_blocks(suite, repo):

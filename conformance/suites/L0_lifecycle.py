@@ -17,7 +17,7 @@ import json
 import re
 import shutil
 
-from harness.core import grep_count, http, wait_until
+from harness.core import grep_count, http, install_standin_plugin, wait_until
 
 LC = "lifecycle_test.py"
 ENS = "qa_ensemble_model_repository/qa_model_repository"
@@ -25,8 +25,6 @@ PYTHON = "Python backend (the test's models are Python models)"
 TORCH_TRT = "the test is about a model's platform changing between TensorRT and PyTorch"
 GPU = "needs an NVIDIA GPU (--model-load-gpu-limit, CUDA memory)"
 ROOMY = 'parameters { key: "sandbox.execution_timeout_ms" value: { string_value: "60000" } }'
-NO_SEQUENCE_STANDIN = ("harness: no stand-in yet for Triton's C++ `sequence` test backend "
-                       "(custom_sequence_int32)")
 
 
 def run(suite):
@@ -436,8 +434,17 @@ def run(suite):
             b.server.proc.wait(timeout=120)
         msg = "Found 1 gRPC service connections and inference handlers"
         b.check(f"the log says {msg!r}", lambda: _assert(grep_count(b.log, msg, False) > 0, "not logged"))
-    suite.skip(f"{LC} LifeCycleTest.test_shutdown_sequence", NO_SEQUENCE_STANDIN)
-    suite.skip("test.sh: the log says \"Model 'custom_sequence_int32' (version 1) has 2 in-flight inferences\"", NO_SEQUENCE_STANDIN)
+    with suite.block("shutdown with sequences in flight") as b:
+        fresh("models", "backends")
+        shutil.copytree(suite.env.qa / "custom_models" / "custom_sequence_int32", p("models/custom_sequence_int32"))
+        p("models/custom_sequence_int32/1").mkdir(exist_ok=True)
+        install_standin_plugin("sequence", p("backends"))
+        b.start([models, "--log-verbose=1", f"--backend-directory={p('backends')}"])
+        b.unittest(LC, "LifeCycleTest.test_shutdown_sequence")
+        if b.server:
+            b.server.proc.wait(timeout=120)
+        msg = "Model 'custom_sequence_int32' (version 1) has 2 in-flight inferences"
+        b.check(f"the log says {msg!r}", lambda: _assert(grep_count(b.log, msg, False) > 0, "not logged"))
     with suite.block("shutdown with an ensemble in flight") as b:
         fresh("models")
         shutil.copytree(p("ensemble_zero_1_float32"), p("models/ensemble_zero_1_float32"))

@@ -15,11 +15,10 @@ instances and test.sh moves the ensembles' `nop_*` steps to KIND_GPU ("to avoid 
 on a machine without a GPU every instance group is KIND_CPU instead. The server and the test get tritonserver's test hooks
 TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER as test.sh sets them.
 """
-import os
 import re
 import shutil
 
-from harness.core import sed
+from harness.core import install_standin_plugin, sed
 from harness.gpu import has_gpu
 
 TEST = "sequence_batcher_test.py"
@@ -112,12 +111,7 @@ def _models(suite):
     timeout = p("request_timeout_models", "custom_sequence_int32_timeout", "1")
     timeout.mkdir(parents=True, exist_ok=True)
     # Triton's C++ test backends, stood in by Nereus plugins, in a backend directory.
-    plugins = os.environ.get("NEREUS_TEST_PLUGINS", "")
-    component = os.path.join(plugins, "sequence.wasm")
-    if not os.path.isfile(component):
-        raise FileNotFoundError(f"the `sequence` plugin is not built: {component} (conformance/run.sh builds it)")
-    p("backends", "sequence").mkdir()
-    shutil.copy(component, p("backends", "sequence", "sequence.wasm"))
+    install_standin_plugin("sequence", p("backends"))
 
 
 def run(suite):

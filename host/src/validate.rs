@@ -92,6 +92,31 @@ fn dims_match(dims: &[i64], shape: &[i64]) -> bool {
     dims.len() == shape.len() && dims.iter().zip(shape).all(|(d, s)| *d == -1 || d == s)
 }
 
+/// tritonserver's message for a request without all its model's required inputs: the names in
+/// its form (`['a','b']`, the request's sorted), and the count expected as a range when the model
+/// has optional inputs.
+fn missing_inputs(spec: &IoSpec, request: &InferenceRequest, missing: &[&str]) -> InferError {
+    let list = |names: &mut dyn Iterator<Item = &str>| {
+        format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
+    };
+    let mut given: Vec<&str> = request.inputs.iter().map(|i| i.name.as_str()).collect();
+    given.sort_unstable();
+    let (total, required) = (spec.inputs.len(), spec.inputs.iter().filter(|s| !s.optional).count());
+    let expected = if total == required {
+        format!("{total} inputs")
+    } else {
+        format!("number of inputs between {required} and {total}")
+    };
+    InferError::invalid(format!(
+        "expected {expected} but got {} inputs for model '{}'. Got input(s) {}, but missing required input(s) {}. \
+         Please provide all required input(s).",
+        request.inputs.len(),
+        spec.model_name,
+        list(&mut given.into_iter()),
+        list(&mut missing.iter().copied()),
+    ))
+}
+
 /// Checks `request` against the model and normalises it: fills in the requested outputs when the
 /// client named none, and applies input `reshape`. Returns the request's batch size (1 for models
 /// that do not batch).
@@ -106,7 +131,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
             )));
         }
         if request.inputs[..i].iter().any(|other| other.name == input.name) {
-            return Err(InferError::invalid(format!("input '{}' given more than once", input.name)));
+            return Err(InferError::invalid(format!("input '{}' already exists in request", input.name)));
         }
     }
     let missing: Vec<&str> = spec
@@ -116,12 +141,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
         .map(|s| s.name.as_str())
         .collect();
     if !missing.is_empty() {
-        let required = spec.inputs.iter().filter(|s| !s.optional).count();
-        return Err(InferError::invalid(format!(
-            "expected {required} inputs but got {} inputs for model '{model}'. Missing required input(s) ['{}']",
-            request.inputs.len(),
-            missing.join("', '")
-        )));
+        return Err(missing_inputs(spec, request, &missing));
     }
 
     let mut batch: Option<i64> = None;
@@ -297,10 +317,38 @@ mod tests {
         assert_eq!(r.requested_outputs, vec!["OUTPUT0".to_string()]);
     }
 
+    /// tritonserver's message for missing inputs, a range when the model has optional ones.
+    #[test]
+    fn missing_inputs_read_as_tritonservers() {
+        let cfg = crate::config::parse_pbtxt(
+            r#"name: "m" max_batch_size: 0
+               input [ { name: "B" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "A" data_type: TYPE_INT32 dims: [ 1 ] },
+                       { name: "C" data_type: TYPE_INT32 dims: [ 1 ] optional: true } ]
+               output [ { name: "O" data_type: TYPE_INT32 dims: [ 1 ] } ]"#,
+        )
+        .unwrap();
+        let spec = IoSpec::new(&cfg);
+        let err = validate_request(&spec, &mut request(vec![int32("C", vec![1], 1)])).unwrap_err();
+        assert_eq!(
+            err.message,
+            "expected number of inputs between 2 and 3 but got 1 inputs for model 'm'. Got input(s) ['C'], but \
+             missing required input(s) ['B','A']. Please provide all required input(s)."
+        );
+        let err = validate_request(&spec, &mut request(vec![])).unwrap_err();
+        assert!(err.message.contains("but got 0 inputs for model 'm'. Got input(s) [], but"), "{}", err.message);
+    }
+
     #[test]
     fn rejects_each_fault() {
         let cases: Vec<(Vec<Tensor>, &str)> = vec![
-            (vec![int32("INPUT0", vec![1, 16], 16)], "Missing required input(s) ['INPUT1']"),
+            (
+                vec![int32("INPUT0", vec![1, 16], 16)],
+                "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']",
+            ),
+            (
+                vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT0", vec![1, 16], 16)],
+                "input 'INPUT0' already exists in request",
+            ),
             (
                 vec![int32("INPUT0", vec![1, 16], 16), int32("INPUT1", vec![1, 16], 16), int32("X", vec![1], 1)],
                 "unexpected inference input 'X'",

@@ -18,6 +18,7 @@ const PLUGINS: &[(&str, bool)] = &[
     ("identity", true),
     ("image_classify_preprocess", true),
     ("image_preprocess", true),
+    ("mock_llm", false),
     ("repeat_int32", true),
     ("sequence", false),
     ("string_case", true),

@@ -117,6 +117,23 @@ impl Request {
     pub fn is_cancelled(&self) -> bool {
         host::is_cancelled(self.index)
     }
+
+    /// Sleeps `delay`, or less when the request is cancelled meanwhile (looked at every 10 ms);
+    /// returns whether it was. The wait counts against the sandbox's execution deadline.
+    pub fn wait_unless_cancelled(&self, delay: std::time::Duration) -> bool {
+        const SLICE: std::time::Duration = std::time::Duration::from_millis(10);
+        let until = std::time::Instant::now() + delay;
+        loop {
+            if self.is_cancelled() {
+                return true;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            std::thread::sleep(left.min(SLICE));
+        }
+    }
 }
 
 /// A response under construction: outputs and response parameters.

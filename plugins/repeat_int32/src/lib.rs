@@ -4,27 +4,11 @@
 //! completes the request with the final flag alone. The model must be configured with
 //! `model_transaction_policy { decoupled: true }`. When the client cancels (or goes away) it stops
 //! early: it checks `is-cancelled` while it waits, and completes the request.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nereus_sdk::{Backend, InstanceInfo, ModelInfo, Request, Response, Tensor};
 
 struct Repeat;
-
-/// Waits `ms` milliseconds, or less when the request is cancelled meanwhile; returns whether it was.
-fn wait(request: &Request, ms: u32) -> bool {
-    const SLICE: Duration = Duration::from_millis(10);
-    let until = Instant::now() + Duration::from_millis(u64::from(ms));
-    loop {
-        if request.is_cancelled() {
-            return true;
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        std::thread::sleep(left.min(SLICE));
-    }
-}
 
 fn repeat(request: &Request) -> Result<(), String> {
     let values = request.input("IN")?.as_slice::<i32>()?;
@@ -34,7 +18,7 @@ fn repeat(request: &Request) -> Result<(), String> {
         return Err(format!("DELAY has {} elements but IN has {}", delays.len(), values.len()));
     }
     for (i, (value, delay)) in values.iter().zip(delays.iter()).enumerate() {
-        if wait(request, *delay) {
+        if request.wait_unless_cancelled(Duration::from_millis(u64::from(*delay))) {
             return request.complete();
         }
         let response = Response::new()
@@ -42,7 +26,7 @@ fn repeat(request: &Request) -> Result<(), String> {
             .output(Tensor::from_slice("IDX", vec![1], &[i as u32]));
         request.send(response, false)?;
     }
-    wait(request, wait_ms.first().copied().unwrap_or(0));
+    request.wait_unless_cancelled(Duration::from_millis(u64::from(wait_ms.first().copied().unwrap_or(0))));
     request.complete()
 }
 

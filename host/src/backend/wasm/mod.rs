@@ -235,6 +235,7 @@ fn log_withheld(report: &inspect::ComponentReport, model: &str, version: i64, ba
         })
         .map(|i| i.capability)
         .collect();
+    withheld.sort_unstable();
     withheld.dedup();
     if !withheld.is_empty() {
         tracing::debug!(

@@ -369,9 +369,12 @@ pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data:
     }
     let size = datatype.element_size().unwrap_or(4);
     let mut out = BytesMut::with_capacity(leaves.len() * size);
+    // tritonserver's words (its JSON library's, under "Unable to parse 'data'").
+    let wrong = |what: &str| InferError::invalid(format!("Unable to parse 'data': attempt to access JSON {what}"));
     for leaf in leaves {
-        let int = || leaf.as_i64().ok_or_else(|| bad(format!("expected an integer, got {leaf}")));
-        let uint = || leaf.as_u64().ok_or_else(|| bad(format!("expected an unsigned integer, got {leaf}")));
+        let int = || leaf.as_i64().ok_or_else(|| wrong("non-signed-integer as signed-integer"));
+        let uint = || leaf.as_u64().ok_or_else(|| wrong("non-unsigned-integer as unsigned-integer"));
+        let number = || leaf.as_f64().ok_or_else(|| wrong("non-number as double"));
         macro_rules! narrow {
             ($get:expr, $t:ty) => {{
                 let v = $get()?;
@@ -379,9 +382,7 @@ pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data:
             }};
         }
         match datatype {
-            DataType::Bool => {
-                out.put_u8(leaf.as_bool().ok_or_else(|| bad(format!("expected a boolean, got {leaf}")))? as u8)
-            }
+            DataType::Bool => out.put_u8(leaf.as_bool().ok_or_else(|| wrong("non-boolean as boolean"))? as u8),
             DataType::Int8 => out.put_i8(narrow!(int, i8)),
             DataType::Int16 => out.put_i16_le(narrow!(int, i16)),
             DataType::Int32 => out.put_i32_le(narrow!(int, i32)),
@@ -390,14 +391,10 @@ pub(super) fn json_to_bytes(name: &str, datatype: DataType, expected: u64, data:
             DataType::Uint16 => out.put_u16_le(narrow!(uint, u16)),
             DataType::Uint32 => out.put_u32_le(narrow!(uint, u32)),
             DataType::Uint64 => out.put_u64_le(uint()?),
-            DataType::Fp32 => {
-                out.put_f32_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))? as f32)
-            }
-            DataType::Fp64 => {
-                out.put_f64_le(leaf.as_f64().ok_or_else(|| bad(format!("expected a number, got {leaf}")))?)
-            }
+            DataType::Fp32 => out.put_f32_le(number()? as f32),
+            DataType::Fp64 => out.put_f64_le(number()?),
             DataType::Bytes => {
-                let s = leaf.as_str().ok_or_else(|| bad(format!("expected a string, got {leaf}")))?;
+                let s = leaf.as_str().ok_or_else(|| wrong("non-string as string"))?;
                 out.put_u32_le(s.len() as u32);
                 out.put_slice(s.as_bytes());
             }

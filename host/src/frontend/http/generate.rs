@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::body::ReplyBody;
 use super::codec::{JsonData, json_to_bytes, param_json};
@@ -129,17 +129,14 @@ fn error_status(e: &InferError) -> StatusCode {
 
 /// The request a generate body describes for `model`.
 fn decode(body: &[u8], model: &ModelVersion) -> Result<InferenceRequest, InferError> {
-    let value: Value = if body.is_empty() {
-        Value::Object(Map::new())
+    let Members(fields) = if body.is_empty() {
+        Members(Vec::new())
     } else {
         serde_json::from_slice(body)
             .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?
     };
-    let Value::Object(fields) = value else {
-        return Err(InferError::invalid("the generate request must be a JSON object"));
-    };
     let mut request = InferenceRequest::default();
-    if let Some(id) = fields.get("id") {
+    if let Some((_, id)) = fields.iter().find(|(key, _)| key == "id") {
         request.id = id.as_str().ok_or_else(|| InferError::invalid("Unable to get request ID as string"))?.to_string();
     }
     let inputs = &model.io.inputs;
@@ -168,10 +165,38 @@ fn decode(body: &[u8], model: &ModelVersion) -> Result<InferenceRequest, InferEr
     Ok(request)
 }
 
+/// A JSON object's members in the body's order, a repeated key kept: tritonserver reads a
+/// generate body member by member, so a repeated input is refused and the first faulty member in
+/// the body is the one its error names (a map would keep one value per key, in key order).
+struct Members(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, Value>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
 /// One key of the body: an input of the model, or a request parameter.
 fn field(request: &mut InferenceRequest, model: &ModelVersion, key: &str, value: &Value) -> Result<(), InferError> {
     match model.io.inputs.iter().find(|i| i.name == key) {
         Some(input) => {
+            if request.inputs.iter().any(|i| i.name == key) {
+                return Err(InferError::invalid(format!("input '{key}' already exists in request")));
+            }
             request.inputs.push(input_tensor(input, model.io.max_batch_size > 0, value)?);
             Ok(())
         }
@@ -277,7 +302,7 @@ mod tests {
         let e = input_tensor(&input(&[4], DataType::Int32), false, &json!([1, 2, 3])).unwrap_err();
         assert_eq!(e.message, "The schema can not convert input 'X' to tensor with proper shape");
         let e = input_tensor(&input(&[-1], DataType::Int32), false, &json!(["a"])).unwrap_err();
-        assert!(e.message.contains("expected an integer"), "{}", e.message);
+        assert!(e.message.contains("non-signed-integer as signed-integer"), "{}", e.message);
     }
 
     #[test]
