@@ -248,26 +248,61 @@ fn a_stateful_step_gets_the_sequence_and_a_failing_step_is_named() {
 /// order ("must specify the START flag", or a running sum in the wrong order).
 #[test]
 fn requests_of_a_sequence_reach_the_step_in_the_order_sent() {
-    use nereus::proto::inference as pb;
-    const SEQUENCES: u64 = 8;
-    const STEPS: u64 = 4;
     let repo = Repo::new();
     running_sum(&repo);
     let s = Server::start(repo.path(), &[]);
+    stream_sequences_through(&s, "running", 8, 4);
+}
+
+/// The same where the sequence model is a later step: requests answered together by a batching,
+/// two-instance step before it each launch the next step from their own task, woken in any order;
+/// a request waits for the earlier requests of its sequence to launch a step before it does.
+#[test]
+fn requests_of_a_sequence_reach_a_later_step_in_the_order_sent() {
+    let repo = Repo::new();
+    repo.example("accumulate_state");
+    int32_identity(&repo, "nop", 8, "[ 1 ]");
+    repo.model(
+        "nop_then_running",
+        r#"name: "nop_then_running"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TOTAL" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "nop" input_map { key: "INPUT0" value: "V" } output_map { key: "OUTPUT0" value: "W" } },
+    { model_name: "accumulate_state" input_map { key: "INPUT" value: "W" } output_map { key: "OUTPUT" value: "TOTAL" } }
+  ]
+}"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    for _ in 0..4 {
+        stream_sequences_through(&s, "nop_then_running", 16, 8);
+    }
+}
+
+/// Sends `steps` requests of each of `sequences` sequences to the running-sum ensemble `model`,
+/// interleaved, on one gRPC stream, and checks each response's sum, and that each sequence's
+/// responses come back in the order of its requests (a stream client takes the last one it reads
+/// as the sequence's result).
+fn stream_sequences_through(s: &Server, model: &str, sequences: u64, steps: u64) {
+    use nereus::proto::inference as pb;
     let value = |seq: u64, k: u64| (seq * 100 + k * 7) as i32;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let mut client = grpc_client(&s).await;
+        let mut client = grpc_client(s).await;
         // Interleaved: each sequence's k-th request after every sequence's (k-1)-th, all sent at
         // once (the server reads them from one buffer, one after the other).
         let mut requests = Vec::new();
-        for k in 0..STEPS {
-            for seq in 1..=SEQUENCES {
+        for k in 0..steps {
+            for seq in 1..=sequences {
                 let flag = |b: bool| pb::InferParameter {
                     parameter_choice: Some(pb::infer_parameter::ParameterChoice::BoolParam(b)),
                 };
                 let request = pb::ModelInferRequest {
-                    model_name: "running".into(),
+                    model_name: model.into(),
                     id: format!("{seq}-{k}"),
                     parameters: [
                         (
@@ -277,7 +312,7 @@ fn requests_of_a_sequence_reach_the_step_in_the_order_sent() {
                             },
                         ),
                         ("sequence_start".to_string(), flag(k == 0)),
-                        ("sequence_end".to_string(), flag(k == STEPS - 1)),
+                        ("sequence_end".to_string(), flag(k == steps - 1)),
                     ]
                     .into(),
                     inputs: vec![pb::model_infer_request::InferInputTensor {
@@ -293,7 +328,8 @@ fn requests_of_a_sequence_reach_the_step_in_the_order_sent() {
             }
         }
         let mut replies = client.model_stream_infer(tokio_stream::iter(requests)).await.unwrap().into_inner();
-        for _ in 0..SEQUENCES * STEPS {
+        let mut answered = std::collections::HashMap::new();
+        for _ in 0..sequences * steps {
             let reply = replies.message().await.unwrap().unwrap();
             assert_eq!(reply.error_message, "");
             let response = reply.infer_response.unwrap();
@@ -302,6 +338,8 @@ fn requests_of_a_sequence_reach_the_step_in_the_order_sent() {
             let total = i32::from_le_bytes(response.raw_output_contents[0][..4].try_into().unwrap());
             let expected: i32 = (0..=k).map(|j| value(seq, j)).sum();
             assert_eq!(total, expected, "request {k} of sequence {seq}");
+            let before = answered.insert(seq, k);
+            assert_eq!(before.map_or(0, |b| b + 1), k, "the responses of sequence {seq} out of order");
         }
     });
 }

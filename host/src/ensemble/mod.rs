@@ -7,6 +7,7 @@
 mod batch_dims;
 pub mod composition;
 mod graph;
+mod sequence_order;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::request::{
 };
 use crate::scheduler::{Caller, Schedule};
 use crate::stats::{ExecutionTimes, ModelStats};
+use sequence_order::{SequenceOrder, Ticket};
 
 /// An ensemble version's scheduler: each request runs the steps on the composing models, which
 /// `models` resolves at request time.
@@ -88,6 +90,8 @@ pub struct Ensemble {
     /// Requests in flight, so an unload can wait for them.
     in_flight: AtomicUsize,
     drained: (Mutex<()>, Condvar),
+    /// Keeps each step's requests of one sequence in the order they arrived (see [`sequence_order`]).
+    order: SequenceOrder,
 }
 
 /// Where a running step's answers arrive: one response, or a decoupled model's stream of them.
@@ -222,6 +226,7 @@ impl Ensemble {
             held_back: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             drained: (Mutex::new(()), Condvar::new()),
+            order: SequenceOrder::default(),
         }
     }
 
@@ -241,7 +246,8 @@ impl Ensemble {
     /// The steps whose inputs the request holds are sent to their models here, on the caller's
     /// thread, before this returns, as tritonserver does; the rest of the request runs as a task.
     /// Two requests of one sequence enqueued one after the other thus reach its model in that
-    /// order (a task of their own each could start them in either).
+    /// order (a task of their own each could start them in either); their later steps keep it
+    /// through the request's ticket (see [`sequence_order`]).
     pub fn enqueue(
         self: &Arc<Self>,
         mut job: Job,
@@ -254,19 +260,24 @@ impl Ensemble {
             return job.fail(InferError::internal("ensembles run on the server's async runtime"));
         };
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let mut ticket = self.order.ticket(&job.request.correlation_id, self.steps.len());
         let this = self.clone();
         let mut request = Box::pin(async move {
             let mut job = job;
             let started = Instant::now();
             let batch_size = job.request.batch_size(this.batching) as u64;
             let request = std::mem::take(&mut job.request);
-            let outcome = this.run(request, version, models.as_ref(), &mut job.sender, caller).await;
+            let outcome = this.run(request, version, models.as_ref(), &mut job.sender, caller, ticket.as_mut()).await;
             if outcome.is_ok() {
                 // As Triton does for an ensemble: one queue entry and one execution per successful
                 // request (perf_analyzer finds the version it measured by its queue count).
                 stats.record_queue(started.saturating_duration_since(job.enqueued));
                 let times = ExecutionTimes { infer: started.elapsed(), ..Default::default() };
                 stats.record_execution(1, batch_size, batch_size, times);
+            }
+            // A sequence's responses leave in the order its requests came.
+            if let Some(ticket) = ticket.as_mut() {
+                ticket.first_in_line().await;
             }
             match outcome {
                 Ok(Some(response)) => job.sender.send_final(Ok(response)),
@@ -276,6 +287,7 @@ impl Ensemble {
             };
             job.sender.flush();
             drop(job);
+            drop(ticket);
             if this.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let _guard = this.drained.0.lock();
                 this.drained.1.notify_all();
@@ -307,7 +319,8 @@ impl Ensemble {
 
     /// Runs the steps as their inputs become available. A unary ensemble returns its one response;
     /// a decoupled one sends each response through `sender` as a set of outputs completes and
-    /// returns `None`.
+    /// returns `None`. A request of a sequence (`ticket`) launches a step only after the earlier
+    /// requests of its sequence have (its caller sends its response after theirs).
     async fn run(
         &self,
         request: InferenceRequest,
@@ -315,6 +328,7 @@ impl Ensemble {
         models: &dyn ModelResolver,
         sender: &mut ResponseSender,
         caller: Caller,
+        mut ticket: Option<&mut Ticket>,
     ) -> Result<Option<InferenceResponse>, InferError> {
         let InferenceRequest {
             id,
@@ -393,16 +407,25 @@ impl Ensemble {
                 Ok::<_, InferError>(Running { step, context, batching, answers, _permit: permit })
             };
         loop {
-            // Every step whose inputs now exist, in the deepest context they come from.
+            // Every step whose inputs now exist, in the deepest context they come from, unless an
+            // earlier request of the sequence has yet to launch it.
+            let mut out_of_turn = false;
             for c in 0..contexts.0.len() {
                 for (i, step) in self.steps.iter().enumerate() {
                     if !contexts.0[c].launched[i]
                         && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
                     {
+                        if ticket.as_mut().is_some_and(|t| !t.may_launch(i)) {
+                            out_of_turn = true;
+                            continue;
+                        }
                         contexts.0[c].launched[i] = true;
                         // Without `max_inflight_requests` nothing is counted or queued on the way.
                         match self.limits {
-                            None => running.push(launch(i, c, &contexts, None, caller)?),
+                            None => {
+                                running.push(launch(i, c, &contexts, None, caller)?);
+                                ticket.as_ref().inspect(|t| t.launched(i));
+                            }
                             Some(_) => held.push((i, c)),
                         }
                     }
@@ -425,12 +448,13 @@ impl Ensemble {
                 held.queue.remove(k);
                 self.held_back.fetch_sub(1, Ordering::AcqRel);
                 running.push(launch(step, context, &contexts, permit, caller)?);
+                ticket.as_ref().inspect(|t| t.launched(step));
             }
             if self.decoupled {
                 let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
                 self.answer_complete_contexts(&mut contexts, &answer, sender).await;
             }
-            if running.is_empty() && held.queue.is_empty() {
+            if running.is_empty() && held.queue.is_empty() && !out_of_turn {
                 break;
             }
             caller = Caller::IoThread;
@@ -452,9 +476,17 @@ impl Ensemble {
                     None => Ok(Some(next_event(&mut running).await)),
                 }
             };
+            let turn = async {
+                match ticket.as_mut() {
+                    Some(t) if out_of_turn => t.changed().await,
+                    _ => std::future::pending().await,
+                }
+            };
             let waited = tokio::select! {
                 biased;
                 waited = waited => waited?,
+                // An earlier request of the sequence launched a step or ended: look again.
+                () = turn => None,
                 () = sender.cancelled() => return Err(InferError::unavailable("the request was cancelled")),
             };
             let Some((index, event)) = waited else { continue };
