@@ -113,6 +113,34 @@ fn direct_slots_backlog_padding_and_reuse() {
     assert_eq!(stats["inference_count"], 7);
 }
 
+/// A sequence waiting in the backlog expires with its requests' `timeout`: each of its requests is
+/// refused in tritonserver's words and the sequence is forgotten; a sequence holding a slot, and
+/// one in the backlog without a timeout, are not timed out.
+#[test]
+fn a_backlogged_sequence_expires_with_its_requests_timeout() {
+    let repo = Repo::new();
+    accumulate(&repo, "acc", 1, &format!("control_input [ {CONTROLS} ]"), "");
+    let s = Server::start(repo.path(), &[]);
+    let with_timeout = |mut body: Value, us: u64| {
+        body["parameters"]["timeout"] = json!(us);
+        body
+    };
+    // Sequence 1 holds the one slot; its own requests' timeouts do not apply there.
+    assert_eq!(infer(&s, "acc", with_timeout(seq(json!(1), 1, true, false), 1)).0, 1);
+    // Sequence 3, without a timeout, waits in the backlog; sequence 2 joins it with one.
+    let three = send(&s, "acc", seq(json!(3), 100, true, false));
+    s.wait_until("sequence 3 backlogged", || s.queued("acc") == 1);
+    let r = send(&s, "acc", with_timeout(seq(json!(2), 10, true, false), 200_000)).join().unwrap();
+    assert_eq!((r.status, r.error()), (503, "timeout of the corresponding sequence has been expired".to_string()));
+    // Sequence 2 is forgotten: its next request without START is refused.
+    let r = s.post_json("/v2/models/acc/infer", &seq(json!(2), 1, false, true));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("must specify the START flag"), "{}", r.error());
+    assert_eq!(s.queued("acc"), 1, "sequence 3 still waits");
+    assert_eq!(infer(&s, "acc", with_timeout(seq(json!(1), 2, false, true), 1)).0, 3);
+    assert_eq!(sum_and_slots(three.join().unwrap()).0, 100);
+}
+
 /// An `identity` model that echoes the control tensors back as outputs of the same names.
 fn echo(repo: &Repo, name: &str, corrid: &str) {
     repo.model(

@@ -5,7 +5,10 @@
 //! index (spreading sequences over instances), or waits in a first-come-first-served backlog with
 //! every request it receives meanwhile; when a sequence's END request has executed, its slot goes at
 //! once to the first backlogged sequence. A sequence idle for `max_sequence_idle_microseconds` loses
-//! its slot and state, and its next request without START fails as Triton's does.
+//! its slot and state, and its next request without START fails as Triton's does. A backlogged
+//! sequence expires with the earliest `timeout` of the requests it holds: all of them are refused
+//! and the sequence forgotten, as tritonserver's reaper does (a request's timeout does not apply
+//! once its sequence holds a slot).
 //!
 //! Each instance's worker forms its batches from the heads of its slots:
 //! - **direct**: batch position = slot index; slots with nothing to run this time (up to the last
@@ -62,7 +65,26 @@ struct Backlogged {
     queue: VecDeque<Job>,
     /// Its END request has arrived: later requests with this id belong to another sequence.
     ended: bool,
+    /// The earliest deadline of its requests' `timeout`s, if any has one.
+    expires: Option<Instant>,
 }
+
+impl Backlogged {
+    /// Adds a request that arrived `now`, whose timeout may bring the sequence's expiry closer.
+    /// Returns the new expiry when it did.
+    fn push(&mut self, job: Job, now: Instant) -> Option<Instant> {
+        let timeout = job.request.timeout_us;
+        self.queue.push_back(job);
+        if timeout == 0 {
+            return None;
+        }
+        let at = now + Duration::from_micros(timeout);
+        (self.expires.is_none_or(|e| at < e)).then(|| *self.expires.insert(at))
+    }
+}
+
+/// What tritonserver answers to each request of a sequence whose backlog expired.
+const BACKLOG_EXPIRED: &str = "timeout of the corresponding sequence has been expired";
 
 struct State {
     slots: Vec<Vec<Slot>>,
@@ -181,8 +203,10 @@ impl SequenceBatcher {
             return Ok(());
         }
         if let Some(b) = state.backlog.iter_mut().find(|b| b.id == id && !b.ended) {
-            b.queue.push_back(job);
             b.ended = end;
+            if let Some(at) = b.push(job, now) {
+                self.shared.reaper.arm(at);
+            }
             return Ok(());
         }
         if !start {
@@ -208,7 +232,13 @@ impl SequenceBatcher {
                 self.shared.work[instance].notify_one();
                 self.shared.lifecycle.wake(instance);
             }
-            None => state.backlog.push_back(Backlogged { id, queue: VecDeque::from([job]), ended: end }),
+            None => {
+                let mut b = Backlogged { id, queue: VecDeque::new(), ended: end, expires: None };
+                if let Some(at) = b.push(job, now) {
+                    self.shared.reaper.arm(at);
+                }
+                state.backlog.push_back(b);
+            }
         }
         Ok(())
     }
@@ -466,8 +496,9 @@ impl Shared {
 
 impl Reap for Shared {
     /// Releases sequences idle for longer than `max_sequence_idle_microseconds`: their slot goes to
-    /// the backlog or back to the free set, their state is dropped. Looks again when the next held
-    /// sequence could expire; not at all while none is held.
+    /// the backlog or back to the free set, their state is dropped. Refuses the requests of
+    /// backlogged sequences past their expiry. Looks again when the next held or backlogged
+    /// sequence could expire; not at all while none is.
     fn reap(&self, now: Instant) -> Option<Instant> {
         let idle = self.rules.idle;
         let mut state = self.state.lock();
@@ -475,7 +506,13 @@ impl Reap for Shared {
             state.reaping = false;
             return None;
         }
-        let mut next: Option<Instant> = None;
+        let expired_backlog: VecDeque<Backlogged> = {
+            let (expired, kept) =
+                std::mem::take(&mut state.backlog).into_iter().partition(|b| b.expires.is_some_and(|e| e <= now));
+            state.backlog = kept;
+            expired
+        };
+        let mut next: Option<Instant> = state.backlog.iter().filter_map(|b| b.expires).min();
         let mut expired = Vec::new();
         for (i, slots) in state.slots.iter().enumerate() {
             for (s, slot) in slots.iter().enumerate() {
@@ -503,6 +540,13 @@ impl Reap for Shared {
             }
         }
         state.reaping = next.is_some();
+        drop(state);
+        for mut b in expired_backlog {
+            tracing::info!("model '{}': sequence {} timed out in the backlog", self.model, id_text(&b.id));
+            for job in &mut b.queue {
+                job.fail(InferError::unavailable(BACKLOG_EXPIRED));
+            }
+        }
         next.map(|n| n + Duration::from_millis(1))
     }
 }
