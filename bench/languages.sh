@@ -6,8 +6,10 @@
 # its RSS with it loaded with 1, over 4; the compiled code stays mapped between the two).
 #   bench/languages.sh [ROUNDS]     (default 3; rounds alternate the servers' order, medians are reported)
 #   PROTO=grpc (default http), PERF_INTERVAL_MS (default 2000), NEREUS (default the release build)
-# Models: simple (Rust), simple_py, simple_js, and simple_c where model_repository has it. Builds the
-# plugins first (scripts/build-plugins.sh). Prints a markdown table. Not a test.
+# Models: simple (Rust), simple_py, simple_js, and simple_c where model_repository has it; and the floor
+# of each interpreter, echo_py and echo_js (bench/floor/: an execute with no SDK answering each request
+# with its inputs, what the toolchain's bindings cost before any plugin code runs). Builds the plugins
+# first (scripts/build-plugins.sh, and the floor's build.sh). Prints a markdown table. Not a test.
 #   Smoke run: PERF_INTERVAL_MS=500 bench/languages.sh 1
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,17 +23,26 @@ port=18400 triton_port=18500
 
 models=(simple simple_py simple_js)
 [[ -d $root/model_repository/simple_c ]] && models+=(simple_c)
+floors=(echo_py echo_js)
 "$root/scripts/build-plugins.sh" "$root/model_repository" 2>/dev/null
 
 work=$(mktemp -d)
 pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; "$anchors/triton.sh" stop $triton_port >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
-# The repository: each model as it is, and a twin with 5 instances (<model>_x5).
+# The repository: each model as it is, and a twin with 5 instances (<model>_x5); each floor as a copy
+# of simple_py's configuration naming its backend.
 mkdir "$work/repo"
+for m in "${floors[@]}"; do
+  mkdir -p "$work/repo/$m/1"
+  sed -e "s/^name: .*/name: \"$m\"/" -e "s/^backend: .*/backend: \"$m\"/" "$root/model_repository/simple_py/config.pbtxt" \
+    >"$work/repo/$m/config.pbtxt"
+  "$here/floor/$m/build.sh" "$work/repo/$m/$m.wasm" 2>/dev/null
+done
+models+=("${floors[@]}")
 for m in "${models[@]}"; do
-  cp -r "$root/model_repository/$m" "$work/repo/"
-  cp -r "$root/model_repository/$m" "$work/repo/${m}_x5"
+  [[ -d $work/repo/$m ]] || cp -r "$root/model_repository/$m" "$work/repo/"
+  cp -r "$work/repo/$m" "$work/repo/${m}_x5"
   sed -i -e "s/^name: .*/name: \"${m}_x5\"/" -e 's/count: 1/count: 5/' "$work/repo/${m}_x5/config.pbtxt"
 done
 

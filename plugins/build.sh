@@ -14,7 +14,9 @@
 #   ${NEREUS_TOOLCHAINS:-~/.cache/nereus/toolchains}: python/, a virtual environment with
 #   componentize-py $PY (needs python3 with venv); js/, an npm prefix with
 #   @bytecodealliance/componentize-js $CJS and @bytecodealliance/jco $JCO (needs Node 18+ with npm;
-#   jco inspects components: `jco wit <file>.wasm`);
+#   jco inspects components: `jco wit <file>.wasm`); NEREUS_COMPONENTIZE_JS_ARGS adds arguments to
+#   componentize-js, e.g. "--aot --weval-bin PATH" (weval's ahead-of-time compilation; see
+#   docs/authoring/javascript.md for what it measured);
 # - the WIT folder is $NEREUS_WIT, else the folder's .nereus/wit (`nereus plugin new` writes it),
 #   else the nearest wit/backend.wit above the folder;
 # - the SDK (nereus_sdk.py, nereus_sdk.js) is $NEREUS_SDK/<python|js>, else the nearest
@@ -88,6 +90,6 @@ else
   [[ -e $stage/$sdk_file ]] || cp "$sdk/$sdk_file" "$stage/"
   say "componentize-js $CJS: $here/app.js with WIT $wit -> $out"
   "$tools/js/node_modules/.bin/componentize-js" "$stage/app.js" --wit "$wit" --world-name backend \
-    --disable http fetch-event -o "$out.tmp" >&2
+    --disable http fetch-event ${NEREUS_COMPONENTIZE_JS_ARGS:-} -o "$out.tmp" >&2
 fi
 mv "$out.tmp" "$out"

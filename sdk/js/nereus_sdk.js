@@ -37,11 +37,13 @@ export function configParameter(model, key) {
   return JSON.parse(model.configJson).parameters?.[key]?.string_value;
 }
 
-/** A numeric tensor's elements as a typed array (a copy, aligned). */
+/** A numeric tensor's elements as a typed array: over the tensor's own bytes where the bindings gave
+ *  them a buffer of their own, else over an aligned copy (never a view into a larger buffer). */
 export function values(tensor) {
   const Kind = ARRAYS[tensor.datatype];
   if (!Kind) throw new RequestError(`tensor '${tensor.name}' is ${tensor.datatype}, not a numeric datatype`);
-  const bytes = tensor.data.slice();
+  const data = tensor.data;
+  const bytes = data.byteOffset === 0 && data.buffer.byteLength === data.byteLength ? data : data.slice();
   return new Kind(bytes.buffer, bytes.byteOffset, bytes.byteLength / Kind.BYTES_PER_ELEMENT);
 }
 

@@ -7,9 +7,7 @@ import array
 import nereus_sdk as nereus
 from nereus_sdk import DataType
 
-
-def wrap32(x):
-    return (x + 0x80000000) % 0x100000000 - 0x80000000
+MASK32 = 0xFFFFFFFF
 
 
 class Lifecycle(nereus.Backend):
@@ -22,15 +20,21 @@ class Lifecycle(nereus.Backend):
             raise nereus.RequestError(f"add_sub supports INT32 and FP32, not DataType::{x.datatype.name.capitalize()}")
         if y.datatype != x.datatype:
             raise nereus.RequestError(f"tensor 'INPUT1' is {y.datatype.name}, not {x.datatype.name}")
-        a, b = nereus.values(x), nereus.values(y)
+        if x.datatype == DataType.INT32:
+            # Two's-complement wrapping: the same bytes read as unsigned, each result masked to 32 bits
+            # in the comprehension itself (a function call per element cost a fifth of the execution).
+            a, b = array.array("I", x.data), array.array("I", y.data)
+        else:
+            # FP32 sums are rounded back to single precision by the array, as f32 arithmetic rounds.
+            a, b = nereus.values(x), nereus.values(y)
         if len(a) != len(b):
             raise nereus.RequestError("INPUT0 and INPUT1 must have the same number of elements")
-        # FP32 sums are rounded back to single precision by the array, as f32 arithmetic rounds.
-        wrap = wrap32 if x.datatype == DataType.INT32 else float
         code = a.typecode
         outputs = []
         if request.wants("OUTPUT0"):
-            outputs.append(nereus.tensor("OUTPUT0", x.shape, x.datatype, array.array(code, [wrap(p + q) for p, q in zip(a, b)])))
+            sums = [(p + q) & MASK32 for p, q in zip(a, b)] if code == "I" else [p + q for p, q in zip(a, b)]
+            outputs.append(nereus.tensor("OUTPUT0", x.shape, x.datatype, array.array(code, sums)))
         if request.wants("OUTPUT1"):
-            outputs.append(nereus.tensor("OUTPUT1", x.shape, x.datatype, array.array(code, [wrap(p - q) for p, q in zip(a, b)])))
+            differences = [(p - q) & MASK32 for p, q in zip(a, b)] if code == "I" else [p - q for p, q in zip(a, b)]
+            outputs.append(nereus.tensor("OUTPUT1", x.shape, x.datatype, array.array(code, differences)))
         return outputs
