@@ -33,9 +33,12 @@ fn the_spinner_runs_at_idle_priority_only_while_requests_arrive() {
     assert_eq!(policy, SCHED_IDLE);
     // Quiet after start: it parks (sleeping, 'S') once the window has passed.
     s.wait_until("the spinner to park", || spinner(&s).is_some_and(|(state, _)| state == 'S'));
-    // A request wakes it: runnable ('R') for the window after the request (it came within a
-    // window of the park, so it is not sparse traffic, after which the spinner would not spin)...
+    // A lone request after a quiet spell of a window leaves it parked (sparse traffic)...
     let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(spinner(&s).map(|(state, _)| state), Some('S'));
+    // ... a second one within a window of it wakes it: runnable ('R') for the window after it...
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(2));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(spinner(&s).map(|(state, _)| state), Some('R'));
     // ... and it parks again when requests stop.

@@ -20,11 +20,12 @@
 //! Under sparse traffic (requests further apart than a window: 200 a second against a 1 ms window)
 //! the spinner parks between requests anyway, so spinning a whole window or two after each one
 //! catches no next request and only burns CPU (measured: 45.6% of a core at 200 requests a second
-//! where bare hyper takes 1.9%). So a request that wakes it after a quiet spell of at least a window
-//! does not make it spin: it parks again at once, unless another request came meanwhile, and spins
-//! whole windows again once the gaps are shorter than a window. (A tail of an eighth of a window,
-//! for the wake-ups inside the waking request, still cost about 5 points of a core at 200 requests
-//! a second, and a model running inline on its I/O thread has none.)
+//! where bare hyper takes 1.9%). So a request does not wake a parked spinner unless it comes within
+//! a window of the request before it: the first request after a quiet spell leaves it parked, a
+//! second close behind wakes it, and it spins whole windows while the gaps stay shorter than a
+//! window. (Waking it for every sparse request only to park it again still cost about 2 points of a
+//! core at 200 requests a second: a futex wake and a context switch each; and a tail of an eighth of
+//! a window after each about 5.)
 //!
 //! Where `SCHED_IDLE` is not available (not Linux, or refused) there is no spinner: spinning at
 //! normal priority would take CPU time from the threads doing the work.
@@ -41,6 +42,8 @@ pub struct BusyPoll {
 
 struct Shared {
     activity: Activity,
+    /// Whether a request is close enough behind the one before it to wake a parked spinner.
+    gaps: Gaps,
     /// How many times the spinner has parked (for tests).
     parks: AtomicU64,
     /// How many times it rested because the CPUs were busy (for tests).
@@ -58,12 +61,6 @@ const SPINS_PER_POLL: u32 = 64;
 /// is too little. `/proc/stat` counts in ticks of 10 ms, so a sample needs to span several.
 pub const HEADROOM_SAMPLE: Duration = Duration::from_millis(100);
 
-/// How long the spinner spins before its next look, having been parked for `parked_for`: not at
-/// all after a quiet spell of a window or more (sparse traffic), else a whole window.
-fn first_window(parked_for: Duration, window: Duration) -> Duration {
-    if parked_for >= window { Duration::ZERO } else { window }
-}
-
 /// The default spare CPU (in CPUs: idle time plus the spinner's own) below which spinning stops
 /// paying (`--busy-poll-min-spare-cpus`).
 pub const MIN_SPARE_CPUS: f64 = 0.5;
@@ -77,6 +74,7 @@ impl BusyPoll {
         }
         let shared = Arc::new(Shared {
             activity: Activity::default(),
+            gaps: Gaps::new(window),
             parks: AtomicU64::new(0),
             rests: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -104,13 +102,61 @@ impl BusyPoll {
         }
     }
 
-    /// Notes a request: the spinner keeps spinning (or starts again) for at least a window.
+    /// Notes a request: the spinner keeps spinning for at least a window, or starts again if this
+    /// request comes within a window of the one before it.
     pub fn touch(&self) {
-        if self.shared.activity.touch()
+        if self.shared.touch()
             && let Some(t) = &self.thread
         {
             t.thread().unpark();
         }
+    }
+}
+
+impl Shared {
+    /// Notes a request; true when the spinner is parked and must be unparked. While the spinner
+    /// spins, the request path only reads the activity mark (see [`Activity`]); otherwise it also
+    /// reads the clock, and leaves a parked spinner parked for a request a window or more behind
+    /// the one before it (sparse traffic).
+    fn touch(&self) -> bool {
+        if self.activity.is_active() {
+            return false;
+        }
+        if self.gaps.sparse() && self.activity.parked() {
+            return false;
+        }
+        self.activity.touch()
+    }
+}
+
+/// The gap between a request and the last one seen outside a spinning window.
+///
+/// While the spinner is parked every request is seen here, so a request's gap is the time since
+/// the request before it; a request in the first window after a park sees the gap since that
+/// window's first request or an earlier one, never a shorter one, so it errs towards "sparse".
+struct Gaps {
+    clock: Instant,
+    /// Nanoseconds since `clock` at the last request seen.
+    last: AtomicU64,
+    window: u64,
+}
+
+impl Gaps {
+    fn new(window: Duration) -> Gaps {
+        Gaps {
+            clock: Instant::now(),
+            last: AtomicU64::new(0),
+            window: window.as_nanos().try_into().unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Notes a request now; true when the one before it was a window or more ago.
+    fn sparse(&self) -> bool {
+        self.sparse_at(self.clock.elapsed().as_nanos().try_into().unwrap_or(u64::MAX))
+    }
+
+    fn sparse_at(&self, now: u64) -> bool {
+        now.saturating_sub(self.last.swap(now, Ordering::Relaxed)) >= self.window
     }
 }
 
@@ -143,6 +189,11 @@ enum Step {
 }
 
 impl Activity {
+    /// Whether a request has already marked the current window.
+    fn is_active(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == ACTIVE
+    }
+
     /// Marks the window active; true when the spinner was parked and must be unparked.
     fn touch(&self) -> bool {
         self.0.load(Ordering::Relaxed) != ACTIVE && self.0.swap(ACTIVE, Ordering::AcqRel) == PARKED
@@ -171,7 +222,6 @@ fn spin(shared: &Shared, window: Duration, min_spare_cpus: f64) {
     // Zero: spin whatever the load, and never read /proc for it.
     let mut headroom = if min_spare_cpus > 0.0 { Headroom::start() } else { None };
     let mut window_start = Instant::now();
-    let mut window_len = window;
     while !shared.stop.load(Ordering::Acquire) {
         for _ in 0..SPINS_PER_POLL {
             std::hint::spin_loop();
@@ -192,23 +242,15 @@ fn spin(shared: &Shared, window: Duration, min_spare_cpus: f64) {
                 }
             }
         }
-        if window_start.elapsed() < window_len {
+        if window_start.elapsed() < window {
             continue;
         }
-        window_len = window;
         if shared.activity.end_of_window() == Step::Park {
             shared.parks.fetch_add(1, Ordering::Relaxed);
-            let parked_at = Instant::now();
             while shared.activity.parked() && !shared.stop.load(Ordering::Acquire) {
                 std::thread::park();
             }
-            window_len = first_window(parked_at.elapsed(), window);
-            if window_len.is_zero() {
-                // Sparse traffic: the request that woke it is no reason to spin; only another one,
-                // come meanwhile, is.
-                shared.activity.end_of_window();
-            }
-            // Woken by a request after a quiet spell: measure afresh from now.
+            // Woken by a request close behind another after a quiet spell: measure afresh from now.
             if let Some(h) = headroom.as_mut() {
                 h.restart();
             }
@@ -332,23 +374,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_a_quiet_spell_of_a_window_or_more_a_request_does_not_make_it_spin() {
-        let window = Duration::from_millis(1);
-        // 200 requests a second against a 1 ms window: parked ~4 ms between them.
-        assert_eq!(first_window(Duration::from_millis(4), window), Duration::ZERO);
-        assert_eq!(first_window(window, window), Duration::ZERO);
-        // A short gap in a busy stream: whole windows, as before.
-        assert_eq!(first_window(Duration::from_micros(150), window), window);
-        // The waking request's mark is cleared: only another request keeps it spinning.
-        let a = Activity::default();
-        assert_eq!(a.end_of_window(), Step::Park);
-        assert!(a.touch());
-        assert_eq!(a.end_of_window(), Step::Spin, "clearing the waking request's mark");
-        assert_eq!(a.end_of_window(), Step::Park, "no other request meanwhile: parks again");
-        assert!(a.touch());
-        a.end_of_window();
-        assert!(!a.touch(), "a request before it parks again needs no unpark");
-        assert_eq!(a.end_of_window(), Step::Spin, "and keeps it spinning whole windows");
+    fn a_request_a_window_or_more_behind_the_last_is_sparse() {
+        let ms = 1_000_000;
+        let gaps = Gaps::new(Duration::from_millis(1));
+        // 200 requests a second against a 1 ms window: 5 ms apart, each one sparse.
+        assert!(gaps.sparse_at(5 * ms));
+        assert!(gaps.sparse_at(10 * ms));
+        // One close behind: not sparse; exactly a window behind: sparse.
+        assert!(!gaps.sparse_at(10 * ms + 150_000));
+        assert!(gaps.sparse_at(11 * ms + 150_000));
+        // A clock read out of order (another thread's earlier reading) is a gap of zero.
+        assert!(!gaps.sparse_at(11 * ms));
+    }
+
+    #[test]
+    fn a_parked_spinner_is_woken_only_by_a_request_close_behind_another() {
+        let shared = Shared {
+            activity: Activity::default(),
+            gaps: Gaps::new(Duration::from_secs(3600)),
+            parks: AtomicU64::new(0),
+            rests: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        };
+        // An hour's window: every request here is close behind the last one seen.
+        assert_eq!(shared.activity.end_of_window(), Step::Park);
+        assert!(shared.touch(), "a request within a window of the last one seen wakes it");
+        assert!(!shared.touch(), "later requests of the window ask for nothing");
+        assert_eq!(shared.activity.end_of_window(), Step::Spin);
+        assert_eq!(shared.activity.end_of_window(), Step::Park);
+        // A zero window: every request is sparse, and leaves the parked spinner parked.
+        let sparse = Shared { gaps: Gaps::new(Duration::ZERO), ..shared };
+        assert!(!sparse.touch(), "a request a window behind the last leaves the spinner parked");
+        assert!(sparse.activity.parked());
     }
 
     #[test]
@@ -405,10 +462,11 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn touch_wakes_a_parked_spinner_and_drop_stops_it() {
-        let Some(poll) = BusyPoll::start(Duration::from_micros(1), 0.0) else {
+        let Some(poll) = BusyPoll::start(Duration::from_millis(200), 0.0) else {
             return; // SCHED_IDLE refused here: nothing spins, which is what start promises.
         };
-        // Parks after its first quiet 1 µs window; only a touch makes it spin and park again.
+        // Parks after its first quiet window; only a request close behind another makes it spin
+        // (and park again after a window).
         let parks = |n| {
             let deadline = Instant::now() + Duration::from_secs(30);
             while poll.shared.parks.load(Ordering::Relaxed) < n {
@@ -417,6 +475,7 @@ mod tests {
             }
         };
         parks(1);
+        poll.touch();
         poll.touch();
         parks(2);
         // Dropping the handle stops and joins the thread.
