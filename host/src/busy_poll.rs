@@ -129,11 +129,13 @@ impl Shared {
     }
 }
 
-/// The gap between a request and the last one seen outside a spinning window.
+/// The gap between a request and the last one seen here, which are the requests that find the
+/// window unmarked (the others take the request path's fast way out).
 ///
-/// While the spinner is parked every request is seen here, so a request's gap is the time since
-/// the request before it; a request in the first window after a park sees the gap since that
-/// window's first request or an earlier one, never a shorter one, so it errs towards "sparse".
+/// While the spinner is parked every request is seen, so a request's gap is the time since the
+/// request before it. The first request after a park may measure from an earlier request than the
+/// last one (those that came while a window was already marked were not seen): a gap never shorter
+/// than the true one, and a park follows a whole window without requests anyway.
 struct Gaps {
     clock: Instant,
     /// Nanoseconds since `clock` at the last request seen.
