@@ -2,7 +2,8 @@
 # A/B of two Nereus builds (or one build with two sets of flags) next to the ceiling, in one run:
 #   bench/ab.sh BIN_A BIN_B [ROUNDS] [http|grpc] [CONCURRENCY]     (defaults: 12 rounds, http, 4)
 #   ARGS_A / ARGS_B add server flags (e.g. ARGS_B="--busy-poll-us 0"); PERF_INTERVAL_MS (1500) the window;
-#   MODEL (simple) the model A and B serve (e.g. simple_dyna; the ceiling always adds the numbers itself).
+#   MODEL (simple) the model A and B serve (e.g. simple_dyna; the ceiling always adds the numbers itself),
+#   MODEL_B (MODEL) another for B: one build serving `simple` as A and `simple_dyna` as B compares them in one run.
 #   Both serve metrics, as by default (on the port after gRPC's); ARGS_B="--allow-metrics=false" measures
 #   what they cost.
 # All three serve `simple` at once; each round runs perf_analyzer against each, in an order rotated
@@ -36,22 +37,21 @@ for port in 18100 18300; do
   for _ in $(seq 1 100); do curl -sf "localhost:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
 done
 offset=0; [[ $proto == grpc ]] && offset=1
-model=${MODEL:-simple}
-served() { curl -sf "localhost:$1/v2/models/$model/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])'; }
+model=${MODEL:-simple} model_b=${MODEL_B:-${MODEL:-simple}}
+served() { curl -sf "localhost:$1/v2/models/$2/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 out=$log/rounds.txt
 names=(A B limit)
 for r in $(seq 1 "$rounds"); do
   for k in 0 1 2; do
     s=${names[$(((r + k) % 3))]}
-    case $s in A) port=18100 pid=$pid_a ;; B) port=18300 pid=$pid_b ;; limit) port=18200 pid=$pid_limit ;; esac
+    case $s in A) port=18100 pid=$pid_a m=$model ;; B) port=18300 pid=$pid_b m=$model_b ;; limit) port=18200 pid=$pid_limit m=simple ;; esac
     # The gRPC ceiling keeps no count an HTTP call can read: its CPU per request is not measured.
     counted=1; [[ $proto == grpc && $s == limit ]] && counted=0
-    ((counted)) && n0=$(served $port) t0=$(cpu_ticks "$pid")
-    m=$model; [[ $s == limit ]] && m=simple
+    ((counted)) && n0=$(served $port "$m") t0=$(cpu_ticks "$pid")
     line=$(PERF_INTERVAL_MS=${PERF_INTERVAL_MS:-1500} "$anchors/perf.sh" "localhost:$((port + offset))" "$m" "$proto" "$conc")
     cpu=nan
-    ((counted)) && t1=$(cpu_ticks "$pid") n1=$(served $port) \
+    ((counted)) && t1=$(cpu_ticks "$pid") n1=$(served $port "$m") \
       && cpu=$(python3 -c "print('%.1f' % (($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / max(1, $n1 - $n0)))")
     echo "$r $s $line cpu_us=$cpu" | tee -a "$out" >&2
   done
