@@ -38,6 +38,16 @@ struct Turns {
     changed: watch::Sender<()>,
 }
 
+impl Turns {
+    /// Wakes the later requests of the sequence, if any is in flight: request `number` launched a
+    /// step or ended.
+    fn wake_after(&self, number: u64) {
+        if self.live.range(number + 1..).next().is_some() {
+            self.changed.send_replace(());
+        }
+    }
+}
+
 impl SequenceOrder {
     /// A ticket for a request of sequence `id` (`None` for a request outside any sequence, which
     /// is never held back), with room for `steps` steps. Tickets are numbered in the order this
@@ -84,9 +94,7 @@ impl Ticket {
         let Some(launched) = turns.live.get_mut(&self.number) else { return };
         if let Some(l) = launched.get_mut(step).filter(|l| !**l) {
             *l = true;
-            if turns.live.range(self.number + 1..).next().is_some() {
-                turns.changed.send_replace(());
-            }
+            turns.wake_after(self.number);
         }
     }
 
@@ -122,8 +130,8 @@ impl Drop for Ticket {
         turns.live.remove(&self.number);
         if turns.live.is_empty() {
             sequences.remove(&self.id);
-        } else if turns.live.range(self.number + 1..).next().is_some() {
-            turns.changed.send_replace(());
+        } else {
+            turns.wake_after(self.number);
         }
     }
 }
