@@ -5,7 +5,9 @@
 # filled cache), and memory per instance (the server's RSS with the model loaded with 5 instances less
 # its RSS with it loaded with 1, over 4; the compiled code stays mapped between the two).
 #   bench/languages.sh [ROUNDS]     (default 3; rounds alternate the servers' order, medians are reported)
-#   PROTO=grpc (default http), PERF_INTERVAL_MS (default 2000), NEREUS (default the release build)
+#   PROTO=grpc (default http), PERF_INTERVAL_MS (default 2000), NEREUS or NEREUS_BIN (default the release build)
+#   SUITE_CSV=file appends each throughput measurement to the suite's CSV (bench/csv.sh's columns; scenario
+#   lang_<language>, Triton's python `simple` repeated under each), as bench/suite.sh's HOOKS="languages" does.
 # Models: simple (Rust), simple_py, simple_js, and simple_c where model_repository has it; and the floor
 # of each interpreter, echo_py and echo_js (bench/floor/: an execute with no SDK answering each request
 # with its inputs, what the toolchain's bindings cost before any plugin code runs). Builds the plugins
@@ -17,7 +19,7 @@ root=$(cd "$here/.." && pwd)
 anchors=$(cd "$root/../shared/anchors" && pwd)
 rounds=${1:-3} proto=${PROTO:-http}
 export PERF_INTERVAL_MS=${PERF_INTERVAL_MS:-2000}
-nereus=${NEREUS:-${CARGO_TARGET_DIR:-$root/target}/release/nereus}
+nereus=${NEREUS:-${NEREUS_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/nereus}}
 [[ -x $nereus ]] || { echo "no nereus at $nereus: cargo build --release, or set NEREUS" >&2; exit 1; }
 port=18400 triton_port=18500
 
@@ -104,6 +106,22 @@ for r in $(seq 1 "$rounds"); do
   stop
   echo "round $r of $rounds done" >&2
 done
+
+if [[ -n ${SUITE_CSV:-} ]]; then  # the suite's rows: one scenario per language, Triton's row under each
+  # shellcheck source=SCRIPTDIR/csv.sh
+  source "$here/csv.sh"
+  declare -A lang=([simple]=rust [simple_py]=python [simple_js]=javascript [simple_c]=c
+    [echo_py]=python_floor [echo_js]=javascript_floor)
+  while read -r r m cc line; do
+    [[ $cc =~ ^c([0-9]+)$ ]] || continue
+    conc=${BASH_REMATCH[1]}
+    if [[ $m == triton ]]; then
+      for x in "${models[@]}"; do csv_row "$SUITE_CSV" "lang_${lang[$x]:-$x}" simple triton "$proto" "$conc" "$r" "$line"; done
+    else
+      csv_row "$SUITE_CSV" "lang_${lang[$m]:-$m}" "$m" nereus "$proto" "$conc" "$r" "$line"
+    fi
+  done <"$out"
+fi
 
 python3 - "$out" "$proto" "$rounds" "${models[@]}" <<'PY'
 import re, statistics as st, sys, collections

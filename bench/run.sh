@@ -2,6 +2,9 @@
 # Throughput and latency of Nereus next to the real Triton (python backend) and the bare-hyper ceiling,
 # measured by Triton's perf_analyzer on this machine, alternating servers round by round.
 #   bench/run.sh [ROUNDS] [CONCURRENCIES...]      (defaults: 2 rounds, concurrency 1 and 4)
+#   bench/run.sh suite [--quick] [ROUNDS] and bench/run.sh --quick run the whole suite instead (bench/suite.sh:
+#   every scenario, a CSV of rounds, charts and the README's table).
+#   NEREUS_BIN=path/to/nereus serves a prebuilt binary (unset: cargo build --release of this tree).
 #   PROTOS="http grpc" (default both) picks the protocols.
 #   MODEL=simple_dyna measures the dynamically batched twin of `simple` on Triton and Nereus (the
 #   ceiling has no batcher and always serves `simple`). PERF_ARGS adds perf_analyzer arguments for
@@ -10,6 +13,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+case ${1:-} in
+  suite | --suite) shift; exec "$here/suite.sh" "$@" ;;
+  --quick) exec "$here/suite.sh" "$@" ;;
+esac
 anchors=$(cd "$root/../shared/anchors" && pwd)
 rounds=${1:-2}
 model=${MODEL:-simple}
@@ -19,22 +26,28 @@ concs=("${@:-1 4}")
 A=${ANCHORS_HOME:-$HOME/.cache/anchors}
 [[ -x $A/bin/perf_analyzer ]] || "$anchors/setup.sh"
 
-target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build --release --locked -p nereus)
+if [[ -n ${NEREUS_BIN:-} ]]; then
+  bin=$NEREUS_BIN
+else
+  (cd "$root" && cargo build --release --locked -p nereus)
+  bin=${CARGO_TARGET_DIR:-$root/target}/release/nereus
+fi
 
 triton_port=18000 nereus_port=18100 limit_port=18200
 log=$(mktemp -d)
-"$target/release/nereus" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 \
+"$bin" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 \
   --http-port $nereus_port --grpc-address 127.0.0.1 --grpc-port $((nereus_port + 1)) --allow-metrics=false \
   >"$log/nereus.log" 2>&1 &
 nereus_pid=$!
 cleanup() { kill $nereus_pid 2>/dev/null || true; "$anchors/triton.sh" stop $triton_port || true; "$anchors/limit.sh" stop $limit_port || true; }
 trap cleanup EXIT
 "$anchors/triton.sh" start "$anchors/triton_models" $triton_port
-"$anchors/limit.sh" start $limit_port
+# shellcheck source=SCRIPTDIR/servers.sh
+source "$here/servers.sh"
+ceiling_up $limit_port
 for _ in $(seq 1 100); do curl -sf localhost:$nereus_port/v2/health/ready >/dev/null && break; sleep 0.1; done
 
-protos=(${PROTOS:-http grpc})
+read -r -a protos <<<"${PROTOS:-http grpc}"
 declare -A tput p50 p99
 for proto in "${protos[@]}"; do
   offset=0; [[ $proto == grpc ]] && offset=1
@@ -47,7 +60,7 @@ for proto in "${protos[@]}"; do
       k=$(((r - 1) % 3))
       for s in "${order[@]:$k}" "${order[@]:0:$k}"; do
         case $s in triton) port=$triton_port ;; nereus) port=$nereus_port ;; limit) port=$limit_port ;; esac
-        m=$model extra=(${PERF_ARGS:-}); [[ $s == limit ]] && { m=simple; extra=(); }
+        m=$model extra=(); read -r -a extra <<<"${PERF_ARGS:-}"; [[ $s == limit ]] && { m=simple; extra=(); }
         line=$("$anchors/perf.sh" localhost:$((port + offset)) "$m" "$proto" "$c" "${extra[@]}")
         echo "round $r $s: $line" >&2
         t=$(sed -n 's/.*throughput=\([0-9.]*\).*/\1/p' <<<"$line")

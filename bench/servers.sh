@@ -1,5 +1,6 @@
-# Sourced by the benchmark scripts that run two Nereus servers beside the bare-hyper ceiling on
-# fixed ports (light_load.sh, quota.sh). Expects $here (bench/), $anchors (../shared/anchors), $A
+# shellcheck shell=bash disable=SC2154  # here, anchors, A and log come from the script that sources this
+# Sourced by the benchmark scripts that run Nereus servers beside the bare-hyper ceiling on
+# fixed ports (light_load.sh, quota.sh, run.sh, suite.sh). Expects $here (bench/), $anchors (../shared/anchors), $A
 # (the anchors' cache) and $log (a scratch folder).
 
 # nereus_start BINARY PORT FLAGS...: serves bench/model_repository on PORT (gRPC PORT+1, metrics
@@ -25,3 +26,27 @@ wait_ready() {
     for _ in $(seq 1 100); do curl -sf "localhost:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
   done
 }
+
+# ceiling_up PORT: the ceilings, bare hyper on PORT and bare tonic on PORT+1. Started from the probes
+# ../shared/anchors/limit.sh built into $A/limit-target where they are (no cargo run at all), else by
+# limit.sh itself (which builds them once). `limit.sh stop PORT` stops them either way (same pid files).
+ceiling_up() {
+  local port=$1 rel=$A/limit-target/release b p
+  if [[ -x $rel/limit_probe && -x $rel/grpc_limit_probe ]]; then
+    for b in limit_probe grpc_limit_probe; do
+      p=$port; [[ $b == grpc_limit_probe ]] && p=$((port + 1))
+      setsid "$rel/$b" "$p" >"$A/$b-$p.log" 2>&1 &
+      echo $! >"$A/$b-$p.pid"
+    done
+    for _ in $(seq 1 40); do
+      curl -sf "localhost:$port/v2/health/ready" >/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null && return 0
+      sleep 0.25
+    done
+    echo "the ceiling probes did not start (logs: $A/limit_probe-$port.log, $A/grpc_limit_probe-$((port + 1)).log)" >&2
+    return 1
+  fi
+  "$anchors/limit.sh" start "$port" >/dev/null
+}
+
+# port_busy PORT: true when something listens on it.
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
