@@ -178,7 +178,7 @@ def caption(machines, csv_paths, readme_dir):
     parts = []
     for (facts, _), path in zip(machines, csv_paths):
         if not facts:
-            parts.append(f"`{rel(path, readme_dir)}` (no machine file)")
+            parts.append(f"`{rel(path, readme_dir)}` (no machine file).")
             continue
         quick = facts.get("mode") == "quick"
         run = "**Quick run** (`bench/suite.sh --quick`" if quick else "Full run (`bench/suite.sh`"
@@ -189,12 +189,18 @@ def caption(machines, csv_paths, readme_dir):
         binary = facts.get("nereus_commit")
         binary = f", server built from {binary}" if binary and binary != commit else ""
         args = f", server flags `{facts['nereus_args']}`" if facts.get("nereus_args") else ""
+        load = ""
+        if facts.get("load_before"):
+            load = f", load average {facts['load_before'].split()[0]} before the run"
+            if facts.get("load_after"):
+                load += f" and {facts['load_after'].split()[0]} after"
+        smoke = " A quick run is a smoke test of the suite: one short round, numbers not to quote." if quick else ""
         parts.append(
             f"{run}: medians of {rounds} round{'s' if rounds != '1' else ''}, servers rotated{window}) "
             f"on {facts.get('date', '?')}: {facts.get('cpu', '?')}, `nproc` {facts.get('nproc', '?')}, "
-            f"{facts.get('kernel', '?')}, commit {commit}{binary}{args}; "
-            f"[every round]({rel(path, readme_dir)})")
-    return "; ".join(parts) + "."
+            f"{facts.get('kernel', '?')}{load}, commit {commit}{binary}{args}; "
+            f"[every round]({rel(path, readme_dir)}).{smoke}")
+    return " ".join(parts)
 
 
 def rel(path, start):
@@ -224,8 +230,8 @@ def summary_md(groups, machines, csv_paths, base):
     lines = [f"# Benchmark suite: {', '.join(os.path.basename(p) for p in csv_paths)}", "",
              caption(machines, csv_paths, out_dir), "",
              "Medians over the rounds; Nereus/Triton and Nereus/ceiling as the ratio of the medians and, in "
-             "brackets, the median of the per-round ratios (rounds measured minutes apart share the "
-             "machine's phase). The ceiling serves `simple` in every row.", ""]
+             "brackets, the median of the per-round ratios (a round measures its three servers seconds apart, "
+             "in the same phase of the machine). The ceiling serves `simple` in every row.", ""]
     head = ["scenario", "model", "protocol", "c", "server", "rounds", "infer/s", "p50 µs", "p99 µs", "MB/s",
             "vs Triton", "vs ceiling"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -386,7 +392,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="CSV files of rounds (bench/csv.sh's columns)")
     ap.add_argument("--out", help="base path of the outputs (default: the first CSV's, less .csv)")
-    ap.add_argument("--readme", default=os.path.join(here, "..", "README.md"),
+    ap.add_argument("--readme", default=os.path.normpath(os.path.join(here, "..", "README.md")),
                     help="the README whose bench markers get the table (default: the repository's)")
     ap.add_argument("--no-readme", action="store_true", help="leave every README alone")
     args = ap.parse_args()
