@@ -20,6 +20,7 @@ pub mod error;
 pub mod frontend;
 pub mod gpu;
 pub mod labels;
+pub mod large_pages;
 pub mod load_error;
 pub mod logging;
 pub mod metrics;

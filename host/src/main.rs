@@ -7,8 +7,13 @@ use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
 use nereus::frontend::restricted::Restrictions;
 use nereus::frontend::tls::TlsFiles;
+use nereus::large_pages::LargePages;
 use nereus::server::Server;
 use nereus::shutdown::{self, OpenConnections, Outcome};
+
+/// glibc's malloc, with transparent huge pages for megabyte buffers (tensors): see large_pages.rs.
+#[global_allocator]
+static ALLOCATOR: LargePages = LargePages;
 
 fn main() -> anyhow::Result<()> {
     // One TLS crypto provider for the whole process (ring, which the endpoints' TLS uses): the
@@ -58,6 +63,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let server = Server::start(options)?;
     runtime.block_on(async {
+        // Freed megabyte buffers kept for reuse go back to the kernel once idle (large_pages.rs).
+        tokio::spawn(async {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                nereus::large_pages::release_idle(nereus::large_pages::IDLE);
+            }
+        });
         // The listeners stop when a shutdown begins; the metrics endpoint serves until the end.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (_stop_metrics, stop_metrics_rx) = tokio::sync::watch::channel(false);

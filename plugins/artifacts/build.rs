@@ -19,6 +19,7 @@ const PLUGINS: &[(&str, bool)] = &[
     ("image_classify_preprocess", true),
     ("image_preprocess", true),
     ("mock_llm", false),
+    ("reduce_sum", true),
     ("repeat_int32", true),
     ("sequence", false),
     ("string_case", true),
@@ -30,7 +31,7 @@ const PLUGINS: &[(&str, bool)] = &[
 /// default): a nested build of their own, into a target directory of its own, since cargo's stable
 /// profiles cannot set rustflags per package and a shared target directory would rebuild everything
 /// each time the flags change. The other plugins stay baseline wasm32 (nothing they do gains from it).
-const SIMD_PLUGINS: &[&str] = &["image_classify_preprocess"];
+const SIMD_PLUGINS: &[&str] = &["image_classify_preprocess", "reduce_sum"];
 
 /// Stops the build with one line that says what to run when the toolchain lacks the plugins'
 /// target: `rust-toolchain.toml` names it, but rustup installs it only when it may install on its

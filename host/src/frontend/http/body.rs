@@ -1,5 +1,7 @@
-//! The body of every HTTP answer: the bytes, in one frame; or, for a streamed answer (generate's
-//! server-sent events), a first frame and then the frames a task sends as they come — a client
+//! The body of every HTTP answer: the bytes, in one frame, or in a few (an inference answer's JSON
+//! header, then each binary output's own buffer, which hyper writes without copying them into one);
+//! or, for a streamed answer (generate's server-sent events), a first frame and then the frames a
+//! task sends as they come — a client
 //! that goes away drops the body and with it the receiver, which the sending task sees. A traced
 //! inference answer also records when hyper starts taking it (HTTP_SEND_START) and when it is done
 //! with it (HTTP_SEND_END, when the body is dropped), then lets the trace go, which ends it.
@@ -8,13 +10,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::trace::{FrontendEvent, Trace};
 
 pub struct ReplyBody {
-    data: Bytes,
+    /// What is known when the answer starts, in order.
+    data: VecDeque<Bytes>,
     /// The frames after `data`, for a streamed answer.
     frames: Option<tokio::sync::mpsc::Receiver<Bytes>>,
     trace: Option<Trace>,
@@ -23,12 +28,24 @@ pub struct ReplyBody {
 
 impl ReplyBody {
     pub fn new(data: Bytes) -> Self {
-        ReplyBody { data, frames: None, trace: None, sending: false }
+        Self::chunks(vec![data])
+    }
+
+    /// `chunks`, one after the other.
+    pub fn chunks(chunks: Vec<Bytes>) -> Self {
+        ReplyBody {
+            data: chunks.into_iter().filter(|c| !c.is_empty()).collect(),
+            frames: None,
+            trace: None,
+            sending: false,
+        }
     }
 
     /// `first`, then every frame `frames` receives until its senders are gone.
     pub fn streamed(first: Bytes, frames: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
-        ReplyBody { data: first, frames: Some(frames), trace: None, sending: false }
+        let mut body = Self::new(first);
+        body.frames = Some(frames);
+        body
     }
 
     /// Records the sending of this body into `trace`.
@@ -53,8 +70,8 @@ impl Body for ReplyBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         this.start_sending();
-        if !this.data.is_empty() {
-            return Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut this.data)))));
+        if let Some(chunk) = this.data.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
         let Some(frames) = &mut this.frames else { return Poll::Ready(None) };
         match frames.poll_recv(cx) {
@@ -73,7 +90,7 @@ impl Body for ReplyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self.frames {
-            None => SizeHint::with_exact(self.data.len() as u64),
+            None => SizeHint::with_exact(self.data.iter().map(|c| c.len() as u64).sum()),
             Some(_) => SizeHint::default(),
         }
     }

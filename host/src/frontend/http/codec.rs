@@ -442,10 +442,35 @@ impl serde::Serialize for JsonData<'_> {
     }
 }
 
-/// An encoded response: the body and, when binary tensors follow the JSON, the JSON's length.
+/// An encoded response: the JSON, then the binary tensors' own buffers (shared, not copied: a
+/// 64 MiB output is not copied again behind its header), and, when binary tensors follow the JSON,
+/// the JSON's length.
 pub struct EncodedResponse {
-    pub body: Bytes,
+    pub header: Bytes,
+    pub binary: Vec<Bytes>,
     pub header_len: Option<usize>,
+}
+
+impl EncodedResponse {
+    /// Whether the body has no byte.
+    pub fn is_empty(&self) -> bool {
+        self.header.is_empty() && self.binary.iter().all(Bytes::is_empty)
+    }
+
+    /// The body in one buffer (to compress it).
+    pub fn joined(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.header.len() + self.binary.iter().map(Bytes::len).sum::<usize>());
+        out.extend_from_slice(&self.header);
+        for b in &self.binary {
+            out.extend_from_slice(b);
+        }
+        out
+    }
+
+    /// The body's parts, in order.
+    pub fn into_chunks(self) -> Vec<Bytes> {
+        std::iter::once(self.header).chain(self.binary).collect()
+    }
 }
 
 pub(super) fn param_json(v: &ParamValue) -> Value {
@@ -480,7 +505,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         parameters: Map<String, Value>,
         outputs: Vec<Out<'a>>,
     }
-    let mut binary: Vec<&Bytes> = Vec::new();
+    let mut binary: Vec<Bytes> = Vec::new();
     let outputs = response
         .outputs
         .iter()
@@ -497,7 +522,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
                     data: None,
                 }
             } else if options.is_binary(&t.name, t.datatype) {
-                binary.push(&t.data);
+                binary.push(t.data.clone());
                 Out {
                     name: &t.name,
                     datatype: t.datatype.wire_name(),
@@ -523,17 +548,10 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_json(v))).collect(),
         outputs,
     };
-    let binary_len: usize = binary.iter().map(|b| b.len()).sum();
-    let mut out = Vec::with_capacity(256 + binary_len);
+    let mut out = Vec::with_capacity(256);
     serde_json::to_writer(&mut out, &body).expect("serialising to a Vec cannot fail");
-    if binary.is_empty() {
-        return EncodedResponse { body: out.into(), header_len: None };
-    }
-    let header_len = out.len();
-    for b in binary {
-        out.extend_from_slice(b);
-    }
-    EncodedResponse { body: out.into(), header_len: Some(header_len) }
+    let header_len = (!binary.is_empty()).then_some(out.len());
+    EncodedResponse { header: out.into(), binary, header_len }
 }
 
 #[cfg(test)]

@@ -697,18 +697,17 @@ async fn infer(
     // tritonserver compresses inference responses and nothing else: clients such as aiohttp
     // (tritonclient's asyncio HTTP client) read every other answer as plain JSON whatever they
     // advertised in Accept-Encoding.
-    let (body, encoding) = match accept {
-        Some(enc) if !encoded.body.is_empty() => (compression::compress(enc, &encoded.body), Some(enc)),
-        _ => (encoded.body, None),
+    let header_len = encoded.header_len;
+    let (chunks, encoding) = match accept {
+        Some(enc) if !encoded.is_empty() => (vec![compression::compress(enc, &encoded.joined())], Some(enc)),
+        _ => (encoded.into_chunks(), None),
     };
-    let mut r = match encoded.header_len {
-        Some(n) => {
-            let mut r = reply(StatusCode::OK, Some("application/octet-stream"), body);
-            r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
-            r
-        }
-        None => reply(StatusCode::OK, Some("application/json"), body),
-    };
+    let content_type = if header_len.is_some() { "application/octet-stream" } else { "application/json" };
+    let mut r = Response::new(ReplyBody::chunks(chunks));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(n) = header_len {
+        r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
+    }
     if let Some(enc) = encoding {
         r.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static(enc.name()));
     }

@@ -1,0 +1,381 @@
+//! tensor-load — a closed-loop load generator for one large FP32 tensor per request, over KServe v2
+//! HTTP (binary extension) or Triton's gRPC, inline or through system shared memory. Leaner than
+//! perf_analyzer where the payload dominates: the request body is one shared buffer written with
+//! vectored writes (HTTP) and responses are checked as they stream in rather than gathered.
+//!
+//! Prints one line: throughput, p50/p99 latency, payload MB/s one way, and the CPU time per request of
+//! this client and (with --server-pid) of the server, so that a result can say which side limits it.
+//! Every answer is checked: the first of each connection in full, the others by length and samples.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Buf, Bytes};
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tensor_bench::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensor_bench::pb::infer_parameter::ParameterChoice;
+use tensor_bench::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use tensor_bench::pb::*;
+use tensor_bench::{Kind, Region, cpu_time, sum_le_f32};
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Parser, Debug, Clone)]
+struct Args {
+    /// host:port of the HTTP or gRPC endpoint.
+    #[arg(long)]
+    url: String,
+    #[arg(long, default_value = "http")]
+    protocol: String,
+    #[arg(long, default_value = "identity_fp32")]
+    model: String,
+    /// Input bytes per request (a multiple of 4: FP32 [1, bytes/4]).
+    #[arg(long)]
+    bytes: usize,
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Measurement window, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Unmeasured warm-up before the window, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Inputs and outputs through system shared memory regions registered per connection.
+    #[arg(long)]
+    shm: bool,
+    /// The server's pids (comma-separated: Triton's python backend runs a process per instance), to
+    /// report its CPU time per request over the window.
+    #[arg(long, value_delimiter = ',')]
+    server_pid: Vec<u32>,
+    /// Client runtime threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+/// What every request sends and what its answer must be.
+struct Work {
+    args: Args,
+    kind: Kind,
+    shape: Vec<i64>,
+    input: Bytes,
+    expected: Bytes,
+    /// When the window closes: no request starts after it.
+    end: Instant,
+}
+
+/// One connection's shared memory: the input region (filled once) and the output region.
+struct Shm {
+    input_name: String,
+    output_name: String,
+    input: Region,
+    output: Region,
+}
+
+impl Shm {
+    fn new(w: usize, work: &Work) -> anyhow::Result<Shm> {
+        let pid = std::process::id();
+        let input_name = format!("bench_in_{pid}_{w}");
+        let output_name = format!("bench_out_{pid}_{w}");
+        let input = Region::create(&format!("/{input_name}"), work.input.len())?;
+        input.bytes_mut().copy_from_slice(&work.input);
+        let output = Region::create(&format!("/{output_name}"), work.expected.len())?;
+        Ok(Shm { input_name, output_name, input, output })
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        Region::unlink(&format!("/{}", self.input_name));
+        Region::unlink(&format!("/{}", self.output_name));
+    }
+}
+
+/// Checks an answer: in full, or its length and its first and last 64 bytes.
+fn check(work: &Work, got: &[u8], full: bool) -> anyhow::Result<()> {
+    let want = &work.expected[..];
+    if got.len() != want.len() {
+        bail!("answer of {} bytes, expected {}", got.len(), want.len());
+    }
+    if work.kind == Kind::ReduceSum {
+        for (g, w) in got.chunks_exact(4).zip(want.chunks_exact(4)) {
+            let (g, w) = (f32::from_le_bytes(g.try_into()?), f32::from_le_bytes(w.try_into()?));
+            // Servers sum in different orders (lanes, pairwise): rounding differs, not the value.
+            if (g - w).abs() > 1e-3 * w.abs().max(1.0) {
+                bail!("sum {g}, expected {w}");
+            }
+        }
+        return Ok(());
+    }
+    let n = want.len().min(64);
+    let ok = if full { got == want } else { got[..n] == want[..n] && got[got.len() - n..] == want[want.len() - n..] };
+    if !ok {
+        bail!("answer differs from the input");
+    }
+    Ok(())
+}
+
+// ---- HTTP ----
+
+async fn http_connect(url: &str) -> anyhow::Result<http1::SendRequest<Full<bytes::buf::Chain<Bytes, Bytes>>>> {
+    let tcp = tokio::net::TcpStream::connect(url).await.with_context(|| format!("connecting to {url}"))?;
+    tcp.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// POSTs `body` (JSON) to `path` on a connection of its own.
+async fn http_post_json(url: &str, path: &str, body: String) -> anyhow::Result<()> {
+    let mut s = http_connect(url).await?;
+    let req = hyper::Request::post(path)
+        .header("host", url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body).chain(Bytes::new())))?;
+    let resp = s.send_request(req).await?;
+    let status = resp.status();
+    let text = resp.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        bail!("{path}: {status} {}", String::from_utf8_lossy(&text));
+    }
+    Ok(())
+}
+
+async fn http_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    let a = &work.args;
+    let mut sender = http_connect(&a.url).await?;
+    let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
+    let (header, payload) = if let Some(shm) = &shm {
+        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
+            let body = json!({"key": format!("/{name}"), "offset": 0, "byte_size": r.len()}).to_string();
+            http_post_json(&a.url, &format!("/v2/systemsharedmemory/region/{name}/register"), body).await?;
+        }
+        let h = json!({
+            "inputs": [{"name": "INPUT0", "shape": work.shape, "datatype": "FP32", "parameters":
+                {"shared_memory_region": shm.input_name, "shared_memory_byte_size": work.input.len()}}],
+            "outputs": [{"name": "OUTPUT0", "parameters":
+                {"shared_memory_region": shm.output_name, "shared_memory_byte_size": work.expected.len()}}]});
+        (h.to_string(), Bytes::new())
+    } else {
+        let h = json!({
+            "inputs": [{"name": "INPUT0", "shape": work.shape, "datatype": "FP32", "parameters":
+                {"binary_data_size": work.input.len()}}],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]});
+        (h.to_string(), work.input.clone())
+    };
+    let header = Bytes::from(header);
+    let path = format!("/v2/models/{}/infer", a.model);
+    let mut done = Vec::new();
+    let mut first = true;
+    while Instant::now() < work.end {
+        let t0 = Instant::now();
+        let mut req = hyper::Request::post(&path)
+            .header("host", &a.url)
+            .header("inference-header-content-length", header.len())
+            .body(Full::new(header.clone().chain(payload.clone())))?;
+        if shm.is_some() {
+            req.headers_mut().remove("inference-header-content-length");
+            req.headers_mut().insert("content-type", "application/json".parse()?);
+        }
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        let hlen: Option<usize> = resp
+            .headers()
+            .get("inference-header-content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let mut body = resp.into_body();
+        if !status.is_success() || shm.is_some() || first || work.kind == Kind::ReduceSum {
+            let all = body.collect().await?.to_bytes();
+            if !status.is_success() {
+                bail!("{status}: {}", String::from_utf8_lossy(&all[..all.len().min(500)]));
+            }
+            match &shm {
+                Some(shm) => check(&work, shm.output.bytes(), first)?,
+                None => check(&work, all.get(hlen.unwrap_or(all.len())..).unwrap_or_default(), true)?,
+            }
+        } else {
+            // Streamed: the header, then the payload's length and its first and last bytes.
+            let hlen = hlen.context("no inference-header-content-length")?;
+            let want = &work.expected;
+            let n = want.len().min(64);
+            let (mut seen, mut head, mut tail) = (0usize, vec![0u8; n], vec![0u8; n]);
+            while let Some(frame) = body.frame().await {
+                let Ok(data) = frame?.into_data() else { continue };
+                // This frame's bytes at payload offsets [from, to), where the payload starts after the header.
+                let (from, to) = (seen as i64 - hlen as i64, (seen + data.len()) as i64 - hlen as i64);
+                for (dst, at) in [(&mut head, 0i64), (&mut tail, (want.len() - n) as i64)] {
+                    let (lo, hi) = (from.max(at), to.min(at + n as i64));
+                    if lo < hi {
+                        let src = &data[(lo - from) as usize..(hi - from) as usize];
+                        dst[(lo - at) as usize..(hi - at) as usize].copy_from_slice(src);
+                    }
+                }
+                seen += data.len();
+            }
+            if seen.saturating_sub(hlen) != want.len() || head[..] != want[..n] || tail[..] != want[want.len() - n..] {
+                bail!("answer differs from the input ({} bytes)", seen.saturating_sub(hlen));
+            }
+        }
+        first = false;
+        let t1 = Instant::now();
+        done.push((t1, t1 - t0));
+    }
+    Ok(done)
+}
+
+// ---- gRPC ----
+
+fn shm_params(region: &str, size: usize) -> std::collections::HashMap<String, InferParameter> {
+    let p = |c| InferParameter { parameter_choice: Some(c) };
+    [
+        ("shared_memory_region".to_string(), p(ParameterChoice::StringParam(region.into()))),
+        ("shared_memory_byte_size".to_string(), p(ParameterChoice::Int64Param(size as i64))),
+    ]
+    .into_iter()
+    .collect()
+}
+
+async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    let a = &work.args;
+    let channel: Channel = Endpoint::from_shared(format!("http://{}", a.url))?
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", a.url))?;
+    let mut client = GrpcInferenceServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
+    let mut input = InferInputTensor {
+        name: "INPUT0".into(),
+        datatype: "FP32".into(),
+        shape: work.shape.clone(),
+        ..Default::default()
+    };
+    let mut output = InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() };
+    if let Some(shm) = &shm {
+        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
+            let req = SystemSharedMemoryRegisterRequest {
+                name: name.clone(),
+                key: format!("/{name}"),
+                offset: 0,
+                byte_size: r.len() as u64,
+            };
+            client.system_shared_memory_register(req).await?;
+        }
+        input.parameters = shm_params(&shm.input_name, work.input.len());
+        output.parameters = shm_params(&shm.output_name, work.expected.len());
+    }
+    let mut done = Vec::new();
+    let mut first = true;
+    while Instant::now() < work.end {
+        let t0 = Instant::now();
+        let req = ModelInferRequest {
+            model_name: a.model.clone(),
+            inputs: vec![input.clone()],
+            outputs: vec![output.clone()],
+            raw_input_contents: if shm.is_some() { vec![] } else { vec![work.input.clone()] },
+            ..Default::default()
+        };
+        let resp = client.model_infer(req).await?.into_inner();
+        match &shm {
+            Some(shm) => check(&work, shm.output.bytes(), first)?,
+            None => check(&work, resp.raw_output_contents.first().map(|b| &b[..]).unwrap_or_default(), first)?,
+        }
+        first = false;
+        let t1 = Instant::now();
+        done.push((t1, t1 - t0));
+    }
+    Ok(done)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> u128 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_micros()
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tensor-load: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    if args.bytes == 0 || args.bytes % 4 != 0 {
+        bail!("--bytes must be a positive multiple of 4");
+    }
+    let kind = Kind::of(&args.model);
+    let shape = vec![1, (args.bytes / 4) as i64];
+    // Values that differ along the tensor (a wrong offset shows) and sum without overflow.
+    let input: Vec<u8> = (0..args.bytes / 4).flat_map(|i| ((i % 1024) as f32 * 0.25).to_le_bytes()).collect();
+    let mut expected = vec![0u8; kind.output_bytes(&shape)];
+    match kind {
+        Kind::Identity => expected.copy_from_slice(&input),
+        Kind::ReduceSum => expected.copy_from_slice(&sum_le_f32(&input).to_le_bytes()),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads.max(1)).enable_all().build()?;
+    let start = Instant::now() + Duration::from_secs_f64(args.warmup);
+    let end = start + Duration::from_secs_f64(args.seconds);
+    let work = Arc::new(Work { args: args.clone(), kind, shape, input: input.into(), expected: expected.into(), end });
+    let (done, cpu) = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for w in 0..args.concurrency {
+            let work = work.clone();
+            tasks.push(tokio::spawn(async move {
+                if work.args.protocol == "grpc" { grpc_worker(w, work).await } else { http_worker(w, work).await }
+            }));
+        }
+        // CPU time of both sides over the window.
+        let pids = args.server_pid.clone();
+        let server = move || pids.iter().map(|p| cpu_time(Some(*p))).sum::<Duration>();
+        let measured = !args.server_pid.is_empty();
+        let cpu = tokio::spawn(async move {
+            tokio::time::sleep_until(start.into()).await;
+            let (c0, s0) = (cpu_time(None), server());
+            tokio::time::sleep_until(end.into()).await;
+            (cpu_time(None) - c0, measured.then(|| server() - s0))
+        });
+        let mut done = Vec::new();
+        for t in tasks {
+            done.extend(t.await??);
+        }
+        anyhow::Ok((done, cpu.await?))
+    })?;
+    let mut lat: Vec<Duration> = done.iter().filter(|(t, _)| *t >= start && *t <= end).map(|(_, l)| *l).collect();
+    lat.sort();
+    let n = lat.len();
+    let secs = args.seconds;
+    let per_req = |d: Duration| if n == 0 { 0.0 } else { d.as_secs_f64() * 1e3 / n as f64 };
+    println!(
+        "model={} protocol={} shm={} bytes={} c={} requests={} throughput={:.2} p50_us={} p99_us={} mb_per_sec={:.1} \
+         client_cpu_ms_per_req={:.3} server_cpu_ms_per_req={}",
+        args.model,
+        args.protocol,
+        args.shm,
+        args.bytes,
+        args.concurrency,
+        n,
+        n as f64 / secs,
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        n as f64 * args.bytes as f64 / secs / 1e6,
+        per_req(cpu.0),
+        cpu.1.map_or("-".to_string(), |s| format!("{:.3}", per_req(s))),
+    );
+    if n == 0 {
+        bail!("no request completed within the window");
+    }
+    Ok(())
+}
