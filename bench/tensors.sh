@@ -42,10 +42,6 @@ done
 [[ -x $A/bin/perf_analyzer ]] || "$anchors/setup.sh"
 (cd "$root" && cargo build -q --release --locked -p tensor-bench)
 load=$target/release/tensor_load
-# The client keeps its freed megabyte buffers (glibc: no mmap per block, no heap trimming, one arena):
-# otherwise it pays a page fault per 4 KiB of every response it reads, and at 64 MiB over gRPC it was the
-# busier side (124 ms of CPU per request, 76 ms with these).
-client_tunables=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184:glibc.malloc.arena_max=1
 # shellcheck disable=SC1091  # bench/csv.sh: SUITE_COLUMNS
 source "$here/csv.sh"
 log=$(mktemp -d)
@@ -71,7 +67,10 @@ tpid=$(cat "$A/triton-$tport.pid")
 tpids() { echo "$tpid$(pgrep -P "$tpid" | sed 's/^/,/' | tr -d '\n')"; }
 
 date=$(date -u +%Y-%m-%d)
-csv=${OUT:-$here/results/$date-tensors.csv}
+# As the suite's hook, beside the suite's CSV (a day's own tensors run is not overwritten).
+default_csv=$here/results/$date-tensors.csv
+[[ ${SUITE_CSV:-} ]] && default_csv=${SUITE_CSV%.csv}-tensors.csv
+csv=${OUT:-$default_csv}
 mkdir -p "$(dirname "$csv")"
 echo "scenario,model,server,protocol,concurrency,round,infer_per_sec,p50_us,p99_us,mb_per_sec,client_cpu_ms_per_req,server_cpu_ms_per_req,client" >"$csv"
 servers=(nereus nereus_onnx triton ceiling)
@@ -94,7 +93,7 @@ for r in $(seq 1 "$rounds"); do
             proto=http shm=()
             [[ $path == grpc ]] && { proto=grpc; port=$((port + 1)); }
             [[ $path == shm ]] && shm=(--shm)
-            line=$(GLIBC_TUNABLES=$client_tunables "$load" --url "127.0.0.1:$port" --protocol "$proto" --model "$model" --bytes $((mib << 20)) \
+            line=$("$load" --url "127.0.0.1:$port" --protocol "$proto" --model "$model" --bytes $((mib << 20)) \
               --concurrency "$c" --seconds "$secs" --warmup "$warm" --server-pid "$pids" "${shm[@]}" 2>&1) || {
               echo "round $r $s $kind $path $mib MiB c=$c failed: $line" >&2; continue; }
             echo "round $r $s $kind $path ${mib}MiB c=$c: $line" >&2

@@ -17,6 +17,7 @@ mod generate;
 mod grpc;
 mod http;
 mod image_demo;
+mod large_tensors;
 mod metrics;
 mod model_config;
 mod model_control;

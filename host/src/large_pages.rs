@@ -136,7 +136,14 @@ pub fn kept_bytes() -> usize {
 fn map(len: usize) -> *mut u8 {
     // SAFETY: an anonymous private mapping of our own; the result is checked.
     let ptr = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if ptr == libc::MAP_FAILED {
         return std::ptr::null_mut();

@@ -27,6 +27,42 @@ use tensor_bench::pb::*;
 use tensor_bench::{Kind, Region};
 use tonic::Status;
 
+/// The server's allocator: megabyte buffers on huge pages and reused, as Nereus's are (the ceiling must
+/// not be slower than the server at what they both do).
+#[global_allocator]
+static ALLOCATOR: nereus::large_pages::LargePages = nereus::large_pages::LargePages;
+
+/// Requests answered, for the statistics perf_analyzer reads (it wants counts that move).
+static ANSWERED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn answered() -> u64 {
+    ANSWERED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The model's metadata and configuration as KServe v2 JSON (what perf_analyzer asks first).
+fn metadata_json(model: &str) -> Value {
+    let out = if Kind::of(model) == Kind::ReduceSum { json!([-1, 1]) } else { json!([-1, -1]) };
+    json!({"name": model, "versions": ["1"], "platform": "custom",
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}],
+        "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": out}]})
+}
+
+fn config_json(model: &str) -> Value {
+    let out = if Kind::of(model) == Kind::ReduceSum { json!([1]) } else { json!([-1]) };
+    json!({"name": model, "platform": "", "backend": "custom", "max_batch_size": 8,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": out}]})
+}
+
+fn stats_json(model: &str) -> Value {
+    let n = answered();
+    let d = json!({"count": n, "ns": 0});
+    let z = json!({"count": 0, "ns": 0});
+    json!({"model_stats": [{"name": model, "version": "1", "last_inference": 0, "inference_count": n, "execution_count": n,
+        "inference_stats": {"success": d, "fail": z, "queue": d, "compute_input": d, "compute_infer": d,
+            "compute_output": d, "cache_hit": z, "cache_miss": z}, "batch_stats": []}]})
+}
+
 /// Registered shared memory regions by name.
 #[derive(Default)]
 struct Regions(Mutex<HashMap<String, Arc<Region>>>);
@@ -75,6 +111,14 @@ fn error(message: impl std::fmt::Display) -> Response<Full<Bytes>> {
 }
 
 fn http_infer(regions: &Regions, model: &str, headers: &hyper::HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
+    let r = http_answer(regions, model, headers, body);
+    if r.status() == StatusCode::OK {
+        ANSWERED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    r
+}
+
+fn http_answer(regions: &Regions, model: &str, headers: &hyper::HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
     let hlen = headers
         .get("inference-header-content-length")
         .and_then(|v| v.to_str().ok())
@@ -125,9 +169,16 @@ fn http_infer(regions: &Regions, model: &str, headers: &hyper::HeaderMap, body: 
     let h = json!({"model_name": model, "model_version": "1", "outputs": [{"name": "OUTPUT0", "datatype": "FP32",
         "shape": out_shape, "parameters": {"binary_data_size": out_bytes}}]})
     .to_string();
-    let mut out = vec![0u8; h.len() + out_bytes];
-    out[..h.len()].copy_from_slice(h.as_bytes());
-    kind.compute(&shape, data, &mut out[h.len()..]);
+    // One pass over the tensor: copied behind the header (an identity), or summed.
+    let mut out = Vec::with_capacity(h.len() + out_bytes);
+    out.extend_from_slice(h.as_bytes());
+    match kind {
+        Kind::Identity => out.extend_from_slice(data),
+        Kind::ReduceSum => {
+            out.resize(h.len() + out_bytes, 0);
+            kind.compute(&shape, data, &mut out[h.len()..]);
+        }
+    }
     let mut r = Response::new(Full::new(Bytes::from(out)));
     let hv = |v: String| hyper::header::HeaderValue::try_from(v).expect("a number is a header value");
     r.headers_mut().insert("inference-header-content-length", hv(h.len().to_string()));
@@ -169,6 +220,12 @@ async fn http(regions: Arc<Regions>, req: Request<Incoming>) -> Result<Response<
         Ok(b) => b.to_bytes(),
         Err(e) => return Ok(error(e)),
     };
+    if path == "/v2" {
+        return Ok(reply(
+            StatusCode::OK,
+            json!({"name": "tensor-ceiling", "version": "0", "extensions": []}).to_string(),
+        ));
+    }
     if path.starts_with("/v2/health/") {
         return Ok(reply(StatusCode::OK, String::new()));
     }
@@ -183,6 +240,14 @@ async fn http(regions: Arc<Regions>, req: Request<Incoming>) -> Result<Response<
         if rest.ends_with("/ready") {
             return Ok(reply(StatusCode::OK, String::new()));
         }
+        let json = if rest.ends_with("/config") {
+            config_json(model)
+        } else if rest.ends_with("/stats") {
+            stats_json(model)
+        } else {
+            metadata_json(model)
+        };
+        return Ok(reply(StatusCode::OK, json.to_string()));
     }
     Ok(reply(StatusCode::NOT_FOUND, String::new()))
 }
@@ -286,7 +351,84 @@ impl GrpcInferenceService for Grpc {
         &self,
         r: tonic::Request<ModelInferRequest>,
     ) -> Result<tonic::Response<ModelInferResponse>, Status> {
-        grpc_infer(&self.0, r.into_inner()).map(tonic::Response::new)
+        let r = grpc_infer(&self.0, r.into_inner())?;
+        ANSWERED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(tonic::Response::new(r))
+    }
+    async fn server_metadata(
+        &self,
+        _: tonic::Request<ServerMetadataRequest>,
+    ) -> Result<tonic::Response<ServerMetadataResponse>, Status> {
+        Ok(tonic::Response::new(ServerMetadataResponse {
+            name: "tensor-ceiling".into(),
+            version: "0".into(),
+            extensions: vec![],
+        }))
+    }
+    async fn model_metadata(
+        &self,
+        r: tonic::Request<ModelMetadataRequest>,
+    ) -> Result<tonic::Response<ModelMetadataResponse>, Status> {
+        let name = r.into_inner().name;
+        let t = |name: &str, shape: Vec<i64>| model_metadata_response::TensorMetadata {
+            name: name.into(),
+            datatype: "FP32".into(),
+            shape,
+        };
+        let out = if Kind::of(&name) == Kind::ReduceSum { vec![-1, 1] } else { vec![-1, -1] };
+        Ok(tonic::Response::new(ModelMetadataResponse {
+            name,
+            versions: vec!["1".into()],
+            platform: "custom".into(),
+            inputs: vec![t("INPUT0", vec![-1, -1])],
+            outputs: vec![t("OUTPUT0", out)],
+        }))
+    }
+    async fn model_config(
+        &self,
+        r: tonic::Request<ModelConfigRequest>,
+    ) -> Result<tonic::Response<ModelConfigResponse>, Status> {
+        let name = r.into_inner().name;
+        let dims = if Kind::of(&name) == Kind::ReduceSum { vec![1] } else { vec![-1] };
+        let mut config = ModelConfig { name, backend: "custom".into(), max_batch_size: 8, ..Default::default() };
+        config.input.push(ModelInput {
+            name: "INPUT0".into(),
+            data_type: DataType::TypeFp32 as i32,
+            dims: vec![-1],
+            ..Default::default()
+        });
+        config.output.push(ModelOutput {
+            name: "OUTPUT0".into(),
+            data_type: DataType::TypeFp32 as i32,
+            dims,
+            ..Default::default()
+        });
+        Ok(tonic::Response::new(ModelConfigResponse { config: Some(config) }))
+    }
+    async fn model_statistics(
+        &self,
+        r: tonic::Request<ModelStatisticsRequest>,
+    ) -> Result<tonic::Response<ModelStatisticsResponse>, Status> {
+        let name = r.into_inner().name;
+        let n = answered();
+        let d = Some(StatisticDuration { count: n, ns: 0 });
+        Ok(tonic::Response::new(ModelStatisticsResponse {
+            model_stats: vec![ModelStatistics {
+                name,
+                version: "1".into(),
+                inference_count: n,
+                execution_count: n,
+                inference_stats: Some(InferStatistics {
+                    success: d,
+                    queue: d,
+                    compute_input: d,
+                    compute_infer: d,
+                    compute_output: d,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        }))
     }
     async fn system_shared_memory_register(
         &self,

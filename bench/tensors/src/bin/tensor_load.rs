@@ -23,6 +23,11 @@ use tensor_bench::pb::*;
 use tensor_bench::{Kind, Region, cpu_time, sum_le_f32};
 use tonic::transport::{Channel, Endpoint};
 
+/// The server's allocator: megabyte buffers on huge pages and reused, as Nereus's are (the client must
+/// not be slower than the server at what they both do).
+#[global_allocator]
+static ALLOCATOR: nereus::large_pages::LargePages = nereus::large_pages::LargePages;
+
 #[derive(Parser, Debug, Clone)]
 struct Args {
     /// host:port of the HTTP or gRPC endpoint.
@@ -313,7 +318,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    if args.bytes == 0 || args.bytes % 4 != 0 {
+    if args.bytes == 0 || !args.bytes.is_multiple_of(4) {
         bail!("--bytes must be a positive multiple of 4");
     }
     let kind = Kind::of(&args.model);

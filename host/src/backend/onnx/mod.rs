@@ -13,8 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::{OutputSelector, RunOptions, Session};
-use ort::value::DynValue;
+use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
 
 pub mod autocomplete;
 mod check;
@@ -22,7 +21,7 @@ mod gpu;
 mod values;
 
 use gpu::GpuIo;
-use values::{from_value, to_value};
+use values::{from_value, to_input};
 
 use super::batch::{Gathered, gather, scatter};
 use super::ragged::{BatchIo, scatter_with_input_shape};
@@ -314,8 +313,8 @@ fn infer_on_cpu(
     inputs: &[Gathered],
     wanted: &dyn Fn(&str) -> bool,
 ) -> Result<(Vec<Tensor>, Instant, Instant), String> {
-    let values: Vec<(String, DynValue)> =
-        inputs.iter().map(|g| Ok((g.name.clone(), to_value(g)?))).collect::<Result<_, String>>()?;
+    let values: Vec<(String, SessionInputValue<'_>)> =
+        inputs.iter().map(|g| Ok((g.name.clone(), to_input(g)?))).collect::<Result<_, String>>()?;
     // When every output is wanted, the plain run saves creating run options for every execution.
     let options = if session.outputs().iter().all(|o| wanted(o.name())) {
         None

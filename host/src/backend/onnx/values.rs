@@ -1,6 +1,8 @@
 //! Host tensors as ONNX Runtime values and back, shared by the CPU and GPU paths.
+#![allow(unsafe_code)] // `view`: a request's bytes read as the elements they hold, checked first; it says why it is sound.
 use bytes::Bytes;
-use ort::value::{DynValue, TensorElementType, ValueType};
+use ort::session::SessionInputValue;
+use ort::value::{DynValue, TensorElementType, TensorRef, ValueType};
 
 use crate::backend::batch::Gathered;
 use crate::request::Tensor;
@@ -26,6 +28,59 @@ fn le_bytes<T: Copy, const N: usize>(data: &[T], to: impl Fn(T) -> [u8; N]) -> V
         o.copy_from_slice(&to(*v));
     }
     out
+}
+
+/// A gathered input for a CPU session: a view of the request's own bytes when one request holds
+/// them all and they are aligned for the element type (no copy: the HTTP frontend aligns binary
+/// tensors in the body it joins, and a shared-memory read gets a buffer of its own); else an ORT
+/// value of their copy ([`to_value`]).
+pub(crate) fn to_input(t: &Gathered) -> Result<SessionInputValue<'_>, String> {
+    if let [part] = &t.parts[..]
+        && let Some(view) = view(t, part)?
+    {
+        return Ok(view);
+    }
+    to_value(t).map(SessionInputValue::Owned)
+}
+
+/// `part` as a tensor of `t`'s element type, where it can be read in place: a numeric type whose
+/// every bit pattern is a value, on a little-endian machine (the wire's byte order), the bytes
+/// aligned for it and a whole number of elements.
+fn view<'a>(t: &'a Gathered, part: &'a Bytes) -> Result<Option<SessionInputValue<'a>>, String> {
+    fn cast<T>(part: &[u8]) -> Option<&[T]> {
+        let size = std::mem::size_of::<T>();
+        let fits = cfg!(target_endian = "little")
+            && (part.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+            && part.len().is_multiple_of(size);
+        // SAFETY: aligned for T, a whole number of Ts, and T (a number below) is valid for any bits;
+        // the slice borrows `part`, which outlives the session run that reads it.
+        fits.then(|| unsafe { std::slice::from_raw_parts(part.as_ptr().cast::<T>(), part.len() / size) })
+    }
+    macro_rules! view_as {
+        ($ty:ty) => {
+            match cast::<$ty>(part) {
+                Some(values) => TensorRef::from_array_view((t.shape.clone(), values))
+                    .map(|v| Some(SessionInputValue::View(v.into_dyn())))
+                    .map_err(|e| format!("input '{}': {e}", t.name)),
+                None => Ok(None),
+            }
+        };
+    }
+    match t.datatype {
+        DataType::Uint8 => view_as!(u8),
+        DataType::Int8 => view_as!(i8),
+        DataType::Uint16 => view_as!(u16),
+        DataType::Int16 => view_as!(i16),
+        DataType::Uint32 => view_as!(u32),
+        DataType::Int32 => view_as!(i32),
+        DataType::Uint64 => view_as!(u64),
+        DataType::Int64 => view_as!(i64),
+        DataType::Fp32 => view_as!(f32),
+        DataType::Fp64 => view_as!(f64),
+        DataType::Fp16 => view_as!(half::f16),
+        DataType::Bf16 => view_as!(half::bf16),
+        DataType::Bool | DataType::Bytes => Ok(None),
+    }
 }
 
 /// A gathered input as an ORT value: the requests' bytes copied once, into ORT-owned memory.
@@ -124,6 +179,36 @@ mod tests {
                 None
             }
         }
+    }
+
+    #[test]
+    fn one_aligned_request_is_read_in_place_and_anything_else_copied() {
+        if environment().is_none() {
+            eprintln!("skipping: no ONNX Runtime library");
+            return;
+        }
+        let data: Vec<u8> = [1.5f32, -2.0, 3.25, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        // The same bytes at an aligned and at a misaligned address (one byte in).
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&data);
+        let shifted = Bytes::from(shifted).slice(1..);
+        let aligned = Bytes::from(data.clone());
+        assert!((aligned.as_ptr() as usize).is_multiple_of(4) && !(shifted.as_ptr() as usize).is_multiple_of(4));
+        let gathered =
+            |parts: Vec<Bytes>, shape: Vec<i64>| Gathered { name: "T".into(), datatype: DataType::Fp32, shape, parts };
+        let values = |input: &SessionInputValue<'_>| -> (bool, Vec<f32>) {
+            let (_, v) = input.try_extract_tensor::<f32>().unwrap();
+            (matches!(input, SessionInputValue::View(_)), v.to_vec())
+        };
+        let want = vec![1.5f32, -2.0, 3.25, 4.0];
+        let g = gathered(vec![aligned.clone()], vec![1, 4]);
+        let input = to_input(&g).unwrap();
+        assert_eq!(values(&input), (true, want.clone()), "one aligned part: a view");
+        assert_eq!(input.try_extract_tensor::<f32>().unwrap().1.as_ptr() as usize, aligned.as_ptr() as usize);
+        let g = gathered(vec![shifted], vec![1, 4]);
+        assert_eq!(values(&to_input(&g).unwrap()), (false, want.clone()), "misaligned: a copy");
+        let g = gathered(vec![aligned.slice(..8), aligned.slice(8..)], vec![2, 2]);
+        assert_eq!(values(&to_input(&g).unwrap()), (false, want), "two requests: gathered into a copy");
     }
 
     #[test]

@@ -5,12 +5,11 @@
 //! that goes away drops the body and with it the receiver, which the sending task sees. A traced
 //! inference answer also records when hyper starts taking it (HTTP_SEND_START) and when it is done
 //! with it (HTTP_SEND_END, when the body is dropped), then lets the trace go, which ends it.
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
-
-use std::collections::VecDeque;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
@@ -111,6 +110,22 @@ impl Drop for ReplyBody {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn chunks_go_out_in_order_as_frames_of_their_own() {
+        let body = ReplyBody::chunks(vec![Bytes::from_static(b"{}"), Bytes::new(), Bytes::from_static(b"tensor")]);
+        assert_eq!(body.size_hint().exact(), Some(8));
+        let mut body = body;
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(
+            frames,
+            vec![Bytes::from_static(b"{}"), Bytes::from_static(b"tensor")],
+            "the empty chunk is no frame"
+        );
+    }
 
     #[tokio::test]
     async fn the_body_is_its_bytes_in_one_frame() {

@@ -34,10 +34,15 @@ impl BodyError {
 /// pieces when it spans reads, so a body within the cap in chunks may count a few more frames
 /// only when its chunks are larger than a read). A body of one frame is returned without a copy;
 /// one of several is joined into a buffer sized once from its `Content-Length` (within `limit`):
-/// grown by doubling, a 64 MiB body was copied about twice over.
-pub async fn collect(mut body: Incoming, limit: usize, chunked: bool) -> Result<Bytes, BodyError> {
+/// grown by doubling, a 64 MiB body was copied about twice over. In a joined body the byte at
+/// `align_at` (where the binary tensors start, after the JSON header) lies on a 64-byte boundary, so
+/// that a backend can read the tensors where they are (ONNX Runtime needs its elements aligned).
+pub async fn collect(mut body: Incoming, limit: usize, chunked: bool, align_at: usize) -> Result<Bytes, BodyError> {
+    use bytes::{Buf, BufMut};
     use hyper::body::Body as _;
     let announced = body.size_hint().exact().map_or(0, |n| n.min(limit as u64) as usize);
+    // Bytes before the body in its buffer; dropped once it is whole.
+    let pad = (64 - align_at % 64) % 64;
     let mut first: Option<Bytes> = None;
     let mut joined: Option<BytesMut> = None;
     let (mut size, mut chunks) = (0usize, 0usize);
@@ -55,7 +60,8 @@ pub async fn collect(mut body: Incoming, limit: usize, chunked: bool) -> Result<
             (Some(buffer), _) => buffer.extend_from_slice(&data),
             (None, None) => first = Some(data),
             (None, Some(earlier)) => {
-                let mut buffer = BytesMut::with_capacity((earlier.len() + data.len()).max(announced));
+                let mut buffer = BytesMut::with_capacity(pad + (earlier.len() + data.len()).max(announced));
+                buffer.put_bytes(0, pad);
                 buffer.extend_from_slice(&earlier);
                 buffer.extend_from_slice(&data);
                 joined = Some(buffer);
@@ -63,7 +69,10 @@ pub async fn collect(mut body: Incoming, limit: usize, chunked: bool) -> Result<
         }
     }
     Ok(match joined {
-        Some(buffer) => buffer.freeze(),
+        Some(mut buffer) => {
+            buffer.advance(pad);
+            buffer.freeze()
+        }
         None => first.unwrap_or_default(),
     })
 }

@@ -136,15 +136,17 @@ impl BodyKind {
 
 /// Reads the whole body (JSON) within the size limit, undoing any `Content-Encoding`.
 async fn read_body(headers: &HeaderMap, body: Incoming, options: &HttpOptions) -> Result<Bytes, InferError> {
-    read_body_as(headers, body, options, BodyKind::Json).await
+    read_body_as(headers, body, options, BodyKind::Json, 0).await
 }
 
-/// [`read_body`] for a body of `kind`.
+/// [`read_body`] for a body of `kind`, its byte at `align_at` on a 64-byte boundary where the body
+/// is joined from pieces (`request_body::collect`).
 async fn read_body_as(
     headers: &HeaderMap,
     body: Incoming,
     options: &HttpOptions,
     kind: BodyKind,
+    align_at: usize,
 ) -> Result<Bytes, InferError> {
     let limit = options.max_input_size;
     if let Some(len) =
@@ -158,7 +160,7 @@ async fn read_body_as(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     // A client that stops sending its body is answered 408 instead of holding the request open.
-    let collected = tokio::time::timeout(options.body_timeout, request_body::collect(body, limit, chunked))
+    let collected = tokio::time::timeout(options.body_timeout, request_body::collect(body, limit, chunked, align_at))
         .await
         .map_err(|_| {
             InferError::timeout(format!(
@@ -668,7 +670,8 @@ async fn infer(
             None => None,
         };
     let kind = if header_len == Some(0) { BodyKind::RawInput } else { BodyKind::Json };
-    let body = read_body_as(&parts.headers, body, options, kind).await?;
+    // Binary tensors start after the JSON header: aligned there, ONNX Runtime reads them in place.
+    let body = read_body_as(&parts.headers, body, options, kind, header_len.unwrap_or(0)).await?;
     if let Some(trace) = &trace {
         trace.capture(FrontendEvent::HttpRecvEnd, Instant::now());
     }
