@@ -13,9 +13,8 @@
 #   bls       bls_add_sub       HTTP c=1 and c=4 (Triton: bench/triton_models/bls_add_sub, python BLS)
 # The ceiling serves `simple` on the same protocol and concurrency in every case (it has no batcher,
 # sequences, ensembles or BLS): read its column as the cost of one bare add/sub round trip.
-# Default: 3 rounds, 2 s perf_analyzer windows: 90 measurements, about 12-15 minutes on the 2-core machine
-# (estimated from the quick run's time per measurement; longer where perf_analyzer needs more windows to
-# settle). --quick: 1 round, 0.5 s windows, the small cases and the others at c=4 only: 24 measurements,
+# Default: 3 rounds, 2 s perf_analyzer windows: 90 measurements, 679 s on the 2-core machine on 2026-11-27
+# (longer where perf_analyzer needs more windows to settle). --quick: 1 round, 0.5 s windows, the small cases and the others at c=4 only: 24 measurements,
 # 74 s on 2026-11-27.
 # Environment:
 #   NEREUS_BIN     the server binary (unset: cargo build --release of this tree); NEREUS_COMMIT the
