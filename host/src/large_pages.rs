@@ -14,7 +14,7 @@
 //! - kept on free, a few of them (at most [`CACHE_SLOTS`] blocks and [`CACHE_BYTES`] bytes), and handed
 //!   to the next allocation of the same rounded size with their pages still in: a stream of same-sized
 //!   tensors stops faulting. A kept block goes back to the kernel once unused for [`IDLE`]
-//!   ([`release_idle`], called by a thread the server starts, and on every large allocation), so a
+//!   ([`release_idle`], called every second by a task the server starts, and on every large allocation), so a
 //!   burst leaves no memory behind.
 //!
 //! Where the kernel's THP mode is `never` the advice is ignored; the reuse still holds.
@@ -72,27 +72,31 @@ fn unmap(ptr: usize, len: usize) {
     unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
 }
 
-/// A kept block of exactly `len` mapped bytes, if any; unmaps the kept blocks idle past [`IDLE`].
-fn take_kept(len: usize) -> Option<usize> {
+/// Takes out of `kept` the blocks that have waited `idle` or longer, to be unmapped after the lock.
+fn take_stale(kept: &mut [Option<Kept>; CACHE_SLOTS], idle: Duration) -> [Option<Kept>; CACHE_SLOTS] {
     let now = now_ms();
-    let mut found = None;
     let mut stale = [None; CACHE_SLOTS];
-    {
-        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-        for (slot, out) in kept.iter_mut().zip(stale.iter_mut()) {
-            match slot {
-                Some(k) if found.is_none() && k.len == len => {
-                    found = Some(k.ptr);
-                    *slot = None;
-                }
-                Some(k) if now.saturating_sub(k.freed_ms) > IDLE.as_millis() as u64 => *out = slot.take(),
-                _ => {}
-            }
+    for (slot, out) in kept.iter_mut().zip(stale.iter_mut()) {
+        if slot.is_some_and(|k| now.saturating_sub(k.freed_ms) >= idle.as_millis() as u64) {
+            *out = slot.take();
         }
     }
-    for k in stale.into_iter().flatten() {
+    stale
+}
+
+fn unmap_all(blocks: [Option<Kept>; CACHE_SLOTS]) {
+    for k in blocks.into_iter().flatten() {
         unmap(k.ptr, k.len);
     }
+}
+
+/// A kept block of exactly `len` mapped bytes, if any; unmaps the kept blocks idle past [`IDLE`].
+fn take_kept(len: usize) -> Option<usize> {
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let found = kept.iter_mut().find(|s| s.is_some_and(|k| k.len == len)).and_then(Option::take).map(|k| k.ptr);
+    let stale = take_stale(&mut kept, IDLE);
+    drop(kept);
+    unmap_all(stale);
     found
 }
 
@@ -110,21 +114,10 @@ fn keep(ptr: usize, len: usize) {
     unmap(ptr, len);
 }
 
-/// Unmaps the kept blocks that have waited longer than `idle`. The server calls it every second.
+/// Unmaps the kept blocks that have waited `idle` or longer. The server calls it every second.
 pub fn release_idle(idle: Duration) {
-    let now = now_ms();
-    let mut stale = [None; CACHE_SLOTS];
-    {
-        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-        for (slot, out) in kept.iter_mut().zip(stale.iter_mut()) {
-            if slot.is_some_and(|k| now.saturating_sub(k.freed_ms) >= idle.as_millis() as u64) {
-                *out = slot.take();
-            }
-        }
-    }
-    for k in stale.into_iter().flatten() {
-        unmap(k.ptr, k.len);
-    }
+    let stale = take_stale(&mut KEPT.lock().unwrap_or_else(|e| e.into_inner()), idle);
+    unmap_all(stale);
 }
 
 /// Bytes kept for reuse now.
