@@ -252,7 +252,9 @@ def summary_md(groups, machines, csv_paths, base):
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     name = os.path.basename(base)
-    lines += ["", f"![infer/s per scenario]({name}.svg)", "", f"![throughput over Triton's]({name}-ratio.svg)", ""]
+    lines += ["", f"![infer/s per scenario]({name}.svg)", ""]
+    if any(g.rounds["triton"] for g in groups):  # the ratio chart exists only where Triton was measured
+        lines += [f"![throughput over Triton's]({name}-ratio.svg)", ""]
     return "\n".join(lines)
 
 

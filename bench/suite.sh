@@ -7,7 +7,8 @@
 #   bench/suite.sh [--quick] [--no-readme] [ROUNDS]     (also: bench/run.sh suite ..., bench/run.sh --quick)
 # Cases (scenario model protocol concurrency [perf_analyzer args]):
 #   small     simple            HTTP and gRPC, c=1 and c=4
-#   batching  simple_dyna       HTTP c=16
+#   batching  simple_dyna       HTTP c=16 and c=64 (dynamic batching)
+#   batching_off  simple        HTTP c=16 and c=64 (the same plugin unbatched, beside it)
 #   sequence  simple_sequence   gRPC c=4, --sequence-length 20
 #   ensemble  ensemble_add_sub  HTTP c=1 and c=4 (Triton: the anchors' ensemble of two python `simple`s)
 #   bls       bls_add_sub       HTTP c=1 and c=4 (Triton: bench/triton_models/bls_add_sub, python BLS)
@@ -22,7 +23,8 @@
 #                  else "unknown"); NEREUS_ARGS extra server flags
 #   PERF_INTERVAL_MS  perf_analyzer's window (default 2000, 500 with --quick)
 #   SCENARIOS      a subset, e.g. "small bls"
-#   HOOKS          scripts run after the suite's own cases, e.g. "languages tensors": bench/<name>.sh ROUNDS
+#   HOOKS          scripts run after the suite's own cases (default "connections": 256 connections,
+#                  bench/connections.sh; HOOKS= runs none), e.g. "connections languages tensors": bench/<name>.sh ROUNDS
 #                  with SUITE_CSV (append rows with bench/csv.sh's csv_row), NEREUS_BIN, NEREUS, QUICK
 #                  (1 or 0) and PERF_INTERVAL_MS set; their rows join the table and the chart. A hook
 #                  that is not there is skipped with a line saying so.
@@ -58,14 +60,15 @@ if ((quick)); then
     "ensemble ensemble_add_sub http 4" "bls bls_add_sub http 4")
 else
   cases=("small simple http 1" "small simple http 4" "small simple grpc 1" "small simple grpc 4"
-    "batching simple_dyna http 16" "sequence simple_sequence grpc 4 --sequence-length 20"
+    "batching simple_dyna http 16" "batching simple_dyna http 64" "batching_off simple http 16"
+    "batching_off simple http 64" "sequence simple_sequence grpc 4 --sequence-length 20"
     "ensemble ensemble_add_sub http 1" "ensemble ensemble_add_sub http 4"
     "bls bls_add_sub http 1" "bls bls_add_sub http 4")
 fi
 if [[ -n ${SCENARIOS:-} ]]; then
   kept=()
   for case_ in "${cases[@]}"; do [[ " $SCENARIOS " == *" ${case_%% *} "* ]] && kept+=("$case_"); done
-  ((${#kept[@]})) || { echo "SCENARIOS='$SCENARIOS' names none of: small batching sequence ensemble bls" >&2; exit 2; }
+  ((${#kept[@]})) || { echo "SCENARIOS='$SCENARIOS' names none of: small batching batching_off sequence ensemble bls" >&2; exit 2; }
   cases=("${kept[@]}")
 fi
 
@@ -197,7 +200,7 @@ kill "$nereus_pid" 2>/dev/null || true
 "$anchors/triton.sh" stop $tport >/dev/null 2>&1 || true
 "$anchors/limit.sh" stop $cport >/dev/null 2>&1 || true
 
-for h in ${HOOKS:-}; do  # scenarios other scripts own, after the suite's servers are gone
+for h in ${HOOKS-connections}; do  # scenarios other scripts own, after the suite's servers are gone
   script=$here/$h.sh
   if [[ ! -x $script ]]; then echo "hook $h: no $script, skipped" >&2; continue; fi
   echo "hook $h: $script $rounds" >&2

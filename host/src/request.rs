@@ -60,15 +60,18 @@ impl Tensor {
 /// The element count of an input's shape, refused in tritonserver's words (its
 /// GetElementCount) when a dimension is negative or the count passes int64's maximum.
 fn element_count_checked(name: &str, shape: &[i64]) -> Result<u64, InferError> {
-    let shown = crate::tensor::shape_string(shape);
+    // The shape is formatted only for an error: this runs for every input of every request.
+    let shown = || crate::tensor::shape_string(shape);
     if shape.iter().any(|d| *d < 0) {
         return Err(InferError::invalid(format!(
-            "invalid shape for input '{name}': shape {shown} contains one or more invalid dimensions"
+            "invalid shape for input '{name}': shape {} contains one or more invalid dimensions",
+            shown()
         )));
     }
     shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).map(|n| n as u64).ok_or_else(|| {
         InferError::invalid(format!(
-            "invalid shape for input '{name}': shape {shown} causes total element count to exceed maximum size of {}",
+            "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
+            shown(),
             i64::MAX
         ))
     })

@@ -491,14 +491,29 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         datatype: &'static str,
         shape: &'a [i64],
         #[serde(skip_serializing_if = "Option::is_none")]
-        parameters: Option<Value>,
+        parameters: Option<OutParams<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         data: Option<JsonData<'a>>,
+    }
+    /// An output's parameters, written as they are (a JSON map built per output cost an allocation
+    /// per key on every answer); keys in the order a sorted map had them.
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum OutParams<'a> {
+        Binary { binary_data_size: usize },
+        Shm { shared_memory_byte_size: usize, shared_memory_region: &'a str },
+    }
+    /// The version number, written as the JSON string the protocol has without a `String` made for it.
+    struct VersionString(i64);
+    impl serde::Serialize for VersionString {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(&self.0)
+        }
     }
     #[derive(serde::Serialize)]
     struct Body<'a> {
         model_name: &'a str,
-        model_version: String,
+        model_version: VersionString,
         #[serde(skip_serializing_if = "str::is_empty")]
         id: &'a str,
         #[serde(skip_serializing_if = "Map::is_empty")]
@@ -516,9 +531,10 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
                     name: &t.name,
                     datatype: t.datatype.wire_name(),
                     shape: &t.shape,
-                    parameters: Some(serde_json::json!({
-                        "shared_memory_region": place.region, "shared_memory_byte_size": t.data.len()
-                    })),
+                    parameters: Some(OutParams::Shm {
+                        shared_memory_byte_size: t.data.len(),
+                        shared_memory_region: &place.region,
+                    }),
                     data: None,
                 }
             } else if options.is_binary(&t.name, t.datatype) {
@@ -527,7 +543,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
                     name: &t.name,
                     datatype: t.datatype.wire_name(),
                     shape: &t.shape,
-                    parameters: Some(serde_json::json!({"binary_data_size": t.data.len()})),
+                    parameters: Some(OutParams::Binary { binary_data_size: t.data.len() }),
                     data: None,
                 }
             } else {
@@ -543,7 +559,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         .collect();
     let body = Body {
         model_name: &response.model_name,
-        model_version: response.model_version.to_string(),
+        model_version: VersionString(response.model_version),
         id: &response.id,
         parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_json(v))).collect(),
         outputs,
