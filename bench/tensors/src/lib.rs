@@ -14,7 +14,7 @@ pub mod pb {
 }
 
 use std::ffi::CString;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The models both sides know, by what they compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,4 +177,23 @@ pub fn cpu_time(pid: Option<u32>) -> Duration {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Duration::from_nanos((ticks(11) + ticks(12)) * 1_000_000_000 / hz)
+}
+
+/// The CPU time this process and the processes `server_pids` (none: not measured) spent between
+/// `start` and `end`, sleeping until then: the load generators' per-request cost of each side.
+pub async fn cpu_over_window(server_pids: Vec<u32>, start: Instant, end: Instant) -> (Duration, Option<Duration>) {
+    let server = || server_pids.iter().map(|p| cpu_time(Some(*p))).sum::<Duration>();
+    tokio::time::sleep_until(start.into()).await;
+    let (c0, s0) = (cpu_time(None), server());
+    tokio::time::sleep_until(end.into()).await;
+    (cpu_time(None) - c0, (!server_pids.is_empty()).then(|| server() - s0))
+}
+
+/// The `p` quantile (0..=1) of sorted latencies, in microseconds (0 for none).
+pub fn percentile(sorted: &[Duration], p: f64) -> u128 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_micros()
 }

@@ -18,10 +18,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tensor_bench::cpu_time;
 use tensor_bench::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensor_bench::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use tensor_bench::pb::*;
+use tensor_bench::{cpu_over_window, percentile};
 use tonic::transport::Endpoint;
 
 #[derive(Parser, Debug, Clone)]
@@ -210,14 +210,6 @@ async fn grpc_worker(args: Arc<Args>, start: Instant, end: Instant) -> anyhow::R
     Ok(done)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> u128 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_micros()
-}
-
 fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -249,15 +241,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }));
         }
-        let pids = args.server_pid.clone();
-        let server = move || pids.iter().map(|p| cpu_time(Some(*p))).sum::<Duration>();
-        let measured = !args.server_pid.is_empty();
-        let cpu = tokio::spawn(async move {
-            tokio::time::sleep_until(start.into()).await;
-            let (c0, s0) = (cpu_time(None), server());
-            tokio::time::sleep_until(end.into()).await;
-            (cpu_time(None) - c0, measured.then(|| server() - s0))
-        });
+        let cpu = tokio::spawn(cpu_over_window(args.server_pid.clone(), start, end));
         let mut done = Vec::new();
         for t in tasks {
             done.extend(t.await??);

@@ -20,7 +20,7 @@ use tensor_bench::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensor_bench::pb::infer_parameter::ParameterChoice;
 use tensor_bench::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use tensor_bench::pb::*;
-use tensor_bench::{Kind, Region, cpu_time, sum_le_f32};
+use tensor_bench::{Kind, Region, cpu_over_window, percentile, sum_le_f32};
 use tonic::transport::{Channel, Endpoint};
 
 /// The server's allocator: megabyte buffers on huge pages and reused, as Nereus's are (the client must
@@ -299,14 +299,6 @@ async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, 
     Ok(done)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> u128 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_micros()
-}
-
 fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -344,15 +336,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             }));
         }
         // CPU time of both sides over the window.
-        let pids = args.server_pid.clone();
-        let server = move || pids.iter().map(|p| cpu_time(Some(*p))).sum::<Duration>();
-        let measured = !args.server_pid.is_empty();
-        let cpu = tokio::spawn(async move {
-            tokio::time::sleep_until(start.into()).await;
-            let (c0, s0) = (cpu_time(None), server());
-            tokio::time::sleep_until(end.into()).await;
-            (cpu_time(None) - c0, measured.then(|| server() - s0))
-        });
+        let cpu = tokio::spawn(cpu_over_window(args.server_pid.clone(), start, end));
         let mut done = Vec::new();
         for t in tasks {
             done.extend(t.await??);
