@@ -39,9 +39,7 @@ log=$(mktemp -d)
 source "$here/servers.sh"
 # shellcheck source=SCRIPTDIR/csv.sh
 source "$here/csv.sh"
-for port in $nport $((nport + 1)) $cport $((cport + 1)); do
-  ! port_busy "$port" || { echo "port $port is in use: is another benchmark running?" >&2; exit 1; }
-done
+ports_free $nport $((nport + 1)) $cport $((cport + 1))
 [[ -x $A/bin/perf_analyzer ]] || "$anchors/setup.sh"
 nereus_pid=$(nereus_start "$bin" $nport)
 cleanup() { kill "$nereus_pid" 2>/dev/null || true; "$anchors/limit.sh" stop $cport >/dev/null 2>&1 || true; rm -rf "$log"; }

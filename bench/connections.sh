@@ -41,9 +41,7 @@ log=$(mktemp -d)
 source "$here/servers.sh"
 # shellcheck source=SCRIPTDIR/csv.sh
 source "$here/csv.sh"
-for port in $tport $((tport + 1)) $nport $((nport + 1)) $cport $((cport + 1)); do  # never measure someone else's server
-  ! port_busy "$port" || { echo "port $port is in use: is another benchmark running?" >&2; exit 1; }
-done
+ports_free $tport $((tport + 1)) $nport $((nport + 1)) $cport $((cport + 1))
 [[ -x $A/bin/tritonserver || -x $A/bin/perf_analyzer ]] || "$anchors/setup.sh"
 (cd "$root" && cargo build -q --release --locked -p tensor-bench --bin conn_load)
 load=$target/release/conn_load

@@ -48,5 +48,12 @@ ceiling_up() {
   "$anchors/limit.sh" start "$port" >/dev/null
 }
 
+# ports_free PORT...: exits with a message when something listens on one of them (never measure, or
+# stop, a server another run started).
+ports_free() {
+  local p
+  for p; do ! port_busy "$p" || { echo "port $p is in use: is another benchmark running?" >&2; exit 1; }; done
+}
+
 # port_busy PORT: true when something listens on it.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -197,3 +197,14 @@ pub fn percentile(sorted: &[Duration], p: f64) -> u128 {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i].as_micros()
 }
+
+/// A program's exit: its error on stderr after its name, and failure.
+pub fn exit_with(program: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tensor_bench::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensor_bench::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use tensor_bench::pb::*;
-use tensor_bench::{cpu_over_window, percentile};
+use tensor_bench::{cpu_over_window, exit_with, percentile};
 use tonic::transport::Endpoint;
 
 #[derive(Parser, Debug, Clone)]
@@ -211,13 +211,7 @@ async fn grpc_worker(args: Arc<Args>, start: Instant, end: Instant) -> anyhow::R
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("conn-load: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    exit_with("conn-load", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {

@@ -20,7 +20,7 @@ use tensor_bench::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensor_bench::pb::infer_parameter::ParameterChoice;
 use tensor_bench::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use tensor_bench::pb::*;
-use tensor_bench::{Kind, Region, cpu_over_window, percentile, sum_le_f32};
+use tensor_bench::{Kind, Region, cpu_over_window, exit_with, percentile, sum_le_f32};
 use tonic::transport::{Channel, Endpoint};
 
 /// The server's allocator: megabyte buffers on huge pages and reused, as Nereus's are (the client must
@@ -300,13 +300,7 @@ async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, 
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tensor-load: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    exit_with("tensor-load", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
