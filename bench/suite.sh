@@ -14,14 +14,17 @@
 #   bls       bls_add_sub       HTTP c=1 and c=4 (Triton: bench/triton_models/bls_add_sub, python BLS)
 # The ceiling serves `simple` on the same protocol and concurrency in every case (it has no batcher,
 # sequences, ensembles or BLS): read its column as the cost of one bare add/sub round trip.
-# Default: 3 rounds, 2 s perf_analyzer windows: 90 measurements, 679 s on the 2-core machine on 2026-11-27
-# (longer where perf_analyzer needs more windows to settle). --quick: 1 round, 0.5 s windows, the small cases and the others at c=4 only: 24 measurements,
-# 74 s on 2026-11-27.
+# Default: 3 rounds, 2 s perf_analyzer windows: 117 measurements and the connections hook, 2,456 s on the
+# 2-core machine on 2026-11-27, of which about 1,300 s were four perf_analyzer runs against the ceiling at
+# c=64 that did not settle (now cut at PERF_TIMEOUT, 150 s) and 260 s the hook. --quick: 1 round, 0.5 s
+# windows, the small cases and the others at c=4 only: 24 measurements, 74 s on 2026-11-27, plus the
+# hook's one round of 3 s windows (about a minute).
 # Environment:
 #   NEREUS_BIN     the server binary (unset: cargo build --release of this tree); NEREUS_COMMIT the
 #                  commit it was built from, for the record (unset: this tree's HEAD when built here,
 #                  else "unknown"); NEREUS_ARGS extra server flags
-#   PERF_INTERVAL_MS  perf_analyzer's window (default 2000, 500 with --quick)
+#   PERF_INTERVAL_MS  perf_analyzer's window (default 2000, 500 with --quick); PERF_TIMEOUT the seconds
+#                  one measurement may take (default 150; past it, no row and a note)
 #   SCENARIOS      a subset, e.g. "small bls"
 #   HOOKS          scripts run after the suite's own cases (default "connections": 256 connections,
 #                  bench/connections.sh; HOOKS= runs none), e.g. "connections languages tensors": bench/<name>.sh ROUNDS
@@ -170,7 +173,9 @@ for r in $(seq 1 "$rounds"); do
         ceiling) port=$cport m=simple args=() ;;
       esac
       n=$((n + 1))
-      if line=$("$anchors/perf.sh" "localhost:$((port + offset))" "$m" "$proto" "$c" "${args[@]}"); then
+      # A time limit per measurement: perf_analyzer against the bare-hyper ceiling at c=64 sometimes ran
+      # on for minutes without settling (4 of 6 times on 2026-11-27); timeout stops its process group.
+      if line=$(timeout "${PERF_TIMEOUT:-150}" "$anchors/perf.sh" "localhost:$((port + offset))" "$m" "$proto" "$c" "${args[@]}"); then
         csv_row "$csv" "$scenario" "$m" "$s" "$proto" "$c" "$r" "$line"
         echo "[$(($(date +%s) - t0)) s, $n/$total] round $r $scenario $s: $line" >&2
       else
