@@ -72,6 +72,7 @@ start_nereus model_repository --allow-client-shm=true
 "$venv/bin/python" tests/python/test_image_classifier.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_image_classify_preprocess.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_system_shm.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
+"$venv/bin/python" tests/python/test_cuda_shm.py "127.0.0.1:$port" "127.0.0.1:$grpc_port"
 "$venv/bin/python" tests/python/test_metrics.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "127.0.0.1:$metrics_port"
 stop_nereus
 

@@ -10,6 +10,7 @@ mod bls;
 mod busy_poll;
 mod classification;
 mod cli;
+mod cuda_shm;
 mod density;
 mod ensemble;
 mod fuzz_replay;

@@ -10,7 +10,7 @@ use nereus::frontend::grpc::convert;
 use nereus::frontend::http::codec::decode_request;
 use nereus::proto::inference::ModelInferRequest;
 use nereus::request::InferenceRequest;
-use nereus::shm::SystemShm;
+use nereus::shm::SharedMemory;
 use nereus::tensor::{DataType, bytes_elements, count_bytes_elements};
 use nereus::validate::{IoSpec, check_byte_size, validate_request};
 use prost::Message;
@@ -28,7 +28,7 @@ pub fn http_infer_body(data: &[u8]) {
         },
         _ => (Some(0), rest),
     };
-    let shm = SystemShm::new(false);
+    let shm = SharedMemory::new(false);
     let raw_input = || Ok(("INPUT0".to_string(), DataType::Int32, vec![-1], true));
     if let Ok((request, _outputs)) = decode_request(Bytes::copy_from_slice(body), header_len, raw_input, &shm) {
         validate_and_check(request);
@@ -40,7 +40,7 @@ pub fn http_infer_body(data: &[u8]) {
 /// `raw_input_contents`, parameters) and validation against a model.
 pub fn grpc_infer_request(data: &[u8]) {
     let Ok(message) = ModelInferRequest::decode(data) else { return };
-    let shm = SystemShm::new(false);
+    let shm = SharedMemory::new(false);
     if let Ok((request, _outputs, _classes)) = convert::request(message, &shm) {
         validate_and_check(request);
     }

@@ -117,7 +117,7 @@ pub struct Server {
     /// Dropped at shutdown, which stops the repository poller (POLL mode).
     poller: Mutex<Option<crossbeam_channel::Sender<()>>>,
     options: ServerOptions,
-    shm: crate::shm::SystemShm,
+    shm: crate::shm::SharedMemory,
     /// A [`Phase`], as its `u8`.
     phase: AtomicU8,
     /// False when a model repository could not be read at start-up (with `exit_on_error` off):
@@ -133,7 +133,7 @@ pub struct Server {
 
 impl Server {
     /// The system shared-memory regions clients registered.
-    pub fn shm(&self) -> &crate::shm::SystemShm {
+    pub fn shm(&self) -> &crate::shm::SharedMemory {
         &self.shm
     }
 
@@ -212,7 +212,7 @@ impl Server {
             }
             tracing::error!("the server failed to initialize: no model is loaded, and it is neither live nor ready");
         }
-        let shm = crate::shm::SystemShm::new(options.allow_client_shm);
+        let shm = crate::shm::SharedMemory::new(options.allow_client_shm);
         let busy_poll = crate::busy_poll::BusyPoll::start(options.busy_poll, options.busy_poll_min_spare_cpus);
         Ok(Arc::new(Server {
             models,

@@ -3,7 +3,7 @@ use super::classification::{self, ClassOutputs};
 use crate::error::InferError;
 use crate::request::InferenceResponse;
 use crate::server::Server;
-use crate::shm::{ShmPlace, SystemShm};
+use crate::shm::{SharedMemory, ShmPlace};
 use crate::trace::FrontendEvent;
 use std::time::Instant;
 
@@ -62,7 +62,7 @@ impl Drop for Waiting<'_> {
 /// Writes the outputs of `response` that the client placed in shared memory (one response of a
 /// stream, or a whole answer).
 pub fn write_shm_outputs(
-    shm: &SystemShm,
+    shm: &SharedMemory,
     response: &InferenceResponse,
     shm_outputs: &ShmOutputs,
 ) -> Result<(), InferError> {

@@ -12,7 +12,7 @@ use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{ShmPlace, SystemShm};
+use crate::shm::{SharedMemory, ShmPlace};
 use crate::tensor::DataType;
 
 /// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
@@ -99,7 +99,7 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
 /// classes.
 pub fn request(
     mut m: pb::ModelInferRequest,
-    shm: &SystemShm,
+    shm: &SharedMemory,
 ) -> Result<(InferenceRequest, ShmOutputs, ClassOutputs), InferError> {
     let mut request = InferenceRequest {
         model_name: std::mem::take(&mut m.model_name),
@@ -321,7 +321,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let (r, _, _) = request(m, &SystemShm::new(false)).unwrap();
+        let (r, _, _) = request(m, &SharedMemory::new(false)).unwrap();
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
         assert_eq!(&r.inputs[1].data[..], &[2, 0, 0, 0, b'h', b'i']);
     }
@@ -337,7 +337,7 @@ mod tests {
             )],
             ..Default::default()
         };
-        assert_eq!(status(request(bad_count, &SystemShm::new(false)).unwrap_err()).code(), Code::InvalidArgument);
+        assert_eq!(status(request(bad_count, &SharedMemory::new(false)).unwrap_err()).code(), Code::InvalidArgument);
         let range = pb::ModelInferRequest {
             inputs: vec![input(
                 "A",
@@ -347,17 +347,17 @@ mod tests {
             )],
             ..Default::default()
         };
-        assert!(request(range, &SystemShm::new(false)).unwrap_err().message.contains("out of range"));
+        assert!(request(range, &SharedMemory::new(false)).unwrap_err().message.contains("out of range"));
         let fp16 = pb::ModelInferRequest {
             inputs: vec![input("A", "FP16", vec![1], pb::InferTensorContents::default())],
             ..Default::default()
         };
-        assert!(request(fp16, &SystemShm::new(false)).unwrap_err().message.contains("raw_input_contents"));
+        assert!(request(fp16, &SharedMemory::new(false)).unwrap_err().message.contains("raw_input_contents"));
         let raw_count = pb::ModelInferRequest {
             inputs: vec![input("A", "INT32", vec![1], Default::default())],
             raw_input_contents: vec![Bytes::new(), Bytes::new()],
             ..Default::default()
         };
-        assert!(request(raw_count, &SystemShm::new(false)).is_err());
+        assert!(request(raw_count, &SharedMemory::new(false)).is_err());
     }
 }

@@ -26,6 +26,7 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::server::{EXTENSIONS, Server};
+use crate::shm::{RegionStatus, ShmKind};
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, Trace};
 use compression::ResponseCompression;
@@ -217,17 +218,20 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        let regions = self.server.shm().status((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        let regions = self.server.shm().status(ShmKind::System, non_empty(&name)).map_err(status)?;
         let regions = regions
             .into_iter()
-            .map(|r| {
-                let status = pb::system_shared_memory_status_response::RegionStatus {
-                    name: r.name.clone(),
-                    key: r.key,
-                    offset: r.offset,
-                    byte_size: r.byte_size,
-                };
-                (r.name, status)
+            .filter_map(|r| match r {
+                RegionStatus::System { name, key, offset, byte_size } => {
+                    let status = pb::system_shared_memory_status_response::RegionStatus {
+                        name: name.clone(),
+                        key,
+                        offset,
+                        byte_size,
+                    };
+                    Some((name, status))
+                }
+                RegionStatus::Cuda { .. } => None,
             })
             .collect();
         Ok(Response::new(pb::SystemSharedMemoryStatusResponse { regions }))
@@ -249,7 +253,7 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        self.server.shm().unregister((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        self.server.shm().unregister(ShmKind::System, non_empty(&name)).map_err(status)?;
         Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
     }
 
@@ -259,9 +263,22 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        // No CUDA region can exist yet (see shm::SystemShm::cuda_status): nothing to list.
-        self.server.shm().cuda_status((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
-        Ok(Response::new(pb::CudaSharedMemoryStatusResponse::default()))
+        let regions = self.server.shm().status(ShmKind::Cuda, non_empty(&name)).map_err(status)?;
+        let regions = regions
+            .into_iter()
+            .filter_map(|r| match r {
+                RegionStatus::Cuda { name, device_id, byte_size } => {
+                    let status = pb::cuda_shared_memory_status_response::RegionStatus {
+                        name: name.clone(),
+                        device_id,
+                        byte_size,
+                    };
+                    Some((name, status))
+                }
+                RegionStatus::System { .. } => None,
+            })
+            .collect();
+        Ok(Response::new(pb::CudaSharedMemoryStatusResponse { regions }))
     }
 
     async fn cuda_shared_memory_register(
@@ -269,7 +286,10 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
-        self.server.shm().cuda_register(&r.into_inner().name).map_err(status)?;
+        let r = r.into_inner();
+        let device_id = u64::try_from(r.device_id)
+            .map_err(|_| status(InferError::invalid("failed to register shared memory region: invalid args")))?;
+        self.server.shm().cuda_register(&r.name, &r.raw_handle, device_id, r.byte_size).map_err(status)?;
         Ok(Response::new(pb::CudaSharedMemoryRegisterResponse {}))
     }
 
@@ -279,7 +299,7 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        self.server.shm().cuda_unregister((!name.is_empty()).then_some(name.as_str())).map_err(status)?;
+        self.server.shm().unregister(ShmKind::Cuda, non_empty(&name)).map_err(status)?;
         Ok(Response::new(pb::CudaSharedMemoryUnregisterResponse {}))
     }
 
@@ -448,4 +468,9 @@ pub async fn serve(
     if let Err(e) = result {
         tracing::error!("gRPC server failed: {e}");
     }
+}
+
+/// A region name from a shared-memory request: empty means "every region".
+fn non_empty(name: &str) -> Option<&str> {
+    (!name.is_empty()).then_some(name)
 }

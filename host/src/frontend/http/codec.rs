@@ -12,7 +12,7 @@ use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{ShmPlace, SystemShm};
+use crate::shm::{SharedMemory, ShmPlace};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
@@ -153,7 +153,7 @@ pub fn decode_request(
     body: Bytes,
     header_len: Option<usize>,
     raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
-    shm: &SystemShm,
+    shm: &SharedMemory,
 ) -> Result<(InferenceRequest, OutputOptions), InferError> {
     let header_len = header_len.unwrap_or(body.len());
     if header_len > body.len() {
@@ -587,7 +587,7 @@ mod tests {
         let mut body = json.to_vec();
         body.extend_from_slice(&1f32.to_le_bytes());
         body.extend_from_slice(&2f32.to_le_bytes());
-        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).unwrap();
+        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).unwrap();
         assert_eq!(r.id, "7");
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(r.inputs[1].data.len(), 8);
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn lying_shapes_are_rejected_without_allocating() {
         let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
-        let err = decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).unwrap_err();
+        let err = decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false)).unwrap_err();
         assert!(
             err.message.contains("Failed to parse 'data' field: shape does not match true shape"),
             "{}",
@@ -607,10 +607,10 @@ mod tests {
         );
         let json =
             br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
-        assert!(decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false)).is_err());
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT8","data":[1,300]}]}"#;
         assert!(
-            decode_request(Bytes::from_static(json), None, no_raw, &SystemShm::new(false))
+            decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false))
                 .unwrap_err()
                 .message
                 .contains("out of range")
@@ -626,7 +626,7 @@ mod tests {
             "parameters":{"q":"a","r":true,"q":"b"}}"#;
         let mut body = json.to_vec();
         body.extend_from_slice(&[7; 8]);
-        let (r, _) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).unwrap();
+        let (r, _) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).unwrap();
         assert_eq!(r.inputs[0].datatype, DataType::Int32);
         assert_eq!(&r.inputs[0].data[..], &[7; 8]);
         assert_eq!(
@@ -634,7 +634,8 @@ mod tests {
             vec![("q".to_string(), ParamValue::String("b".into())), ("r".to_string(), ParamValue::Bool(true))]
         );
         let not_an_object = br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1],"parameters":[1]}]}"#;
-        let err = decode_request(Bytes::from_static(not_an_object), None, no_raw, &SystemShm::new(false)).unwrap_err();
+        let err =
+            decode_request(Bytes::from_static(not_an_object), None, no_raw, &SharedMemory::new(false)).unwrap_err();
         assert!(err.message.contains("a JSON object"), "{}", err.message);
     }
 
@@ -643,8 +644,8 @@ mod tests {
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
         let mut body = json.to_vec();
         body.extend_from_slice(&[0; 4]);
-        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw, &SystemShm::new(false)).is_err());
-        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw, &SystemShm::new(false)).is_err());
-        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw, &SystemShm::new(false)).is_err());
+        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw, &SharedMemory::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw, &SharedMemory::new(false)).is_err());
     }
 }

@@ -22,6 +22,7 @@ use crate::logging::{self, SettingValue};
 use crate::model::ModelVersion;
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
+use crate::shm::{RegionStatus, ShmKind};
 use crate::test_hooks::TestHooks;
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, ReportedSettings};
@@ -217,12 +218,6 @@ enum ModelRoute {
     TraceSetting,
     Generate,
     GenerateStream,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ShmKind {
-    System,
-    Cuda,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -732,45 +727,68 @@ async fn shared_memory(
     let shm = server.shm();
     match (action, kind) {
         (ShmAction::Status, _) => {
-            let regions = match kind {
-                ShmKind::System => shm.status(region)?,
-                ShmKind::Cuda => shm.cuda_status(region)?,
-            };
-            let regions: Vec<serde_json::Value> = regions
+            let regions: Vec<serde_json::Value> = shm
+                .status(kind, region)?
                 .into_iter()
-                .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
+                .map(|r| match r {
+                    RegionStatus::System { name, key, offset, byte_size } => {
+                        json!({"name": name, "key": key, "offset": offset, "byte_size": byte_size})
+                    }
+                    RegionStatus::Cuda { name, device_id, byte_size } => {
+                        json!({"name": name, "device_id": device_id, "byte_size": byte_size})
+                    }
+                })
                 .collect();
             Ok(json_reply(&serde_json::Value::Array(regions)))
         }
-        (ShmAction::Register, ShmKind::Cuda) => {
-            shm.cuda_register(region.unwrap_or_default())?;
-            Ok(empty(StatusCode::OK))
-        }
-        (ShmAction::Register, ShmKind::System) => {
+        (ShmAction::Register, _) => {
             let name = region.unwrap_or_default();
             let (parts, body) = req.into_parts();
             let body = read_body(&parts.headers, body, options).await?;
             let v: serde_json::Value = serde_json::from_slice(&body)
                 .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
-            let key =
-                v.get("key").and_then(|k| k.as_str()).ok_or_else(|| InferError::invalid("'key' must be a string"))?;
             let number = |k: &str| {
                 v.get(k).map_or(Ok(0), |n| {
                     n.as_u64().ok_or_else(|| InferError::invalid(format!("'{k}' must be an unsigned integer")))
                 })
             };
-            shm.register(name, key, number("offset")?, number("byte_size")?)?;
+            match kind {
+                ShmKind::System => {
+                    let key = v
+                        .get("key")
+                        .and_then(|k| k.as_str())
+                        .ok_or_else(|| InferError::invalid("'key' must be a string"))?;
+                    shm.register(name, key, number("offset")?, number("byte_size")?)?;
+                }
+                ShmKind::Cuda => {
+                    let handle = cuda_raw_handle(&v)?;
+                    shm.cuda_register(name, &handle, number("device_id")?, number("byte_size")?)?;
+                }
+            }
             Ok(empty(StatusCode::OK))
         }
-        (ShmAction::Unregister, ShmKind::System) => {
-            shm.unregister(region)?;
-            Ok(empty(StatusCode::OK))
-        }
-        (ShmAction::Unregister, ShmKind::Cuda) => {
-            shm.cuda_unregister(region)?;
+        (ShmAction::Unregister, _) => {
+            shm.unregister(kind, region)?;
             Ok(empty(StatusCode::OK))
         }
     }
+}
+
+/// The CUDA IPC handle of a `cudasharedmemory` registration: `"raw_handle": {"b64": "<base64>"}`.
+fn cuda_raw_handle(v: &serde_json::Value) -> Result<Vec<u8>, InferError> {
+    use base64::Engine as _;
+    let raw = v
+        .get("raw_handle")
+        .ok_or_else(|| InferError::invalid("Shared memory register request has no 'raw_handle' field"))?;
+    let b64 = raw
+        .get("b64")
+        .and_then(|b| b.as_str())
+        .ok_or_else(|| InferError::invalid("'raw_handle' must be an object with a base64 string 'b64'"))?;
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .ok()
+        .filter(|h| h.len() == crate::shm::CUDA_HANDLE_SIZE)
+        .ok_or_else(|| InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))
 }
 
 /// A version's test hooks (with `--test-hooks`, every version has them).

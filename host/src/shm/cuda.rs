@@ -1,0 +1,182 @@
+//! A CUDA shared-memory region (Triton's `cuda_shared_memory` extension): device memory a client
+//! allocated in its own process and exported with `cudaIpcGetMemHandle`; the server opens the
+//! handle (`cuIpcOpenMemHandle`) on the device the client names and copies inputs out of it and
+//! outputs into it with the CUDA driver. The driver library is loaded at run time (`crate::gpu`),
+//! so this builds everywhere; on a machine without a usable GPU every registration is refused as a
+//! tritonserver built with GPU support refuses a handle it cannot open ("invalid args", the reason
+//! in the log).
+//!
+//! Unlike a system region, the memory cannot shrink or vanish under the server: an IPC mapping
+//! keeps the client's allocation alive until the server closes the handle, which happens when the
+//! region is unregistered and the last request using it has finished (the `Arc` around it).
+#![allow(unsafe_code)] // FFI to the CUDA driver; each block says why it is sound.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cudarc::driver::{CudaContext, sys};
+
+use super::end_of;
+use crate::error::InferError;
+use crate::gpu::{self, DevicePtr};
+
+/// Bytes in a `cudaIpcMemHandle_t` (`CU_IPC_HANDLE_SIZE`).
+pub const HANDLE_SIZE: usize = sys::CU_IPC_HANDLE_SIZE as usize;
+
+/// One registered region: the first `byte_size` bytes of the client's allocation.
+pub struct CudaRegion {
+    pub name: String,
+    pub device_id: u64,
+    pub byte_size: u64,
+    /// The device's primary context, made current on the calling thread around each driver call.
+    ctx: Arc<CudaContext>,
+    /// Where the opened handle maps the client's allocation in this process.
+    base: DevicePtr,
+}
+
+// SAFETY: `base` is an address in the device's virtual address space, not host memory; every use
+// binds the context first, and the driver serialises calls on one context from several threads.
+unsafe impl Send for CudaRegion {}
+unsafe impl Sync for CudaRegion {}
+
+/// tritonserver's answer when the handle cannot be opened (it logs the driver's reason).
+fn invalid_args() -> InferError {
+    InferError::invalid("failed to register shared memory region: invalid args")
+}
+
+impl CudaRegion {
+    /// Opens the client's IPC `handle` on GPU `device_id` as region `name` of `byte_size` bytes,
+    /// with tritonserver's checks and messages (`SharedMemoryManager::RegisterCUDASharedMemory`).
+    pub fn open(name: &str, handle: &[u8], device_id: u64, byte_size: u64) -> Result<Self, InferError> {
+        if gpu::device_count() == 0 {
+            tracing::warn!("CUDA shared memory region '{name}': this machine has no usable CUDA device");
+            return Err(invalid_args());
+        }
+        // tritonserver reads the 64 bytes whatever it was sent; a shorter or longer handle is no
+        // handle the driver made.
+        let raw: [u8; HANDLE_SIZE] = handle.try_into().map_err(|_| {
+            tracing::warn!("CUDA shared memory region '{name}': a handle of {} bytes, not {HANDLE_SIZE}", handle.len());
+            invalid_args()
+        })?;
+        let device = usize::try_from(device_id).ok().filter(|d| *d < gpu::device_count()).ok_or_else(|| {
+            tracing::warn!(
+                "CUDA shared memory region '{name}': GPU {device_id} does not exist ({} available)",
+                gpu::device_count()
+            );
+            invalid_args()
+        })?;
+        let ctx = CudaContext::new(device).map_err(|e| {
+            tracing::warn!("CUDA shared memory region '{name}': cannot open GPU {device}: {e}");
+            invalid_args()
+        })?;
+        ctx.bind_to_thread().map_err(|e| InferError::internal(format!("GPU {device}: {e}")))?;
+        let mut ipc = sys::CUipcMemHandle_st { reserved: [0; HANDLE_SIZE] };
+        for (dst, src) in ipc.reserved.iter_mut().zip(raw) {
+            *dst = src as std::ffi::c_char;
+        }
+        let mut base: DevicePtr = 0;
+        // SAFETY: `base` is a valid out-pointer; the handle is plain bytes the driver validates (a
+        // forged or stale one is an error, not undefined behaviour); the context is current.
+        let opened = unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut base,
+                ipc,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint,
+            )
+        }
+        .result();
+        if let Err(e) = opened {
+            tracing::warn!("failed to open CUDA IPC handle for shared memory region '{name}': {e}");
+            return Err(invalid_args());
+        }
+        // From here the mapping is closed by Drop, whatever happens next.
+        let region = CudaRegion { name: name.into(), device_id, byte_size, ctx, base };
+        let (mut start, mut size): (DevicePtr, usize) = (0, 0);
+        // SAFETY: out-pointers to locals; `base` was just mapped on the current context.
+        let range = unsafe { sys::cuMemGetAddressRange_v2(&mut start, &mut size, base) }.result();
+        // The region must lie inside the allocation the handle exports.
+        let available = range.ok().map(|()| (start + size as u64).saturating_sub(base));
+        if available.is_none_or(|n| byte_size > n) || byte_size == 0 {
+            tracing::warn!(
+                "CUDA shared memory region '{name}': {byte_size} bytes asked, the allocation holds {}",
+                available.map_or_else(|| "an unknown size".to_string(), |n| n.to_string())
+            );
+            return Err(InferError::invalid(format!("failed to register shared memory region '{name}': invalid args")));
+        }
+        Ok(region)
+    }
+
+    /// The device address of `len` bytes at `offset`, checked against the region.
+    fn at(&self, offset: u64, len: u64) -> Result<DevicePtr, InferError> {
+        end_of(&self.name, self.byte_size, offset, len)?;
+        self.ctx.bind_to_thread().map_err(|e| self.failed("selecting the GPU", e))?;
+        Ok(self.base + offset)
+    }
+
+    fn failed(&self, what: &str, e: impl std::fmt::Display) -> InferError {
+        InferError::internal(format!("CUDA shared memory region '{}': {what} failed: {e}", self.name))
+    }
+
+    /// A host copy of `len` bytes at `offset` (an input's data, for backends that read host memory).
+    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, InferError> {
+        let src = self.at(offset, len)?;
+        let n = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
+        let mut data = vec![0u8; n];
+        if n > 0 {
+            // SAFETY: `src..src+n` lies inside the mapped allocation (checked by `at` against the
+            // size verified at registration); the destination is a host buffer of `n` bytes.
+            unsafe { sys::cuMemcpyDtoH_v2(data.as_mut_ptr().cast(), src, n) }
+                .result()
+                .map_err(|e| self.failed("copying an input from the GPU", e))?;
+        }
+        Ok(data.into())
+    }
+
+    /// Copies `data` to `offset` of the region (an output).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), InferError> {
+        let dst = self.at(offset, data.len() as u64)?;
+        if !data.is_empty() {
+            // SAFETY: as in `read`, the destination range lies inside the mapped allocation; the
+            // source is `data.len()` readable host bytes. The copy is synchronous: when it returns
+            // the client sees the output.
+            unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }
+                .result()
+                .map_err(|e| self.failed("copying an output to the GPU", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CudaRegion {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `base` came from cuIpcOpenMemHandle and no copy uses it any more (this is the
+            // last reference to the region).
+            if let Err(e) = unsafe { sys::cuIpcCloseMemHandle(self.base) }.result() {
+                tracing::warn!("CUDA shared memory region '{}': closing its IPC handle failed: {e}", self.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With or without a GPU: handles of the wrong size, handles no driver made, devices that do
+    /// not exist (and, without a GPU, every handle) get tritonserver's answer, a client error.
+    #[test]
+    fn handles_that_cannot_be_opened_are_invalid_args() {
+        let refused = |handle: &[u8], device: u64| {
+            let e = CudaRegion::open("r", handle, device, 64).err().expect("refused");
+            assert_eq!(
+                (e.kind, e.message.as_str()),
+                (invalid_args().kind, "failed to register shared memory region: invalid args")
+            );
+        };
+        refused(&[], 0);
+        refused(&[0; 10], 0);
+        refused(&[0; HANDLE_SIZE], 0);
+        refused(&[7; HANDLE_SIZE], gpu::device_count() as u64);
+    }
+}

@@ -1,0 +1,239 @@
+//! Client shared memory: Triton's `system_shared_memory` and `cuda_shared_memory` extensions.
+//! Clients register regions by name (POSIX shared-memory objects, or device memory exported with a
+//! CUDA IPC handle); inputs are then read from, and outputs written to, byte ranges of those
+//! regions, every range checked against the region's bounds. As in recent tritonserver both are off
+//! unless the server runs with `--allow-client-shm`.
+//!
+//! One name space holds both kinds, as tritonserver's `SharedMemoryManager` does: a name taken by a
+//! system region cannot be registered as a CUDA one; the status of one kind does not list the other;
+//! unregistering a name of the other kind does nothing. A request holds its regions (`Arc`), so a
+//! region unregistered while requests use it goes away when the last of them finishes.
+mod cuda;
+mod system;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use cuda::CudaRegion;
+pub use cuda::HANDLE_SIZE as CUDA_HANDLE_SIZE;
+use system::SystemRegion;
+
+use crate::error::{ErrorKind, InferError};
+
+/// tritonserver's message when client shared memory is off.
+pub const DISABLED_MESSAGE: &str =
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
+
+/// The two kinds of region, as the endpoints name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmKind {
+    System,
+    Cuda,
+}
+
+/// A registered region of either kind.
+#[derive(Clone)]
+enum Region {
+    System(Arc<SystemRegion>),
+    Cuda(Arc<CudaRegion>),
+}
+
+impl Region {
+    fn kind(&self) -> ShmKind {
+        match self {
+            Region::System(_) => ShmKind::System,
+            Region::Cuda(_) => ShmKind::Cuda,
+        }
+    }
+
+    fn byte_size(&self) -> u64 {
+        match self {
+            Region::System(r) => r.byte_size,
+            Region::Cuda(r) => r.byte_size,
+        }
+    }
+
+    fn status(&self) -> RegionStatus {
+        match self {
+            Region::System(r) => RegionStatus::System {
+                name: r.name.clone(),
+                key: r.key.clone(),
+                offset: r.offset,
+                byte_size: r.byte_size,
+            },
+            Region::Cuda(r) => {
+                RegionStatus::Cuda { name: r.name.clone(), device_id: r.device_id, byte_size: r.byte_size }
+            }
+        }
+    }
+}
+
+/// Status of a region, as the status endpoints report it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegionStatus {
+    System { name: String, key: String, offset: u64, byte_size: u64 },
+    Cuda { name: String, device_id: u64, byte_size: u64 },
+}
+
+/// The end of `len` bytes at `offset` of region `name` (`byte_size` bytes), when they lie inside
+/// it as registered; tritonserver's checks and messages (`SharedMemoryManager::GetMemoryInfo`).
+fn end_of(name: &str, byte_size: u64, offset: u64, len: u64) -> Result<u64, InferError> {
+    if offset >= byte_size {
+        return Err(InferError::invalid(format!("Invalid offset for shared memory region: '{name}'")));
+    }
+    let end = offset.checked_add(len).ok_or_else(|| {
+        InferError::invalid(format!(
+            "Integer overflow detected: byte_size ({len}) + offset ({offset}) exceeds maximum value ({}) for region '{name}'",
+            u64::MAX
+        ))
+    })?;
+    if end > byte_size {
+        return Err(InferError::invalid(format!("Invalid offset + byte size for shared memory region: '{name}'")));
+    }
+    Ok(end)
+}
+
+/// The regions clients have registered, of both kinds.
+pub struct SharedMemory {
+    enabled: bool,
+    regions: RwLock<BTreeMap<String, Region>>,
+}
+
+impl SharedMemory {
+    pub fn new(enabled: bool) -> Self {
+        SharedMemory { enabled, regions: RwLock::new(BTreeMap::new()) }
+    }
+
+    /// Registration and unregistration need `--allow-client-shm` (tritonserver's UNSUPPORTED).
+    fn check_enabled(&self) -> Result<(), InferError> {
+        if self.enabled { Ok(()) } else { Err(InferError::unsupported(DISABLED_MESSAGE)) }
+    }
+
+    fn taken(name: &str) -> InferError {
+        InferError::new(ErrorKind::AlreadyExists, format!("shared memory region '{name}' already in manager"))
+    }
+
+    /// Adds the region `open` makes, unless the name is taken (checked before opening, so a taken
+    /// name costs no `shm_open` or IPC mapping, and again after, for a concurrent registration).
+    fn insert(&self, name: &str, open: impl FnOnce() -> Result<Region, InferError>) -> Result<(), InferError> {
+        self.check_enabled()?;
+        if self.regions.read().contains_key(name) {
+            return Err(Self::taken(name));
+        }
+        let region = open()?;
+        let mut regions = self.regions.write();
+        if regions.contains_key(name) {
+            return Err(Self::taken(name));
+        }
+        regions.insert(name.to_string(), region);
+        Ok(())
+    }
+
+    /// Registers `byte_size` bytes at `offset` of the shared-memory object `key` as region `name`.
+    pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
+        self.insert(name, || Ok(Region::System(Arc::new(SystemRegion::open(name, key, offset, byte_size)?))))
+    }
+
+    /// Registers the first `byte_size` bytes of the device memory the CUDA IPC `handle` exports, on
+    /// GPU `device_id`, as region `name`.
+    pub fn cuda_register(&self, name: &str, handle: &[u8], device_id: u64, byte_size: u64) -> Result<(), InferError> {
+        self.insert(name, || Ok(Region::Cuda(Arc::new(CudaRegion::open(name, handle, device_id, byte_size)?))))
+    }
+
+    /// Unregisters the region `name` of `kind`, or every region of `kind` when `None` (an unknown
+    /// name, or one of the other kind, is not an error, as in tritonserver).
+    pub fn unregister(&self, kind: ShmKind, name: Option<&str>) -> Result<(), InferError> {
+        self.check_enabled()?;
+        // Dropped after the lock: closing a CUDA mapping calls the driver.
+        let removed: Vec<Region> = {
+            let mut regions = self.regions.write();
+            match name {
+                Some(n) => match regions.get(n) {
+                    Some(r) if r.kind() == kind => regions.remove(n).into_iter().collect(),
+                    _ => Vec::new(),
+                },
+                None => {
+                    let names: Vec<String> =
+                        regions.iter().filter(|(_, r)| r.kind() == kind).map(|(n, _)| n.clone()).collect();
+                    names.iter().filter_map(|n| regions.remove(n)).collect()
+                }
+            }
+        };
+        drop(removed);
+        Ok(())
+    }
+
+    /// Every region of `kind`, or the one named. With client shared memory off there are none, and
+    /// the status says so (an empty list), as tritonserver's does.
+    pub fn status(&self, kind: ShmKind, name: Option<&str>) -> Result<Vec<RegionStatus>, InferError> {
+        let regions = self.regions.read();
+        let Some(n) = name else {
+            return Ok(regions.values().filter(|r| r.kind() == kind).map(Region::status).collect());
+        };
+        match (regions.get(n), kind) {
+            (Some(r), _) if r.kind() == kind => Ok(vec![r.status()]),
+            (Some(_), ShmKind::System) => Err(InferError::not_found(format!(
+                "The region named '{n}' is registered as CUDA shared memory, not system shared memory"
+            ))),
+            (Some(_), ShmKind::Cuda) => Err(InferError::not_found(format!(
+                "The region named '{n}' is registered as system shared memory, not CUDA shared memory"
+            ))),
+            (None, ShmKind::System) => {
+                Err(InferError::not_found(format!("Unable to find system shared memory region: '{n}'")))
+            }
+            (None, ShmKind::Cuda) => {
+                Err(InferError::not_found(format!("Unable to find cuda shared memory region: '{n}'")))
+            }
+        }
+    }
+
+    fn region(&self, name: &str) -> Result<Region, InferError> {
+        self.regions
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| InferError::invalid(format!("Unable to find shared memory region: '{name}'")))
+    }
+
+    /// Checks that `place` (an output's) lies inside its region as registered, when the request
+    /// arrives, as tritonserver checks it then.
+    pub fn check(&self, place: &ShmPlace) -> Result<(), InferError> {
+        let region = self.region(&place.region)?;
+        end_of(&place.region, region.byte_size(), place.offset, place.byte_size).map(drop)
+    }
+
+    /// A host copy of `len` bytes at `offset` of region `name` (an input's data).
+    pub fn read(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, InferError> {
+        match self.region(name)? {
+            Region::System(r) => r.read(offset, len),
+            Region::Cuda(r) => r.read(offset, len),
+        }
+    }
+
+    /// Writes `data` at `offset` of region `name`, within `limit` bytes (an output's place).
+    pub fn write(&self, name: &str, offset: u64, limit: u64, data: &[u8]) -> Result<(), InferError> {
+        let region = self.region(name)?;
+        if data.len() as u64 > limit {
+            return Err(InferError::invalid(format!(
+                "output of {} bytes does not fit the {limit} bytes given in shared memory region '{name}'",
+                data.len()
+            )));
+        }
+        match region {
+            Region::System(r) => r.write(offset, data),
+            Region::Cuda(r) => r.write(offset, data),
+        }
+    }
+}
+
+/// Where a request puts an input or output: Triton's `shared_memory_region`,
+/// `shared_memory_offset` (default 0) and `shared_memory_byte_size` parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmPlace {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}

@@ -1,0 +1,142 @@
+//! A system shared-memory region: a byte range of a POSIX shared-memory object (`shm_open` key).
+//!
+//! The object belongs to the client, which may truncate, unlink or replace it at any moment.
+//! tritonserver maps it, and a read of a mapped page past a shrunk object's end kills the whole
+//! process with SIGBUS. Nereus never maps it: a region keeps the object's file descriptor, and each
+//! access first checks (one `stat` of the object's name) that the name still leads to the same object
+//! and that the object still holds the range, then copies with `pread`/`pwrite`, which report a range
+//! that vanished in between as a short count, never as a signal. Either way the request gets an
+//! error naming the region, and every other request carries on.
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use bytes::Bytes;
+
+use super::end_of;
+use crate::error::InferError;
+
+/// Where Linux's `shm_open` keeps its objects (glibc's SHMDIR).
+const SHM_DIR: &str = "/dev/shm";
+
+/// The prefix tritonserver reserves for regions it creates itself (its python backend's).
+const RESERVED_KEY_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// One registered region: `byte_size` bytes at `offset` of the shared-memory object `key`.
+pub struct SystemRegion {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+    /// The object as it was at registration; reads and writes go through it.
+    file: File,
+    /// Where the object's name lives, to see whether it was unlinked or replaced.
+    path: PathBuf,
+    /// The object's identity at registration: (device, inode).
+    identity: (u64, u64),
+}
+
+/// The file of the shared-memory object `key`, as glibc's `shm_open` names it: leading slashes
+/// dropped, and no other slash (so a key cannot reach outside the shared-memory folder).
+fn object_path(key: &str) -> Option<PathBuf> {
+    let name = key.trim_start_matches('/');
+    (!name.is_empty() && !name.contains('/') && name != "." && name != "..").then(|| PathBuf::from(SHM_DIR).join(name))
+}
+
+impl SystemRegion {
+    /// Opens `byte_size` bytes at `offset` of the shared-memory object `key` as region `name`,
+    /// with tritonserver's checks and messages.
+    pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self, InferError> {
+        if key.trim_start_matches('/').is_empty() {
+            return Err(InferError::invalid(format!(
+                "cannot register shared memory region '{name}' - invalid shm key '{key}'"
+            )));
+        }
+        if key.trim_start_matches('/').starts_with(RESERVED_KEY_PREFIX) {
+            return Err(InferError::invalid(format!(
+                "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
+            )));
+        }
+        // tritonserver answers INTERNAL when shm_open fails (HTTP 500), whatever the cause.
+        let open_error = || InferError::internal(format!("Unable to open shared memory region: '{key}'"));
+        let path = object_path(key).ok_or_else(open_error)?;
+        // O_NONBLOCK: a FIFO planted under the name must not stall the request; O_NOFOLLOW: nor may
+        // a symbolic link lead elsewhere. Only a regular file is a shared-memory object.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|_| open_error())?;
+        let meta = file.metadata().map_err(|_| open_error())?;
+        if !meta.is_file() {
+            return Err(open_error());
+        }
+        let size = meta.size();
+        if offset.checked_add(byte_size).is_none_or(|end| end > size) || byte_size == 0 {
+            return Err(InferError::invalid(format!(
+                "failed to register shared memory region '{name}': invalid args ({byte_size} bytes at offset {offset} do not fit in '{key}', {size} bytes)"
+            )));
+        }
+        Ok(SystemRegion {
+            name: name.into(),
+            key: key.into(),
+            offset,
+            byte_size,
+            file,
+            path,
+            identity: (meta.dev(), meta.ino()),
+        })
+    }
+
+    /// The absolute position in the object of `len` bytes at `offset` of the region, checked against
+    /// the region as registered and against the object as it is now.
+    fn place(&self, offset: u64, len: u64) -> Result<u64, InferError> {
+        let end = end_of(&self.name, self.byte_size, offset, len)?;
+        let now = std::fs::metadata(&self.path).map_err(|_| {
+            InferError::invalid(format!(
+                "shared memory region '{}': its object '{}' no longer exists (unlinked after registration)",
+                self.name, self.key
+            ))
+        })?;
+        if (now.dev(), now.ino()) != self.identity {
+            return Err(InferError::invalid(format!(
+                "shared memory region '{}': its object '{}' was replaced after registration; register it again",
+                self.name, self.key
+            )));
+        }
+        if now.size() < self.offset + end {
+            return Err(self.shrunk(now.size()));
+        }
+        Ok(self.offset + offset)
+    }
+
+    fn shrunk(&self, size: u64) -> InferError {
+        InferError::invalid(format!(
+            "shared memory region '{}': its object '{}' shrank to {size} bytes after registration ({} bytes at offset {} registered)",
+            self.name, self.key, self.byte_size, self.offset
+        ))
+    }
+
+    /// The object's current size, for the message when it shrank during a copy.
+    fn current_size(&self) -> u64 {
+        self.file.metadata().map_or(0, |m| m.size())
+    }
+
+    /// A copy of `len` bytes at `offset` of the region.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, InferError> {
+        let at = self.place(offset, len)?;
+        let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
+        let mut data = vec![0u8; len];
+        self.file.read_exact_at(&mut data, at).map_err(|_| self.shrunk(self.current_size()))?;
+        Ok(data.into())
+    }
+
+    /// Writes `data` at `offset` of the region.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), InferError> {
+        let at = self.place(offset, data.len() as u64)?;
+        self.file.write_all_at(data, at).map_err(|e| {
+            InferError::invalid(format!("shared memory region '{}': writing the output failed: {e}", self.name))
+        })
+    }
+}

@@ -1,0 +1,249 @@
+//! CUDA shared memory (Triton's `cuda_shared_memory` extension) through the public endpoints.
+//!
+//! Everywhere: CUDA regions share one name space with system regions, as in tritonserver's
+//! `SharedMemoryManager`, and registrations are parsed and refused with tritonserver's messages
+//! (a tritonserver built with GPU support's: without a GPU, every handle is one it cannot open).
+//!
+//! Where a GPU is lent: this test process plays the client. It allocates device memory, exports it
+//! with `cuIpcGetMemHandle` (a server in another process can open it, this process could not), and
+//! `simple` reads its inputs from one region and writes its outputs into another, over HTTP and gRPC.
+#![cfg(target_os = "linux")]
+#![allow(unsafe_code)] // the client side's CUDA driver calls (allocation, copies, IPC export)
+use crate::common;
+use crate::shm::{place, shm_request};
+
+use base64::Engine as _;
+use common::*;
+use cudarc::driver::{CudaContext, sys};
+use nereus::proto::inference as pb;
+use pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use serde_json::json;
+use tonic::Code;
+
+fn server() -> (Repo, Server) {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
+    (repo, s)
+}
+
+fn register_cuda_http(s: &Server, name: &str, handle: &[u8], byte_size: u64) -> Resp {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(handle);
+    s.post_json(
+        &format!("/v2/cudasharedmemory/region/{name}/register"),
+        &json!({"raw_handle": {"b64": b64}, "device_id": 0, "byte_size": byte_size}),
+    )
+}
+
+#[test]
+fn cuda_regions_share_the_name_space_and_registrations_are_checked() {
+    let (_repo, s) = server();
+    let key = format!("/nereus_cuda_shm_test_{}", std::process::id());
+    let path = std::path::PathBuf::from("/dev/shm").join(&key[1..]);
+    std::fs::File::create(&path).unwrap().set_len(128).unwrap();
+    let _cleanup = Cleanup(path);
+    let r = s.post_json("/v2/systemsharedmemory/region/sys/register", &json!({"key": key, "byte_size": 128}));
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // A system region is not a CUDA one: not in the CUDA status, and its name is taken.
+    assert_eq!(s.get("/v2/cudasharedmemory/status").json(), json!([]));
+    let r = s.get("/v2/cudasharedmemory/region/sys/status");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.error(), "The region named 'sys' is registered as system shared memory, not CUDA shared memory");
+    let r = register_cuda_http(&s, "sys", &[0; 64], 64);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "shared memory region 'sys' already in manager");
+    // Unregistering it as CUDA memory leaves it alone, one by name or all of them.
+    assert_eq!(s.request("POST", "/v2/cudasharedmemory/region/sys/unregister", &[], b"").status, 200);
+    assert_eq!(s.request("POST", "/v2/cudasharedmemory/unregister", &[], b"").status, 200);
+    assert_eq!(s.get("/v2/systemsharedmemory/region/sys/status").json()[0]["name"], "sys");
+
+    // Malformed registrations.
+    let r = s.post_json("/v2/cudasharedmemory/region/g/register", &json!({"device_id": 0, "byte_size": 64}));
+    assert_eq!((r.status, r.error()), (400, "Shared memory register request has no 'raw_handle' field".into()));
+    let r = s.post_json(
+        "/v2/cudasharedmemory/region/g/register",
+        &json!({"raw_handle": {"b64": "not base64!"}, "device_id": 0, "byte_size": 64}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("valid base64 encoded cudaIpcMemHandle_t"), "{}", r.text());
+
+    let r = register_cuda_http(&s, "g", &[7; 10], 64);
+    assert_eq!((r.status, r.error()), (400, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t".into()));
+    // A handle of the right size that no driver handed out.
+    let r = register_cuda_http(&s, "g", &[7; 64], 64);
+    assert_eq!((r.status, r.error()), (400, "failed to register shared memory region: invalid args".into()));
+    assert_eq!(s.get("/v2/cudasharedmemory/region/g/status").status, 404);
+
+    // gRPC: the same name space.
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let mut c = grpc_client(&s).await;
+        let e =
+            c.cuda_shared_memory_status(pb::CudaSharedMemoryStatusRequest { name: "sys".into() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e}");
+        assert!(e.message().contains("registered as system shared memory"), "{e}");
+        let e = c
+            .cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest {
+                name: "sys".into(),
+                raw_handle: vec![0; 64].into(),
+                device_id: 0,
+                byte_size: 64,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+        let system = c.system_shared_memory_status(pb::SystemSharedMemoryStatusRequest::default()).await.unwrap();
+        assert_eq!(system.into_inner().regions.len(), 1);
+    });
+    // Still serving.
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+struct Cleanup(std::path::PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Device memory this process allocated with `cuMemAlloc` (IPC export needs that, not a
+/// stream-ordered pool), freed on drop.
+struct DeviceBuffer {
+    ctx: std::sync::Arc<CudaContext>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    fn new(ctx: &std::sync::Arc<CudaContext>, len: usize) -> Self {
+        ctx.bind_to_thread().unwrap();
+        let mut ptr = 0;
+        // SAFETY: an out-pointer to a local; the context is current.
+        unsafe { sys::cuMemAlloc_v2(&mut ptr, len) }.result().unwrap();
+        let b = DeviceBuffer { ctx: ctx.clone(), ptr, len };
+        b.write(0, &vec![0; len]);
+        b
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset + data.len() <= self.len);
+        self.ctx.bind_to_thread().unwrap();
+        // SAFETY: the range lies inside this allocation.
+        unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len()) }.result().unwrap();
+    }
+    fn read_i32(&self, offset: usize) -> Vec<i32> {
+        let mut buf = [0u8; 64];
+        self.ctx.bind_to_thread().unwrap();
+        // SAFETY: the range lies inside this allocation (64 bytes at offset, checked below).
+        assert!(offset + 64 <= self.len);
+        unsafe { sys::cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), self.ptr + offset as u64, 64) }.result().unwrap();
+        buf.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+    fn ipc_handle(&self) -> Vec<u8> {
+        self.ctx.bind_to_thread().unwrap();
+        let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: an out-pointer to a local; the pointer is this process's allocation.
+        unsafe { sys::cuIpcGetMemHandle(&mut handle, self.ptr) }.result().unwrap();
+        handle.reserved.iter().map(|b| *b as u8).collect()
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by cuMemAlloc in `new`, not used after this.
+        let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// With NEREUS_REQUIRE_GPU set, a machine without a GPU fails this test instead of skipping it.
+#[test]
+fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
+    if nereus::gpu::device_count() == 0 {
+        assert!(
+            std::env::var_os("NEREUS_REQUIRE_GPU").is_none(),
+            "NEREUS_REQUIRE_GPU is set but no CUDA device was found"
+        );
+        eprintln!("skipping: no CUDA device");
+        return;
+    }
+    let (_repo, s) = server();
+    let ctx = CudaContext::new(0).unwrap();
+    let (input, output, grpc_output) =
+        (DeviceBuffer::new(&ctx, 128), DeviceBuffer::new(&ctx, 128), DeviceBuffer::new(&ctx, 256));
+    input.write(0, &le_i32(&(0..16).collect::<Vec<_>>()));
+    input.write(64, &le_i32(&[3; 16]));
+
+    // HTTP: register, check the status, infer.
+    for (name, buf) in [("in", &input), ("out", &output)] {
+        let r = register_cuda_http(&s, name, &buf.ipc_handle(), 128);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        s.get("/v2/cudasharedmemory/region/in/status").json(),
+        json!([{"name": "in", "device_id": 0, "byte_size": 128}])
+    );
+    // Bigger than the allocation: refused.
+    let r = register_cuda_http(&s, "big", &input.ipc_handle(), 1 << 40);
+    assert_eq!((r.status, r.error()), (400, "failed to register shared memory region 'big': invalid args".into()));
+    let r = s.post_json("/v2/models/simple/infer", &shm_request("in", "out"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["parameters"]["shared_memory_region"], "out", "{}", r.text());
+    assert_eq!(output.read_i32(0), (3..19).collect::<Vec<_>>());
+    assert_eq!(output.read_i32(64), (-3..13).collect::<Vec<_>>());
+    // Out of the region's bounds: refused, nothing else.
+    let mut past = shm_request("in", "out");
+    past["inputs"][1]["parameters"]["shared_memory_offset"] = json!(100);
+    let r = s.post_json("/v2/models/simple/infer", &past);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("'in'"), "{}", r.text());
+
+    // gRPC: its own output region, at an offset.
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let mut c = grpc_client(&s).await;
+        c.cuda_shared_memory_register(pb::CudaSharedMemoryRegisterRequest {
+            name: "gout".into(),
+            raw_handle: grpc_output.ipc_handle().into(),
+            device_id: 0,
+            byte_size: 256,
+        })
+        .await
+        .unwrap();
+        let status = c.cuda_shared_memory_status(pb::CudaSharedMemoryStatusRequest::default()).await.unwrap();
+        let regions = status.into_inner().regions;
+        assert_eq!(regions.len(), 3, "{regions:?}");
+        assert_eq!((regions["gout"].device_id, regions["gout"].byte_size), (0, 256));
+        let tensor = |name: &str, offset| InferInputTensor {
+            name: name.into(),
+            datatype: "INT32".into(),
+            shape: vec![1, 16],
+            parameters: place("in", offset),
+            contents: None,
+        };
+        let out = |name: &str, offset| InferRequestedOutputTensor {
+            name: name.into(),
+            parameters: place("gout", offset),
+        };
+        let request = pb::ModelInferRequest {
+            model_name: "simple".into(),
+            inputs: vec![tensor("INPUT0", 0), tensor("INPUT1", 64)],
+            outputs: vec![out("OUTPUT0", 128), out("OUTPUT1", 192)],
+            ..Default::default()
+        };
+        let response = c.model_infer(request.clone()).await.unwrap().into_inner();
+        assert!(response.raw_output_contents.is_empty(), "outputs in shared memory are not sent back");
+        assert_eq!(grpc_output.read_i32(128), (3..19).collect::<Vec<_>>());
+        assert_eq!(grpc_output.read_i32(192), (-3..13).collect::<Vec<_>>());
+
+        // Unregistered: the region is gone and requests naming it are refused.
+        c.cuda_shared_memory_unregister(pb::CudaSharedMemoryUnregisterRequest { name: "gout".into() }).await.unwrap();
+        let e = c.model_infer(request).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("'gout'"), "{e}");
+    });
+    assert_eq!(s.request("POST", "/v2/cudasharedmemory/unregister", &[], b"").status, 200);
+    assert_eq!(s.get("/v2/cudasharedmemory/status").json(), json!([]));
+    let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
