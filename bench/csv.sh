@@ -22,3 +22,18 @@ csv_row() {
   [[ -s $csv ]] || echo "$SUITE_COLUMNS" >"$csv"
   echo "$scenario,$model,$server,$proto,$c,$round,$t,$p50,$p99,$mb" >>"$csv"
 }
+
+# The suite's second table, what a server costs rather than how fast it answers (bench/density.sh,
+# bench/light_load.sh, bench/quota.sh as the suite's hooks, SUITE_COST_CSV): one row a number, these
+# columns exactly (bench/report.py takes the median of the rounds per scenario, measure and server):
+COST_COLUMNS=scenario,measure,server,round,value
+
+# cost_row CSV SCENARIO MEASURE SERVER ROUND VALUE
+cost_row() {
+  local csv=$1 scenario=$2 measure=$3 server=$4 round=$5 value=$6
+  case $server in nereus | triton | ceiling) ;; *) echo "cost_row: server '$server' is not nereus, triton or ceiling" >&2; return 1 ;; esac
+  [[ $scenario$measure != *,* ]] || { echo "cost_row: no commas in names: $scenario / $measure" >&2; return 1; }
+  [[ $value =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || { echo "cost_row: '$value' is not a number ($scenario / $measure)" >&2; return 1; }
+  [[ -s $csv ]] || echo "$COST_COLUMNS" >"$csv"
+  echo "$scenario,$measure,$server,$round,$value" >>"$csv"
+}

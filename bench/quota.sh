@@ -6,14 +6,21 @@
 # at each concurrency: throughput, p50 and p99, alternating targets round by round, medians. Also
 # how often each cgroup was throttled (cpu.stat). Needs root and a writable /sys/fs/cgroup/cpu.
 #   bench/quota.sh NEREUS_BIN [ROUNDS] [QUOTA] [C...]      (defaults: 3 rounds, 1 core, c=1 and 4)
-# Not a test.
+# Run by the suite (bench/suite.sh HOOKS="... quota"): bench/quota.sh ROUNDS with SUITE_COST_CSV and
+# NEREUS_BIN set measures Nereus with its defaults and the ceiling (not B) at 1 core, c=1 and c=4, and
+# appends each round's throughput, p50 and p99 to SUITE_COST_CSV. Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 anchors=$(cd "$here/../../shared/anchors" && pwd)
-bin=$1 rounds=${2:-3} quota=${3:-1}
-shift $(($# < 3 ? $# : 3))
-concurrencies=("${@:-1 4}")
-read -ra concurrencies <<<"${concurrencies[*]}"
+targets=(A B limit)
+if [[ ${SUITE_COST_CSV:-} ]]; then
+  bin=${NEREUS_BIN:?} rounds=${1:-3} quota=1 concurrencies=(1 4) targets=(A limit)
+else
+  bin=$1 rounds=${2:-3} quota=${3:-1}
+  shift $(($# < 3 ? $# : 3))
+  concurrencies=("${@:-1 4}")
+  read -ra concurrencies <<<"${concurrencies[*]}"
+fi
 A=${ANCHORS_HOME:-$HOME/.cache/anchors}
 cg=/sys/fs/cgroup/cpu
 [[ -w $cg ]] || { echo "needs a writable cgroup v1 cpu controller at $cg" >&2; exit 1; }
@@ -29,8 +36,11 @@ confine() {
   for task in /proc/"$2"/task/*; do echo "${task##*/}" >"$dir/tasks"; done
   groups+=("$dir")
 }
-# shellcheck source=bench/servers.sh
+# shellcheck source=SCRIPTDIR/servers.sh
 source "$here/servers.sh"
+# shellcheck source=SCRIPTDIR/csv.sh
+source "$here/csv.sh"
+ports_free 18100 18200 18300
 pid_a=$(nereus_start "$bin" 18100)
 pid_b=$(nereus_start "$bin" 18300 --busy-poll-us 0)
 cleanup() {
@@ -48,11 +58,19 @@ confine limit "$pid_limit"
 throttled() { awk '$1 == "nr_throttled" {print $2}' "$cg/nereus-bench-$1/cpu.stat"; }
 for r in $(seq 1 "$rounds"); do
   for c in "${concurrencies[@]}"; do
-    for t in A B limit; do
+    for t in "${targets[@]}"; do
       case $t in A) port=18100 ;; B) port=18300 ;; limit) port=18200 ;; esac
       before=$(throttled "$t")
       out=$("$anchors/perf.sh" "127.0.0.1:$port" simple http "$c")
       echo "$r $t c=$c $out throttled=$(($(throttled "$t") - before))"
+      if [[ ${SUITE_COST_CSV:-} ]]; then
+        server=nereus; [[ $t == limit ]] && server=ceiling
+        for k in throughput p50_us p99_us; do
+          v=$(sed -n "s/.* $k=\([0-9.]*\).*/\1/p" <<<"$out")
+          case $k in throughput) m="infer/s" ;; p50_us) m="p50 µs" ;; p99_us) m="p99 µs" ;; esac
+          cost_row "$SUITE_COST_CSV" "CPU quota $quota core c=$c" "$m" "$server" "$r" "$v"
+        done
+      fi
     done
   done
 done | tee "$log/rounds"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmark suite's report: medians, charts and the README's table, from CSVs of rounds.
 
-    bench/report.py CSV... [--out BASE] [--readme README.md | --no-readme]
+    bench/report.py CSV... [--cost COST_CSV] [--out BASE] [--readme README.md | --no-readme]
 
 Each CSV has the columns scenario,model,server,protocol,concurrency,round,infer_per_sec,p50_us,p99_us,
 mb_per_sec (bench/csv.sh writes them; bench/suite.sh, bench/languages.sh with SUITE_CSV, and any script
@@ -11,8 +11,11 @@ measuring another scenario). Rows are grouped by (scenario, protocol, concurrenc
 captions. Writes BASE.md (the medians, every column), BASE.svg (grouped bars of infer/s) and
 BASE-ratio.svg (each server's throughput over Triton's), BASE being the first CSV's name less .csv,
 and replaces what lies between <!-- bench:begin --> and <!-- bench:end --> in the README (the
-repository's top-level README.md unless told otherwise) with the table. Standard library only; needs no
-server.
+repository's top-level README.md unless told otherwise) with the table. With --cost, a second table
+follows it: what a server costs rather than how fast it answers (models loaded, memory, threads, CPU
+idle and at a low rate, latency under a CPU quota), from a CSV with the columns scenario,measure,server,
+round,value (bench/csv.sh's cost_row; the suite's hooks write it), each server's median over its rounds.
+Standard library only; needs no server.
 """
 
 import argparse
@@ -24,6 +27,7 @@ import statistics
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
+COST_COLUMNS = ["scenario", "measure", "server", "round", "value"]
 COLUMNS = ["scenario", "model", "server", "protocol", "concurrency", "round",
            "infer_per_sec", "p50_us", "p99_us", "mb_per_sec"]
 SERVERS = ("nereus", "triton", "ceiling")
@@ -52,29 +56,62 @@ def number(text, where, column, required):
     return value
 
 
-def read_rows(path):
+def records(path, columns):
+    """(where, row) for each row of the CSV at path, whose header must be exactly columns."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
-        if header != COLUMNS:
-            die(f"{path}: the header must be exactly {','.join(COLUMNS)}, not {','.join(header or [])}")
-        rows = []
+        if header != columns:
+            die(f"{path}: the header must be exactly {','.join(columns)}, not {','.join(header or [])}")
         for n, fields in enumerate(reader, start=2):
             if not fields:
                 continue
             where = f"{path}:{n}"
-            if len(fields) != len(COLUMNS):
-                die(f"{where}: {len(fields)} fields, not {len(COLUMNS)}")
-            row = dict(zip(COLUMNS, fields))
+            if len(fields) != len(columns):
+                die(f"{where}: {len(fields)} fields, not {len(columns)}")
+            row = dict(zip(columns, fields))
             if row["server"] not in SERVERS:
                 die(f"{where}: server {row['server']!r} is not one of {', '.join(SERVERS)}")
-            row["concurrency"] = int(number(row["concurrency"], where, "concurrency", True))
-            row["round"] = int(number(row["round"], where, "round", True))
-            row["infer_per_sec"] = number(row["infer_per_sec"], where, "infer_per_sec", True)
-            for column in ("p50_us", "p99_us", "mb_per_sec"):
-                row[column] = number(row[column], where, column, False)
-            rows.append(row)
+            yield where, row
+
+
+def read_rows(path):
+    rows = []
+    for where, row in records(path, COLUMNS):
+        row["concurrency"] = int(number(row["concurrency"], where, "concurrency", True))
+        row["round"] = int(number(row["round"], where, "round", True))
+        row["infer_per_sec"] = number(row["infer_per_sec"], where, "infer_per_sec", True)
+        for column in ("p50_us", "p99_us", "mb_per_sec"):
+            row[column] = number(row[column], where, column, False)
+        rows.append(row)
     return rows
+
+
+def read_costs(path):
+    """{(scenario, measure): {server: [values]}}, in the order the rows first name them."""
+    costs = {}
+    for where, row in records(path, COST_COLUMNS):
+        number(row["round"], where, "round", True)
+        value = number(row["value"], where, "value", True)
+        costs.setdefault((row["scenario"], row["measure"]), {s: [] for s in SERVERS})[row["server"]].append(value)
+    return costs
+
+
+def f_cost(v):
+    if v is None:
+        return "–"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}".rstrip("0").rstrip(".")
+
+
+def cost_table(costs):
+    lines = ["| scenario | measure | Nereus | Triton | ceiling | rounds |", "|---|---|---|---|---|---|"]
+    for (scenario, measure), by in costs.items():
+        rounds = max(len(v) for v in by.values())
+        lines.append("| " + " | ".join([scenario, measure, *(f_cost(median(by[s])) for s in SERVERS),
+                                         str(rounds)]) + " |")
+    return lines
 
 
 def read_machine(csv_path):
@@ -393,6 +430,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="CSV files of rounds (bench/csv.sh's columns)")
+    ap.add_argument("--cost", help="a CSV of costs (bench/csv.sh's cost_row columns): a second table")
     ap.add_argument("--out", help="base path of the outputs (default: the first CSV's, less .csv)")
     ap.add_argument("--readme", default=os.path.normpath(os.path.join(here, "..", "README.md")),
                     help="the README whose bench markers get the table (default: the repository's)")
@@ -406,8 +444,16 @@ def main():
     machines = [read_machine(p) for p in args.csv]
     base = args.out or re.sub(r"\.csv$", "", args.csv[0])
 
+    costs = cost_table(read_costs(args.cost)) if args.cost else []
+    def cost_head(start):
+        return ["", "What a server costs (the suite's hooks: bench/density.sh, bench/light_load.sh, "
+                "bench/quota.sh; medians of the rounds; the ceiling is bare hyper serving `simple`; Triton is "
+                f"not loaded with 10,000 python models nor run under a quota; [every round]({rel(args.cost, start)})):",
+                ""]
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(summary_md(groups, machines, args.csv, base))
+        if costs:
+            f.write("\n".join(cost_head(os.path.dirname(os.path.abspath(base))) + costs) + "\n")
     main_svg, ratio_svg = charts(groups, machines)
     with open(base + ".svg", "w", encoding="utf-8") as f:
         f.write(main_svg)
@@ -426,7 +472,8 @@ def main():
             f"<!-- generated by bench/report.py from {src}; edits here are overwritten -->",
             caption(machines, args.csv, readme_dir), "",
             *table, "",
-            f"![Inferences per second, Nereus, Triton and the ceiling]({rel(base + '.svg', readme_dir)})"])
+            f"![Inferences per second, Nereus, Triton and the ceiling]({rel(base + '.svg', readme_dir)})",
+            *((cost_head(readme_dir) + costs) if costs else [])])
         update_readme(args.readme, block)
         written.append(args.readme)
     print("wrote " + ", ".join(written), file=sys.stderr)

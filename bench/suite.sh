@@ -26,15 +26,19 @@
 #   PERF_INTERVAL_MS  perf_analyzer's window (default 2000, 500 with --quick); PERF_TIMEOUT the seconds
 #                  one measurement may take (default 150; past it, no row and a note)
 #   SCENARIOS      a subset, e.g. "small bls"
-#   HOOKS          scripts run after the suite's own cases (default "connections": 256 connections,
-#                  bench/connections.sh; HOOKS= runs none), e.g. "connections languages tensors": bench/<name>.sh ROUNDS
-#                  with SUITE_CSV (append rows with bench/csv.sh's csv_row), NEREUS_BIN, NEREUS, QUICK
-#                  (1 or 0) and PERF_INTERVAL_MS set; their rows join the table and the chart. A hook
-#                  that is not there is skipped with a line saying so.
+#   HOOKS          scripts run after the suite's own cases (default "connections density light_load
+#                  quota": 256 connections, bench/connections.sh; 10,000 models, bench/density.sh; CPU
+#                  idle and at 200 requests a second, bench/light_load.sh; p50/p99 under a 1-core CPU
+#                  quota, bench/quota.sh; HOOKS= runs none), e.g. "connections languages tensors":
+#                  bench/<name>.sh ROUNDS with SUITE_CSV (append rows with bench/csv.sh's csv_row),
+#                  SUITE_COST_CSV (rows of the costs table, cost_row), NEREUS_BIN, NEREUS, QUICK (1 or 0)
+#                  and PERF_INTERVAL_MS set; their rows join the tables and the chart. A hook that is not
+#                  there is skipped with a line saying so.
 #   OUT            the results' base path (default bench/results/<UTC date>-suite[-quick])
-# Writes OUT.csv (every round), OUT.machine.txt (nproc, CPU, kernel, date, commits, settings, mean
-# batch sizes), and through bench/report.py OUT.md (medians), OUT.svg and OUT-ratio.svg (charts), and
-# the table between <!-- bench:begin --> and <!-- bench:end --> in README.md (not with --no-readme).
+# Writes OUT.csv (every round), OUT-cost.csv (the hooks' costs: models, memory, threads, CPU, latency
+# under a quota), OUT.machine.txt (nproc, CPU, kernel, date, commits, settings, mean batch sizes), and
+# through bench/report.py OUT.md (medians), OUT.svg and OUT-ratio.svg (charts), and the tables between
+# <!-- bench:begin --> and <!-- bench:end --> in README.md (not with --no-readme).
 # Ports: Triton 18000 (gRPC 18001, metrics 18002), Nereus 18100 (18101, 18102), ceiling 18200 (18201).
 # Not a test.
 set -euo pipefail
@@ -203,11 +207,13 @@ kill "$nereus_pid" 2>/dev/null || true
 "$anchors/triton.sh" stop $tport >/dev/null 2>&1 || true
 "$anchors/limit.sh" stop $cport >/dev/null 2>&1 || true
 
-for h in ${HOOKS-connections}; do  # scenarios other scripts own, after the suite's servers are gone
+cost_csv=$out-cost.csv
+rm -f "$cost_csv"
+for h in ${HOOKS-connections density light_load quota}; do  # scenarios other scripts own, after the suite's servers are gone
   script=$here/$h.sh
   if [[ ! -x $script ]]; then echo "hook $h: no $script, skipped" >&2; continue; fi
   echo "hook $h: $script $rounds" >&2
-  SUITE_CSV=$csv NEREUS_BIN=$bin NEREUS=$bin QUICK=$quick "$script" "$rounds" >&2 \
+  SUITE_CSV=$csv SUITE_COST_CSV=$cost_csv NEREUS_BIN=$bin NEREUS=$bin QUICK=$quick "$script" "$rounds" >&2 \
     || { failed=$((failed + 1)); echo "hook $h failed" >&2; }
   echo "hook: $h" >>"$machine"
 done
@@ -216,6 +222,7 @@ done
 ((failed == 0)) || echo "note: $failed measurement(s) or hook(s) failed and have no row" >>"$machine"
 [[ -s $csv ]] || { echo "no measurement succeeded" >&2; exit 1; }
 report=(python3 "$here/report.py" "$csv")
+[[ -s $cost_csv ]] && report+=(--cost "$cost_csv")
 ((readme)) || report+=(--no-readme)
 "${report[@]}"
 echo "results: $csv, $out.md, $out.svg ($(($(date +%s) - t0)) s)" >&2
