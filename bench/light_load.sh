@@ -9,14 +9,14 @@
 #   ARGS_B adds a second Nereus configuration (e.g. ARGS_B="--busy-poll-us 0"); BIN_B another build.
 #   TRITON=0 leaves Triton out.
 # Run by the suite (bench/suite.sh HOOKS="... light_load"): bench/light_load.sh ROUNDS with
-# SUITE_COST_CSV and NEREUS_BIN set appends each round's numbers to SUITE_COST_CSV (QUICK=1: 5 s).
+# SUITE_COST_CSV and NEREUS_BIN set appends each round's numbers to SUITE_COST_CSV (QUICK=1: 3 s).
 # Ports: Nereus 18100 (B 18300), ceiling 18200, Triton 18000. Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 anchors=$(cd "$here/../../shared/anchors" && pwd)
 if [[ ${SUITE_COST_CSV:-} ]]; then
   bin=${NEREUS_BIN:?} rounds=${1:-3} rates="0 200" secs=10
-  [[ ${QUICK:-0} == 1 ]] && secs=5
+  [[ ${QUICK:-0} == 1 ]] && secs=3
 else
   bin=$1 rounds=${2:-3} rates=${3:-0 200} secs=${4:-10}
 fi

@@ -8,13 +8,14 @@
 #   bench/quota.sh NEREUS_BIN [ROUNDS] [QUOTA] [C...]      (defaults: 3 rounds, 1 core, c=1 and 4)
 # Run by the suite (bench/suite.sh HOOKS="... quota"): bench/quota.sh ROUNDS with SUITE_COST_CSV and
 # NEREUS_BIN set measures Nereus with its defaults and the ceiling (not B) at 1 core, c=1 and c=4, and
-# appends each round's throughput, p50 and p99 to SUITE_COST_CSV. Not a test.
+# appends each round's throughput, p50 and p99 to SUITE_COST_CSV (QUICK=1: c=4 only). Not a test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 anchors=$(cd "$here/../../shared/anchors" && pwd)
 targets=(A B limit)
 if [[ ${SUITE_COST_CSV:-} ]]; then
   bin=${NEREUS_BIN:?} rounds=${1:-3} quota=1 concurrencies=(1 4) targets=(A limit)
+  [[ ${QUICK:-0} == 1 ]] && concurrencies=(4)
 else
   bin=$1 rounds=${2:-3} quota=${3:-1}
   shift $(($# < 3 ? $# : 3))

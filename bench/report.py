@@ -100,7 +100,7 @@ def read_costs(path):
 def f_cost(v):
     if v is None:
         return "–"
-    if abs(v) >= 100:
+    if abs(v) >= 100 or v == int(v):
         return f"{v:.0f}"
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}".rstrip("0").rstrip(".")
 

@@ -14,11 +14,11 @@
 #   bls       bls_add_sub       HTTP c=1 and c=4 (Triton: bench/triton_models/bls_add_sub, python BLS)
 # The ceiling serves `simple` on the same protocol and concurrency in every case (it has no batcher,
 # sequences, ensembles or BLS): read its column as the cost of one bare add/sub round trip.
-# Default: 3 rounds, 2 s perf_analyzer windows: 117 measurements and the connections hook, 2,456 s on the
-# 2-core machine on 2026-11-27, of which about 1,300 s were four perf_analyzer runs against the ceiling at
-# c=64 that did not settle (now cut at PERF_TIMEOUT, 150 s) and 260 s the hook. --quick: 1 round, 0.5 s
-# windows, the small cases and the others at c=4 only: 24 measurements, 74 s on 2026-11-27, plus the
-# hook's one round of 3 s windows (about a minute).
+# Default: 3 rounds, 2 s perf_analyzer windows: 117 measurements and the hooks, 2,252 s on the 2-core
+# machine on 2026-11-28, of which about 600 s were four perf_analyzer runs that did not settle (cut at
+# PERF_TIMEOUT, 150 s) and about 700 s the hooks. --quick: 1 round, 0.5 s windows, the small cases and
+# the others at c=4 only: 24 measurements, and the hooks' quick forms (one round of 3 s windows, 2,000
+# models, c=4 under the quota): about 3 minutes on 2026-11-28.
 # Environment:
 #   NEREUS_BIN     the server binary (unset: cargo build --release of this tree); NEREUS_COMMIT the
 #                  commit it was built from, for the record (unset: this tree's HEAD when built here,

@@ -53,7 +53,7 @@ for line in sys.stdin:
     cd "$root"
     stage=$(mktemp -d)
     tar -C "$stage" -xzf "$tarball"
-    # shellcheck disable=SC1091
+    # shellcheck disable=SC1091,SC2154  # paths.env, written by pack, sets built_root, built_bin, built_tmp, commit
     source "$stage/paths.env"
     echo "binaries of $commit; GPUs: $(nvidia-smi -L 2>/dev/null | wc -l)"
     if [[ $built_root != "$root" ]]; then
