@@ -53,8 +53,9 @@ for line in sys.stdin:
     cd "$root"
     stage=$(mktemp -d)
     tar -C "$stage" -xzf "$tarball"
-    # shellcheck disable=SC1091,SC2154  # paths.env, written by pack, sets built_root, built_bin, built_tmp, commit
-    source "$stage/paths.env"
+    recorded() { sed -n "s/^$1=//p" "$stage/paths.env"; }
+    built_root=$(recorded built_root) built_bin=$(recorded built_bin) built_tmp=$(recorded built_tmp)
+    commit=$(recorded commit)
     echo "binaries of $commit; GPUs: $(nvidia-smi -L 2>/dev/null | wc -l)"
     if [[ $built_root != "$root" ]]; then
       [[ -e $built_root ]] || { mkdir -p "$(dirname "$built_root")"; ln -s "$root" "$built_root"; }
