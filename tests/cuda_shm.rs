@@ -221,10 +221,8 @@ fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
             parameters: place("in", offset),
             contents: None,
         };
-        let out = |name: &str, offset| InferRequestedOutputTensor {
-            name: name.into(),
-            parameters: place("gout", offset),
-        };
+        let out =
+            |name: &str, offset| InferRequestedOutputTensor { name: name.into(), parameters: place("gout", offset) };
         let request = pb::ModelInferRequest {
             model_name: "simple".into(),
             inputs: vec![tensor("INPUT0", 0), tensor("INPUT1", 64)],

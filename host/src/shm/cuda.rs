@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cudarc::driver::{CudaContext, sys};
+use cudarc::driver::{CudaContext, CudaStream, result, sys};
 
 use super::end_of;
 use crate::error::InferError;
@@ -30,6 +30,10 @@ pub struct CudaRegion {
     pub byte_size: u64,
     /// The device's primary context, made current on the calling thread around each driver call.
     ctx: Arc<CudaContext>,
+    /// Outputs are copied on this (non-blocking) stream and waited for: a plain `cuMemcpyHtoD` from
+    /// pageable memory may return before its DMA lands, and the client reads the buffer as soon as
+    /// the response arrives.
+    stream: Arc<CudaStream>,
     /// Where the opened handle maps the client's allocation in this process.
     base: DevicePtr,
 }
@@ -89,8 +93,16 @@ impl CudaRegion {
             tracing::warn!("failed to open CUDA IPC handle for shared memory region '{name}': {e}");
             return Err(invalid_args());
         }
+        let stream = match ctx.new_stream() {
+            Ok(stream) => stream,
+            Err(e) => {
+                // SAFETY: `base` was just mapped and nothing else uses it.
+                let _ = unsafe { sys::cuIpcCloseMemHandle(base) };
+                return Err(InferError::internal(format!("GPU {device}: cannot create a CUDA stream: {e}")));
+            }
+        };
         // From here the mapping is closed by Drop, whatever happens next.
-        let region = CudaRegion { name: name.into(), device_id, byte_size, ctx, base };
+        let region = CudaRegion { name: name.into(), device_id, byte_size, ctx, stream, base };
         let (mut start, mut size): (DevicePtr, usize) = (0, 0);
         // SAFETY: out-pointers to locals; `base` was just mapped on the current context.
         let range = unsafe { sys::cuMemGetAddressRange_v2(&mut start, &mut size, base) }.result();
@@ -137,13 +149,13 @@ impl CudaRegion {
         let dst = self.at(offset, data.len() as u64)?;
         if !data.is_empty() {
             // SAFETY: as in `read`, the destination range lies inside the mapped allocation; the
-            // source is `data.len()` readable host bytes. The copy is synchronous: when it returns
-            // the client sees the output.
-            unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }
-                .result()
+            // source is `data.len()` readable host bytes, borrowed until the stream is synchronised
+            // below.
+            unsafe { result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }
                 .map_err(|e| self.failed("copying an output to the GPU", e))?;
         }
-        Ok(())
+        // When this returns the output is in the client's buffer.
+        self.stream.synchronize().map_err(|e| self.failed("waiting for an output's copy", e))
     }
 }
 

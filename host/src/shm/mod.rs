@@ -107,8 +107,9 @@ impl SharedMemory {
         SharedMemory { enabled, regions: RwLock::new(BTreeMap::new()) }
     }
 
-    /// Registration and unregistration need `--allow-client-shm` (tritonserver's UNSUPPORTED).
-    fn check_enabled(&self) -> Result<(), InferError> {
+    /// Registration and unregistration need `--allow-client-shm` (tritonserver's UNSUPPORTED,
+    /// answered before anything of the request is read).
+    pub fn check_enabled(&self) -> Result<(), InferError> {
         if self.enabled { Ok(()) } else { Err(InferError::unsupported(DISABLED_MESSAGE)) }
     }
 

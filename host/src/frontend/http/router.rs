@@ -742,6 +742,7 @@ async fn shared_memory(
             Ok(json_reply(&serde_json::Value::Array(regions)))
         }
         (ShmAction::Register, _) => {
+            shm.check_enabled()?;
             let name = region.unwrap_or_default();
             let (parts, body) = req.into_parts();
             let body = read_body(&parts.headers, body, options).await?;
