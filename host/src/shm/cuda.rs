@@ -74,6 +74,9 @@ impl CudaRegion {
             invalid_args()
         })?;
         ctx.bind_to_thread().map_err(|e| InferError::internal(format!("GPU {device}: {e}")))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| InferError::internal(format!("GPU {device}: cannot create a CUDA stream: {e}")))?;
         let mut ipc = sys::CUipcMemHandle_st { reserved: [0; HANDLE_SIZE] };
         for (dst, src) in ipc.reserved.iter_mut().zip(raw) {
             *dst = src as std::ffi::c_char;
@@ -93,14 +96,6 @@ impl CudaRegion {
             tracing::warn!("failed to open CUDA IPC handle for shared memory region '{name}': {e}");
             return Err(invalid_args());
         }
-        let stream = match ctx.new_stream() {
-            Ok(stream) => stream,
-            Err(e) => {
-                // SAFETY: `base` was just mapped and nothing else uses it.
-                let _ = unsafe { sys::cuIpcCloseMemHandle(base) };
-                return Err(InferError::internal(format!("GPU {device}: cannot create a CUDA stream: {e}")));
-            }
-        };
         // From here the mapping is closed by Drop, whatever happens next.
         let region = CudaRegion { name: name.into(), device_id, byte_size, ctx, stream, base };
         let (mut start, mut size): (DevicePtr, usize) = (0, 0);

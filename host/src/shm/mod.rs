@@ -55,27 +55,23 @@ impl Region {
             Region::Cuda(r) => r.byte_size,
         }
     }
-
-    fn status(&self) -> RegionStatus {
-        match self {
-            Region::System(r) => RegionStatus::System {
-                name: r.name.clone(),
-                key: r.key.clone(),
-                offset: r.offset,
-                byte_size: r.byte_size,
-            },
-            Region::Cuda(r) => {
-                RegionStatus::Cuda { name: r.name.clone(), device_id: r.device_id, byte_size: r.byte_size }
-            }
-        }
-    }
 }
 
-/// Status of a region, as the status endpoints report it.
+/// A system region's status entry.
 #[derive(Debug, PartialEq, Eq)]
-pub enum RegionStatus {
-    System { name: String, key: String, offset: u64, byte_size: u64 },
-    Cuda { name: String, device_id: u64, byte_size: u64 },
+pub struct SystemStatus {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+/// A CUDA region's status entry.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CudaStatus {
+    pub name: String,
+    pub device_id: u64,
+    pub byte_size: u64,
 }
 
 /// The end of `len` bytes at `offset` of region `name` (`byte_size` bytes), when they lie inside
@@ -152,34 +148,57 @@ impl SharedMemory {
         let removed: Vec<Region> = {
             let mut regions = self.regions.write();
             match name {
-                Some(n) => match regions.get(n) {
-                    Some(r) if r.kind() == kind => regions.remove(n).into_iter().collect(),
-                    _ => Vec::new(),
-                },
-                None => {
-                    let names: Vec<String> =
-                        regions.iter().filter(|(_, r)| r.kind() == kind).map(|(n, _)| n.clone()).collect();
-                    names.iter().filter_map(|n| regions.remove(n)).collect()
-                }
+                Some(n) if regions.get(n).is_some_and(|r| r.kind() == kind) => regions.remove(n).into_iter().collect(),
+                Some(_) => Vec::new(),
+                None => regions.extract_if(.., |_, r| r.kind() == kind).map(|(_, r)| r).collect(),
             }
         };
         drop(removed);
         Ok(())
     }
 
-    /// Every region of `kind`, or the one named. With client shared memory off there are none, and
+    /// Every system region, or the one named. With client shared memory off there are none, and
     /// the status says so (an empty list), as tritonserver's does.
-    pub fn status(&self, kind: ShmKind, name: Option<&str>) -> Result<Vec<RegionStatus>, InferError> {
+    pub fn system_status(&self, name: Option<&str>) -> Result<Vec<SystemStatus>, InferError> {
+        self.status(ShmKind::System, name, |r| match r {
+            Region::System(r) => Some(SystemStatus {
+                name: r.name.clone(),
+                key: r.key.clone(),
+                offset: r.offset,
+                byte_size: r.byte_size,
+            }),
+            Region::Cuda(_) => None,
+        })
+    }
+
+    /// Every CUDA region, or the one named.
+    pub fn cuda_status(&self, name: Option<&str>) -> Result<Vec<CudaStatus>, InferError> {
+        self.status(ShmKind::Cuda, name, |r| match r {
+            Region::Cuda(r) => {
+                Some(CudaStatus { name: r.name.clone(), device_id: r.device_id, byte_size: r.byte_size })
+            }
+            Region::System(_) => None,
+        })
+    }
+
+    /// The entries `entry` gives for the regions of `kind` (it answers `None` for the other kind),
+    /// with tritonserver's messages for a name that is unknown or of the other kind.
+    fn status<T>(
+        &self,
+        kind: ShmKind,
+        name: Option<&str>,
+        entry: impl Fn(&Region) -> Option<T>,
+    ) -> Result<Vec<T>, InferError> {
         let regions = self.regions.read();
         let Some(n) = name else {
-            return Ok(regions.values().filter(|r| r.kind() == kind).map(Region::status).collect());
+            return Ok(regions.values().filter_map(entry).collect());
         };
-        match (regions.get(n), kind) {
-            (Some(r), _) if r.kind() == kind => Ok(vec![r.status()]),
-            (Some(_), ShmKind::System) => Err(InferError::not_found(format!(
+        match (regions.get(n).map(&entry), kind) {
+            (Some(Some(status)), _) => Ok(vec![status]),
+            (Some(None), ShmKind::System) => Err(InferError::not_found(format!(
                 "The region named '{n}' is registered as CUDA shared memory, not system shared memory"
             ))),
-            (Some(_), ShmKind::Cuda) => Err(InferError::not_found(format!(
+            (Some(None), ShmKind::Cuda) => Err(InferError::not_found(format!(
                 "The region named '{n}' is registered as system shared memory, not CUDA shared memory"
             ))),
             (None, ShmKind::System) => {

@@ -26,7 +26,7 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::server::{EXTENSIONS, Server};
-use crate::shm::{RegionStatus, ShmKind};
+use crate::shm::ShmKind;
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, Trace};
 use compression::ResponseCompression;
@@ -218,20 +218,17 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        let regions = self.server.shm().status(ShmKind::System, non_empty(&name)).map_err(status)?;
+        let regions = self.server.shm().system_status(non_empty(&name)).map_err(status)?;
         let regions = regions
             .into_iter()
-            .filter_map(|r| match r {
-                RegionStatus::System { name, key, offset, byte_size } => {
-                    let status = pb::system_shared_memory_status_response::RegionStatus {
-                        name: name.clone(),
-                        key,
-                        offset,
-                        byte_size,
-                    };
-                    Some((name, status))
-                }
-                RegionStatus::Cuda { .. } => None,
+            .map(|r| {
+                let status = pb::system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key,
+                    offset: r.offset,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
             })
             .collect();
         Ok(Response::new(pb::SystemSharedMemoryStatusResponse { regions }))
@@ -263,19 +260,16 @@ impl GrpcInferenceService for GrpcFrontend {
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
         allow(&self.restricted, Api::SharedMemory, &r)?;
         let name = r.into_inner().name;
-        let regions = self.server.shm().status(ShmKind::Cuda, non_empty(&name)).map_err(status)?;
+        let regions = self.server.shm().cuda_status(non_empty(&name)).map_err(status)?;
         let regions = regions
             .into_iter()
-            .filter_map(|r| match r {
-                RegionStatus::Cuda { name, device_id, byte_size } => {
-                    let status = pb::cuda_shared_memory_status_response::RegionStatus {
-                        name: name.clone(),
-                        device_id,
-                        byte_size,
-                    };
-                    Some((name, status))
-                }
-                RegionStatus::System { .. } => None,
+            .map(|r| {
+                let status = pb::cuda_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    device_id: r.device_id,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
             })
             .collect();
         Ok(Response::new(pb::CudaSharedMemoryStatusResponse { regions }))

@@ -22,7 +22,7 @@ use crate::logging::{self, SettingValue};
 use crate::model::ModelVersion;
 use crate::proto::to_json;
 use crate::server::{EXTENSIONS, Server};
-use crate::shm::{RegionStatus, ShmKind};
+use crate::shm::ShmKind;
 use crate::test_hooks::TestHooks;
 use crate::trace::update::SettingInput;
 use crate::trace::{Carrier, FrontendEvent, ReportedSettings};
@@ -726,18 +726,19 @@ async fn shared_memory(
 ) -> Result<HttpResponse, InferError> {
     let shm = server.shm();
     match (action, kind) {
-        (ShmAction::Status, _) => {
+        (ShmAction::Status, ShmKind::System) => {
             let regions: Vec<serde_json::Value> = shm
-                .status(kind, region)?
+                .system_status(region)?
                 .into_iter()
-                .map(|r| match r {
-                    RegionStatus::System { name, key, offset, byte_size } => {
-                        json!({"name": name, "key": key, "offset": offset, "byte_size": byte_size})
-                    }
-                    RegionStatus::Cuda { name, device_id, byte_size } => {
-                        json!({"name": name, "device_id": device_id, "byte_size": byte_size})
-                    }
-                })
+                .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
+                .collect();
+            Ok(json_reply(&serde_json::Value::Array(regions)))
+        }
+        (ShmAction::Status, ShmKind::Cuda) => {
+            let regions: Vec<serde_json::Value> = shm
+                .cuda_status(region)?
+                .into_iter()
+                .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
                 .collect();
             Ok(json_reply(&serde_json::Value::Array(regions)))
         }
