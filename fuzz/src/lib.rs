@@ -108,7 +108,7 @@ pub static SPEC: LazyLock<IoSpec> = LazyLock::new(|| {
 pub fn validate_and_check(mut request: InferenceRequest) {
     if validate_request(&SPEC, &mut request).is_ok() {
         for tensor in &request.inputs {
-            if let Err(e) = check_byte_size(tensor, "") {
+            if let Err(e) = check_byte_size(tensor, None) {
                 panic!("input '{}' passed validation but {e}", tensor.name);
             }
         }

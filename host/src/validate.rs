@@ -192,7 +192,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                 shape_string(&input.shape)
             )));
         }
-        check_byte_size(input, &format!(" for model '{model}'")).map_err(InferError::invalid)?;
+        check_byte_size(input, Some(&**model)).map_err(InferError::invalid)?;
         if let Some(reshape) = &s.reshape {
             let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
             shape.extend_from_slice(reshape);
@@ -216,15 +216,17 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
     Ok(batch.unwrap_or(1))
 }
 
-/// Checks that a tensor's bytes agree with its shape and datatype; `whose` follows the tensor's name
-/// in the message (tritonserver's " for model '…'" for a request's inputs).
-pub fn check_byte_size(t: &Tensor, whose: &str) -> Result<(), String> {
+/// Checks that a tensor's bytes agree with its shape and datatype; a request's input names its
+/// `model` in the message as tritonserver does (" for model '…'"), formatted only when the check
+/// fails: this runs for every input of every request.
+pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
     let elements =
         element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {
         Some(size) => {
             let expected = elements.checked_mul(size as u64);
             if expected != Some(t.data.len() as u64) {
+                let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
                 return Err(format!(
                     "input byte size mismatch for input '{}'{whose}. Expected {}, got {}",
                     t.name,
@@ -248,8 +250,9 @@ pub fn check_byte_size(t: &Tensor, whose: &str) -> Result<(), String> {
 }
 
 /// Checks one output a backend produced for a request of batch size `batch`. On success returns
-/// the shape the client sees (the configured `dims` when the output has a `reshape`).
-pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, String> {
+/// the shape the client sees when it is not the tensor's own: the configured `dims` of an output
+/// with a `reshape` (`None` otherwise, so the usual answer copies no shape).
+pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Option<Vec<i64>>, String> {
     let s = spec.produced(&t.name).ok_or_else(|| format!("unknown output '{}'", t.name))?;
     if t.datatype != s.datatype {
         return Err(format!("output '{}' has datatype {}, but the model declares {}", t.name, t.datatype, s.datatype));
@@ -277,14 +280,14 @@ pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Vec<i64>, S
             shape_string(declared)
         ));
     }
-    check_byte_size(t, "")
+    check_byte_size(t, None)
         .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
     if s.reshape.is_some() && !s.dims.contains(&-1) {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };
         shape.extend_from_slice(&s.dims);
-        return Ok(shape);
+        return Ok(Some(shape));
     }
-    Ok(t.shape.clone())
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -289,8 +289,11 @@ impl OnnxInstance {
             let mut checked = Vec::with_capacity(outputs.len());
             for (t, scattered_by_input) in outputs {
                 // A batch output has its source input's shape, which the batcher let vary.
-                let shape = if scattered_by_input { t.shape.clone() } else { check_output(&self.io, &t, *batch)? };
-                checked.push(Tensor { shape, ..t });
+                let shape = if scattered_by_input { None } else { check_output(&self.io, &t, *batch)? };
+                checked.push(match shape {
+                    Some(shape) => Tensor { shape, ..t },
+                    None => t,
+                });
             }
             let response = InferenceResponse {
                 model_name: self.io.model_name.clone(),

@@ -118,7 +118,10 @@ impl SandboxState {
                         break;
                     }
                     if job.request.requested_outputs.contains(&tensor.name) || io.is_state_output(&tensor.name) {
-                        outputs.push(Tensor { shape, ..tensor });
+                        outputs.push(match shape {
+                            Some(shape) => Tensor { shape, ..tensor },
+                            None => tensor,
+                        });
                     }
                 }
                 Err(e) => {

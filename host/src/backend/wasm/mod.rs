@@ -546,10 +546,14 @@ fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[bindings::Request<'_>]) -> R
 impl WasmInstance {
     /// What the batch lends the guest, cloned from the jobs (which move into the sandbox's store
     /// for the execution): tensor bytes by reference count, never copied.
-    fn lend(jobs: &[Job]) -> Vec<Lent> {
-        jobs.iter()
+    /// What the guest is lent of each request: its tensors and parameters moved out of it, not
+    /// copied (a copy cost an allocation per name, shape and list on every request), and the few
+    /// fields the host calls of the execution read in the request itself (its id and requested
+    /// outputs) copied. [`Self::give_back`] moves them back after the call.
+    fn lend(jobs: &mut [Job]) -> Vec<Lent> {
+        jobs.iter_mut()
             .map(|job| {
-                let r = &job.request;
+                let r = &mut job.request;
                 let mut flags = bindings::SequenceFlags::empty();
                 if r.sequence_start {
                     flags |= bindings::SequenceFlags::START;
@@ -561,12 +565,21 @@ impl WasmInstance {
                     id: r.id.clone(),
                     correlation_id: r.correlation_id.clone(),
                     flags,
-                    parameters: r.parameters.clone(),
-                    inputs: r.inputs.clone(),
+                    parameters: std::mem::take(&mut r.parameters),
+                    inputs: std::mem::take(&mut r.inputs),
                     requested_outputs: r.requested_outputs.clone(),
                 }
             })
             .collect()
+    }
+
+    /// Puts back what [`Self::lend`] moved out of the requests: a request the guest left open
+    /// (a blocking call on an I/O thread) runs again on the instance's worker, whole.
+    fn give_back(jobs: &mut [Job], lent: Vec<Lent>) {
+        for (job, lent) in jobs.iter_mut().zip(lent) {
+            job.request.parameters = lent.parameters;
+            job.request.inputs = lent.inputs;
+        }
     }
 
     /// A sandbox again for an instance that gave its back: a lease (a free one, or one taken back
@@ -669,9 +682,9 @@ impl BackendInstance for WasmInstance {
             }
             return ExecutionTimes { output: started.elapsed(), ..Default::default() };
         };
-        let lent = Self::lend(jobs);
         let batching = self.factory.io.max_batch_size > 0;
         let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
+        let lent = Self::lend(jobs);
         // Only decoupled models can send more than one response per request, so only they count.
         let responses = if self.factory.decoupled { vec![0; jobs.len()] } else { Vec::new() };
         let batch = ActiveBatch {
@@ -687,7 +700,7 @@ impl BackendInstance for WasmInstance {
         let called = Instant::now();
         let (mut batch, outcome) = with_requests(&lent, |requests| sandbox.execute(requests, batch, !inline));
         let returned = Instant::now();
-        drop(lent);
+        Self::give_back(&mut batch.jobs, lent);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
             // Inline, the guest made a blocking WASI call: the requests it has not completed stay

@@ -32,12 +32,10 @@ impl ReplyBody {
 
     /// `chunks`, one after the other.
     pub fn chunks(chunks: Vec<Bytes>) -> Self {
-        ReplyBody {
-            data: chunks.into_iter().filter(|c| !c.is_empty()).collect(),
-            frames: None,
-            trace: None,
-            sending: false,
-        }
+        // In the vector's own allocation (`VecDeque::from` keeps it): this is every answer.
+        let mut data = VecDeque::from(chunks);
+        data.retain(|c| !c.is_empty());
+        ReplyBody { data, frames: None, trace: None, sending: false }
     }
 
     /// `first`, then every frame `frames` receives until its senders are gone.

