@@ -123,12 +123,20 @@ impl SystemRegion {
         self.file.metadata().map_or(0, |m| m.size())
     }
 
-    /// A copy of `len` bytes at `offset` of the region.
+    /// A copy of `len` bytes at `offset` of the region, read into a buffer that is not zeroed
+    /// first: `pread` fills it. Zeroing was a whole pass more over a megabyte tensor (its buffer is
+    /// a kept huge-page block, `large_pages.rs`, which a zeroed allocation must clear).
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, InferError> {
         let at = self.place(offset, len)?;
         let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
-        let mut data = vec![0u8; len];
-        self.file.read_exact_at(&mut data, at).map_err(|_| self.shrunk(self.current_size()))?;
+        let mut data: Vec<u8> = Vec::with_capacity(len);
+        read_exact_at(&self.file, &mut data.spare_capacity_mut()[..len], at)
+            .map_err(|_| self.shrunk(self.current_size()))?;
+        // SAFETY: `read_exact_at` returned Ok, so it initialised all `len` bytes.
+        #[allow(unsafe_code)]
+        unsafe {
+            data.set_len(len)
+        };
         Ok(data.into())
     }
 
@@ -138,5 +146,62 @@ impl SystemRegion {
         self.file.write_all_at(data, at).map_err(|e| {
             InferError::invalid(format!("shared memory region '{}': writing the output failed: {e}", self.name))
         })
+    }
+}
+
+/// `FileExt::read_exact_at` into memory not yet initialised: fills all of `buf` from `at` on, or
+/// fails (a short read past the object's end is `UnexpectedEof`).
+fn read_exact_at(file: &File, mut buf: &mut [std::mem::MaybeUninit<u8>], mut at: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        let offset = libc::off_t::try_from(at).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes, and `pread` writes at most that
+        // many into it; what it writes is initialised, and only that part is skipped below.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::pread(file.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset) };
+        match n {
+            n if n < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                let n = n as usize;
+                buf = &mut buf[n..];
+                at += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::mem::MaybeUninit;
+
+    use super::*;
+
+    #[test]
+    fn reads_a_range_whole_and_reports_one_past_the_end() {
+        let path = std::env::temp_dir().join(format!("nereus-read-exact-at-{}", std::process::id()));
+        let mut file = File::create(&path).unwrap();
+        let content: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        file.write_all(&content).unwrap();
+        let file = File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+
+        let mut buf = vec![MaybeUninit::new(0xAAu8); 9_000];
+        read_exact_at(&file, &mut buf, 1_000).unwrap();
+        // SAFETY (test): every element was initialised above.
+        #[allow(unsafe_code)]
+        let read: Vec<u8> = buf.iter().map(|b| unsafe { b.assume_init() }).collect();
+        assert_eq!(read, content[1_000..]);
+
+        let mut past = vec![MaybeUninit::new(0u8); 2];
+        let e = read_exact_at(&file, &mut past, 9_999).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }

@@ -21,12 +21,19 @@ fn numbers<T, const N: usize>(parts: &[Bytes], from: impl Fn([u8; N]) -> T) -> V
     out
 }
 
-/// Typed elements as little-endian bytes, the output's buffer allocated once at its size.
+/// Typed elements as little-endian bytes, the output's buffer allocated once at its size and not
+/// zeroed first: every byte is written here (zeroing was a whole pass more over a megabyte output,
+/// whose buffer is a kept huge-page block that a zeroed allocation must clear: `large_pages.rs`).
 fn le_bytes<T: Copy, const N: usize>(data: &[T], to: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    let mut out = vec![0u8; data.len() * N];
-    for (o, v) in out.chunks_exact_mut(N).zip(data) {
-        o.copy_from_slice(&to(*v));
+    let len = data.len() * N;
+    let mut out: Vec<u8> = Vec::with_capacity(len);
+    for (o, v) in out.spare_capacity_mut()[..len].chunks_exact_mut(N).zip(data) {
+        for (byte, b) in o.iter_mut().zip(to(*v)) {
+            byte.write(b);
+        }
     }
+    // SAFETY: the loop wrote all `len` bytes: `data.len()` chunks of `N`, one per element.
+    unsafe { out.set_len(len) };
     out
 }
 
