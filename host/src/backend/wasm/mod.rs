@@ -544,12 +544,11 @@ fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[bindings::Request<'_>]) -> R
 }
 
 impl WasmInstance {
-    /// What the batch lends the guest, cloned from the jobs (which move into the sandbox's store
-    /// for the execution): tensor bytes by reference count, never copied.
-    /// What the guest is lent of each request: its tensors and parameters moved out of it, not
-    /// copied (a copy cost an allocation per name, shape and list on every request), and the few
-    /// fields the host calls of the execution read in the request itself (its id and requested
-    /// outputs) copied. [`Self::give_back`] moves them back after the call.
+    /// What the guest is lent of each request while the jobs move into the sandbox's store for the
+    /// execution: its tensors and parameters moved out of it, not copied (a copy cost an
+    /// allocation per name, shape and list on every request), and the few fields the host calls of
+    /// the execution read in the request itself (its id and requested outputs) copied.
+    /// [`Self::give_back`] moves them back after the call.
     fn lend(jobs: &mut [Job]) -> Vec<Lent> {
         jobs.iter_mut()
             .map(|job| {
