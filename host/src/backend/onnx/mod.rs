@@ -287,13 +287,12 @@ impl OnnxInstance {
         }
         for ((job, outputs), batch) in jobs.iter_mut().zip(per_job).zip(&batch_sizes) {
             let mut checked = Vec::with_capacity(outputs.len());
-            for (t, scattered_by_input) in outputs {
+            for (mut t, scattered_by_input) in outputs {
                 // A batch output has its source input's shape, which the batcher let vary.
-                let shape = if scattered_by_input { None } else { check_output(&self.io, &t, *batch)? };
-                checked.push(match shape {
-                    Some(shape) => Tensor { shape, ..t },
-                    None => t,
-                });
+                if !scattered_by_input && let Some(shape) = check_output(&self.io, &t, *batch)? {
+                    t.shape = shape;
+                }
+                checked.push(t);
             }
             let response = InferenceResponse {
                 model_name: self.io.model_name.clone(),

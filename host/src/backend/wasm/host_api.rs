@@ -109,19 +109,19 @@ impl SandboxState {
                     Some(format!("response exceeds the model's output limit of {} bytes", batch.max_output_bytes));
                 break;
             }
-            let tensor =
+            let mut tensor =
                 Tensor { name: t.name, datatype: t.datatype.into(), shape: t.shape, data: Bytes::from(t.data) };
             match check_output(io, &tensor, batch_size) {
-                Ok(shape) => {
+                Ok(reshaped) => {
                     if outputs.iter().any(|o: &Tensor| o.name == tensor.name) {
                         problem = Some(format!("output '{}' appears twice", tensor.name));
                         break;
                     }
                     if job.request.requested_outputs.contains(&tensor.name) || io.is_state_output(&tensor.name) {
-                        outputs.push(match shape {
-                            Some(shape) => Tensor { shape, ..tensor },
-                            None => tensor,
-                        });
+                        if let Some(shape) = reshaped {
+                            tensor.shape = shape;
+                        }
+                        outputs.push(tensor);
                     }
                 }
                 Err(e) => {
