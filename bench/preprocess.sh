@@ -6,7 +6,7 @@
 # First the server-side compute per image (GET /v2/models/M/stats, compute_infer ns / count, over a
 # perf_analyzer run at c=1) of each JPEG decoder the plugin offers and of Triton's model; then ROUNDS
 # rounds of perf_analyzer over HTTP, Nereus and Triton alternating (the order swapped each round), and
-# the medians. Not a test. PROTO=grpc measures over gRPC instead; COMPUTE=0 skips the compute phase; on a loaded machine PERF_STABILITY=60 lets perf_analyzer settle at c=4.
+# the medians. Not a test. PROTO=grpc measures over gRPC instead; COMPUTE=0 skips the compute phase; IMAGES="640x480.jpg …" measures only those; on a loaded machine PERF_STABILITY=60 lets perf_analyzer settle at c=4.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # ../shared/anchors beside the clone (or beside a worktree's parent folder), or ANCHORS.
@@ -49,7 +49,7 @@ cleanup() { kill "$pid" 2>/dev/null || true; "$anchors/triton.sh" stop "$tport" 
 trap cleanup EXIT
 "$anchors/triton.sh" start "$log/triton" "$tport" >&2
 for _ in $(seq 1 100); do curl -sf "localhost:$nport/v2/health/ready" >/dev/null && break; sleep 0.1; done
-images=(640x480.jpg 1920x1080.jpg 640x480.png 1920x1080.png)
+read -r -a images <<<"${IMAGES:-640x480.jpg 1920x1080.jpg 640x480.png 1920x1080.png}"
 port_of() { if [[ $1 == triton ]]; then echo "$tport"; else echo "$nport"; fi; }
 url_of() { local p; p=$(port_of "$1"); [[ $proto == grpc ]] && p=$((p + 1)); echo "localhost:$p"; }
 compute() {  # PORT MODEL -> "count ns"

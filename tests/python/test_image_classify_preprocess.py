@@ -106,6 +106,10 @@ def cases():
     yield "png small 31x45 (upscaled)", encode(photo(31, 45, 6), "PNG"), "png"
     yield "png tall 300x1000", encode(photo(300, 1000, 7), "PNG"), "png"
     yield "png 1920x1080", encode(photo(1920, 1080, 8), "PNG"), "png"
+    # More taps than the resize unrolls (a shrink by 10.2: 23 taps a side), and fewer source pixels
+    # than taps (an upscale from 2 and 3 pixels).
+    yield "png 2600x2600 (23 taps)", encode(photo(2600, 2600, 9), "PNG"), "png"
+    yield "png tiny 2x3", encode(photo(2, 3, 10), "PNG"), "png"
 
 
 def check(name, got, data, kind):
