@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use image_classify_preprocess::decode::{JpegDecoder, Settings, decode};
-use image_classify_preprocess::resize::resize_crop_normalise;
+use image_classify_preprocess::resize::{needed, resize_crop_normalise};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
@@ -24,7 +24,7 @@ fn main() -> Result<(), String> {
     let (mut decoding, mut resizing) = (Duration::ZERO, Duration::ZERO);
     for i in 0..n + n.div_ceil(10) {
         let t0 = Instant::now();
-        let image = decode(&bytes, &settings)?;
+        let image = decode(&bytes, &settings, needed)?;
         let t1 = Instant::now();
         pixels.clear();
         resize_crop_normalise(&image, &mut pixels);

@@ -8,7 +8,10 @@
 //!    (`v >> 8`, as Pillow does for 16-bit RGB PNGs; Pillow's `convert("RGB")` of a 16-bit *grey*
 //!    `I;16` image clips at 255 instead, which whitens the picture, so this differs there on purpose).
 //!    EXIF orientation is **not** applied, as neither `Image.open` nor `convert` apply it (a client
-//!    that wants it rotates first, or sends `ImageOps.exif_transpose`'s result).
+//!    that wants it rotates first, or sends `ImageOps.exif_transpose`'s result). With jpeg-decoder
+//!    (the default), a JPEG is decoded only where step 2 reads it (its inverse DCT, upsampling and
+//!    colour conversion; the vendored `jpeg-decoder/`'s `set_region`), with exactly the pixels a
+//!    whole decode gives there.
 //! 2. resize so that the shorter side is 256 and the longer `floor(long × 256 / short)`, with
 //!    Pillow's `Image.resize(size, BILINEAR)`: the same triangle filter widened by the scale when
 //!    shrinking (antialiasing), the same coefficients and the same 22-bit fixed-point arithmetic,
@@ -58,7 +61,7 @@ pub mod resize;
 use nereus_sdk::{Backend, ErrorKind, InstanceInfo, ModelInfo, Request, Response, Tensor, config_parameter};
 
 use crate::decode::{JpegDecoder, Settings, decode};
-use crate::resize::{CROP, resize_crop_normalise};
+use crate::resize::{CROP, needed, resize_crop_normalise};
 
 fn settings(model: &ModelInfo) -> Result<Settings, String> {
     fn number<T: std::str::FromStr>(model: &ModelInfo, key: &str, default: T) -> Result<T, String> {
@@ -98,7 +101,7 @@ impl ClassifyPreprocess {
         };
         let mut pixels = Vec::with_capacity(input.element_count() * 3 * CROP * CROP);
         for (i, element) in input.bytes_elements()?.enumerate() {
-            let image = decode(element?, &self.settings).map_err(|e| format!("IMAGE element {i}: {e}"))?;
+            let image = decode(element?, &self.settings, needed).map_err(|e| format!("IMAGE element {i}: {e}"))?;
             resize_crop_normalise(&image, &mut pixels);
         }
         let mut out_shape = outer.to_vec();

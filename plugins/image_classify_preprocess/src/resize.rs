@@ -7,6 +7,8 @@
 //! taps × 3 channels each). Built with Wasm SIMD it runs each output as `k / 2` pairs of taps through
 //! `i32x4.dot_i16x8_s` (`simd`): the resize of a 640×480 image takes 1.6 ms in the sandbox instead of
 //! 3.6, bit for bit the same (bench/results/2026-11-28-preprocess.md).
+use std::ops::Range;
+
 use crate::decode::Rgb;
 
 const SIDE: usize = 256;
@@ -133,23 +135,63 @@ macro_rules! by_taps {
     };
 }
 
+/// The resize of one image: each direction's taps (None where that side keeps its size) and the
+/// crop's first column and row in the resized image.
+struct Plan {
+    horizontal: Option<Taps>,
+    vertical: Option<Taps>,
+    left: usize,
+    top: usize,
+}
+
+impl Plan {
+    /// For a `width × height` image decoded from one of `source` pixels (larger after a DCT-domain
+    /// reduction: the output geometry comes from the original size, so that a reduced decode lands
+    /// on the same grid).
+    fn new(width: usize, height: usize, source: (usize, usize)) -> Plan {
+        let (ow, oh) = (source.0 as u64, source.1 as u64);
+        let (new_w, new_h) =
+            if ow <= oh { (SIDE as u64, oh * SIDE as u64 / ow) } else { (ow * SIDE as u64 / oh, SIDE as u64) };
+        let left = ((new_w - CROP as u64) / 2) as usize;
+        let top = ((new_h - CROP as u64) / 2) as usize;
+        Plan {
+            horizontal: (width as u64 != new_w).then(|| taps(width, new_w, left, CROP)),
+            vertical: (height as u64 != new_h).then(|| taps(height, new_h, top, CROP)),
+            left,
+            top,
+        }
+    }
+
+    /// The source columns the horizontal pass reads (the taps' starts only grow).
+    fn columns(&self) -> Range<usize> {
+        match &self.horizontal {
+            Some(t) => t.start[0]..t.start[CROP - 1] + t.k,
+            None => self.left..self.left + CROP,
+        }
+    }
+
+    /// The source rows the vertical pass reads.
+    fn rows(&self) -> Range<usize> {
+        match &self.vertical {
+            Some(t) => t.start[0]..t.start[CROP - 1] + t.k,
+            None => self.top..self.top + CROP,
+        }
+    }
+}
+
+/// The source pixels (columns, rows) that [`resize_crop_normalise`] reads of a `width × height`
+/// image decoded from one of `source` pixels: a decoder may leave the others out.
+pub fn needed(width: usize, height: usize, source: (usize, usize)) -> (Range<usize>, Range<usize>) {
+    let plan = Plan::new(width, height, source);
+    (plan.columns(), plan.rows())
+}
+
 /// Resize (shorter side 256), centre-crop 224 and normalise `image` into `out` (CHW, appended).
 pub fn resize_crop_normalise(image: &Rgb, out: &mut Vec<f32>) {
-    // The output geometry comes from the original size, so a DCT-reduced decode lands on the same grid.
-    let (ow, oh) = (image.source.0 as u64, image.source.1 as u64);
-    let (new_w, new_h) =
-        if ow <= oh { (SIDE as u64, oh * SIDE as u64 / ow) } else { (ow * SIDE as u64 / oh, SIDE as u64) };
-    let left = ((new_w - CROP as u64) / 2) as usize;
-    let top = ((new_h - CROP as u64) / 2) as usize;
     let (w, h) = (image.width, image.height);
-
-    let ht = (w as u64 != new_w).then(|| taps(w, new_w, left, CROP));
-    let vt = (h as u64 != new_h).then(|| taps(h, new_h, top, CROP));
-    // Source rows the vertical pass reads.
-    let (y0, y1) = match &vt {
-        Some(v) => (v.start[0], v.start[CROP - 1] + v.k),
-        None => (top, top + CROP),
-    };
+    let plan = Plan::new(w, h, image.source);
+    let (left, ht, vt) = (plan.left, &plan.horizontal, &plan.vertical);
+    let Range { start: y0, end: y1 } = plan.rows();
     // Horizontal pass: rows y0..y1, the crop's 224 columns, 3 channels.
     let rows = y1 - y0;
     let mut tmp = vec![0u8; rows * ROW];
@@ -157,7 +199,7 @@ pub fn resize_crop_normalise(image: &Rgb, out: &mut Vec<f32>) {
     let pairs = ht.as_ref().map(simd::PairTaps::new);
     for (r, y) in (y0..y1).enumerate() {
         let (from, to) = (y * w * 3, (y + 1) * w * 3);
-        let Some(t) = &ht else {
+        let Some(t) = ht else {
             tmp[r * ROW..(r + 1) * ROW].copy_from_slice(&image.data[from + left * 3..from + (left + CROP) * 3]);
             continue;
         };
@@ -177,7 +219,7 @@ pub fn resize_crop_normalise(image: &Rgb, out: &mut Vec<f32>) {
     let (g_plane, b_plane) = rest.split_at_mut(CROP * CROP);
     let mut row = [0u8; ROW];
     for y in 0..CROP {
-        match &vt {
+        match vt {
             None => row.copy_from_slice(&tmp[y * ROW..(y + 1) * ROW]),
             Some(t) => {
                 let (start, k) = (t.start[y] - y0, &t.weights[y * t.k..(y + 1) * t.k]);
