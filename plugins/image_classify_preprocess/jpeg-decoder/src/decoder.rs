@@ -19,6 +19,7 @@ use std::io::Read;
 
 pub const MAX_COMPONENTS: usize = 4;
 
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod lossless;
 use self::lossless::compute_image_lossless;
 

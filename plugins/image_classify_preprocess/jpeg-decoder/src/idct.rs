@@ -29,25 +29,175 @@ pub(crate) fn choose_idct_size(full_size: Dimensions, requested_size: Dimensions
 
 #[test]
 fn test_choose_idct_size() {
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 200, height: 200 }), 1);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 500, height: 500 }), 1);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 684, height: 456 }), 1);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 999, height: 456 }), 1);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 684, height: 999 }), 1);
-    assert_eq!(choose_idct_size(Dimensions { width: 500, height: 333 }, Dimensions { width: 63, height: 42 }), 1);
-
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 685, height: 999 }), 2);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 1000, height: 1000 }), 2);
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 1400, height: 1400 }), 4);
-
-    assert_eq!(choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 5472, height: 3648 }), 8);
     assert_eq!(
-        choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 16384, height: 16384 }),
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 200,
+                height: 200
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 500,
+                height: 500
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 684,
+                height: 456
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 999,
+                height: 456
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 684,
+                height: 999
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 500,
+                height: 333
+            },
+            Dimensions {
+                width: 63,
+                height: 42
+            }
+        ),
+        1
+    );
+
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 685,
+                height: 999
+            }
+        ),
+        2
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 1000,
+                height: 1000
+            }
+        ),
+        2
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 1400,
+                height: 1400
+            }
+        ),
+        4
+    );
+
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 5472,
+                height: 3648
+            }
+        ),
         8
     );
-    assert_eq!(choose_idct_size(Dimensions { width: 1, height: 1 }, Dimensions { width: 65535, height: 65535 }), 8);
     assert_eq!(
-        choose_idct_size(Dimensions { width: 5472, height: 3648 }, Dimensions { width: 16384, height: 16384 }),
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 16384,
+                height: 16384
+            }
+        ),
+        8
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 1,
+                height: 1
+            },
+            Dimensions {
+                width: 65535,
+                height: 65535
+            }
+        ),
+        8
+    );
+    assert_eq!(
+        choose_idct_size(
+            Dimensions {
+                width: 5472,
+                height: 3648
+            },
+            Dimensions {
+                width: 16384,
+                height: 16384
+            }
+        ),
         8
     );
 }
@@ -60,10 +210,30 @@ pub(crate) fn dequantize_and_idct_block(
     output: &mut [u8],
 ) {
     match scale {
-        8 => dequantize_and_idct_block_8x8(coefficients, quantization_table, output_linestride, output),
-        4 => dequantize_and_idct_block_4x4(coefficients, quantization_table, output_linestride, output),
-        2 => dequantize_and_idct_block_2x2(coefficients, quantization_table, output_linestride, output),
-        1 => dequantize_and_idct_block_1x1(coefficients, quantization_table, output_linestride, output),
+        8 => dequantize_and_idct_block_8x8(
+            coefficients,
+            quantization_table,
+            output_linestride,
+            output,
+        ),
+        4 => dequantize_and_idct_block_4x4(
+            coefficients,
+            quantization_table,
+            output_linestride,
+            output,
+        ),
+        2 => dequantize_and_idct_block_2x2(
+            coefficients,
+            quantization_table,
+            output_linestride,
+            output,
+        ),
+        1 => dequantize_and_idct_block_1x1(
+            coefficients,
+            quantization_table,
+            output_linestride,
+            output,
+        ),
         _ => panic!("Unsupported IDCT scale {scale}/8"),
     }
 }
@@ -87,13 +257,20 @@ pub fn dequantize_and_idct_block_8x8(
 }
 
 // This is based on stb_image's 'stbi__idct_block'.
-fn dequantize_and_idct_block_8x8_inner<'a, I>(coefficients: &[i16; 64], quantization_table: &[u16; 64], output: I)
-where
+fn dequantize_and_idct_block_8x8_inner<'a, I>(
+    coefficients: &[i16; 64],
+    quantization_table: &[u16; 64],
+    output: I,
+) where
     I: IntoIterator<Item = &'a mut [u8]>,
     I::IntoIter: ExactSizeIterator<Item = &'a mut [u8]>,
 {
     let output = output.into_iter();
-    debug_assert!(output.len() >= 8, "Output iterator has the wrong length: {}", output.len());
+    debug_assert!(
+        output.len() >= 8,
+        "Output iterator has the wrong length: {}",
+        output.len()
+    );
 
     let mut temp = [Wrapping(0); 64];
 
@@ -126,7 +303,10 @@ where
             let s6 = dequantize(coefficients[i + 48], quantization_table[i + 48]);
             let s7 = dequantize(coefficients[i + 56], quantization_table[i + 56]);
 
-            let Kernel { xs: [x0, x1, x2, x3], ts: [t0, t1, t2, t3] } = kernel(
+            let Kernel {
+                xs: [x0, x1, x2, x3],
+                ts: [t0, t1, t2, t3],
+            } = kernel(
                 [s0, s1, s2, s3, s4, s5, s6, s7],
                 // constants scaled things up by 1<<12; let's bring them back
                 // down, but keep 2 extra bits of precision
@@ -172,7 +352,10 @@ where
             output_chunk[6] = dcterm;
             output_chunk[7] = dcterm;
         } else {
-            let Kernel { xs: [x0, x1, x2, x3], ts: [t0, t1, t2, t3] } = kernel(*chunk, X_SCALE);
+            let Kernel {
+                xs: [x0, x1, x2, x3],
+                ts: [t0, t1, t2, t3],
+            } = kernel(*chunk, X_SCALE);
 
             output_chunk[0] = stbi_clamp((x0 + t3) >> 17);
             output_chunk[7] = stbi_clamp((x0 - t3) >> 17);
@@ -257,7 +440,10 @@ fn kernel_t([s1, s3, s5, s7]: [Wrapping<i32>; 4]) -> [Wrapping<i32>; 4] {
 
 #[inline]
 fn kernel([s0, s1, s2, s3, s4, s5, s6, s7]: [Wrapping<i32>; 8], x_scale: i32) -> Kernel {
-    Kernel { xs: kernel_x([s0, s2, s4, s6], x_scale), ts: kernel_t([s1, s3, s5, s7]) }
+    Kernel {
+        xs: kernel_x([s0, s2, s4, s6], x_scale),
+        ts: kernel_t([s1, s3, s5, s7]),
+    }
 }
 
 #[inline(always)]
@@ -418,7 +604,12 @@ fn test_dequantize_and_idct_block_8x8() {
     ];
     let output_linestride: usize = 8;
     let mut output = [0u8; 8 * 8];
-    dequantize_and_idct_block_8x8(&coefficients, &quantization_table, output_linestride, &mut output);
+    dequantize_and_idct_block_8x8(
+        &coefficients,
+        &quantization_table,
+        output_linestride,
+        &mut output,
+    );
     #[rustfmt::skip]
     let expected_output = [
         118, 92, 110, 83, 77, 93, 144, 198,

@@ -40,12 +40,18 @@ pub use parser::CodingProcess;
 use std::io;
 
 #[cfg(not(feature = "platform_independent"))]
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod arch;
 mod decoder;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod error;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod huffman;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod idct;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod marker;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod parser;
 mod upsampler;
 mod worker;

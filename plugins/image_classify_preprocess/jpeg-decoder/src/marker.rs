@@ -58,7 +58,7 @@ pub enum Marker {
 impl Marker {
     pub fn has_length(self) -> bool {
         use self::Marker::*;
-        !matches!(self, RST(..) | SOI | EOI | TEM)
+        ! matches!(self, RST(..) | SOI | EOI | TEM)
     }
 
     pub fn from_u8(n: u8) -> Option<Marker> {
@@ -66,7 +66,7 @@ impl Marker {
         match n {
             0x00 => None, // Byte stuffing
             0x01 => Some(TEM),
-            0x02..=0xBF => Some(RES),
+            0x02 ..= 0xBF => Some(RES),
             0xC0 => Some(SOF(0)),
             0xC1 => Some(SOF(1)),
             0xC2 => Some(SOF(2)),

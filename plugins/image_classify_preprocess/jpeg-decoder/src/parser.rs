@@ -1,13 +1,13 @@
+use alloc::borrow::ToOwned;
+use alloc::{format, vec};
+use alloc::vec::Vec;
+use core::ops::{self, Range};
+use std::io::{self, Read};
+use crate::{read_u16_from_be, read_u8};
 use crate::error::{Error, Result, UnsupportedFeature};
 use crate::huffman::{HuffmanTable, HuffmanTableClass};
 use crate::marker::Marker;
 use crate::marker::Marker::*;
-use crate::{read_u16_from_be, read_u8};
-use alloc::borrow::ToOwned;
-use alloc::vec::Vec;
-use alloc::{format, vec};
-use core::ops::{self, Range};
-use std::io::{self, Read};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Dimensions {
@@ -44,6 +44,7 @@ pub enum Predictor {
     RaRbRc3, // Rb + ((Ra - Rb) >> 1)
     RaRb,    // (Ra + Rb)/2
 }
+
 
 #[derive(Clone)]
 pub struct FrameInfo {
@@ -125,7 +126,7 @@ impl FrameInfo {
 
         self.output_size = Dimensions {
             width: (self.image_size.width as f32 * idct_size as f32 / 8.0).ceil() as u16,
-            height: (self.image_size.height as f32 * idct_size as f32 / 8.0).ceil() as u16,
+            height: (self.image_size.height as f32 * idct_size as f32 / 8.0).ceil() as u16
         };
 
         Ok(())
@@ -166,36 +167,36 @@ pub fn parse_sof<R: Read>(reader: &mut R, marker: Marker) -> Result<FrameInfo> {
 
     let is_baseline = marker == SOF(0);
     let is_differential = match marker {
-        SOF(0..=3) | SOF(9..=11) => false,
-        SOF(5..=7) | SOF(13..=15) => true,
+        SOF(0 ..= 3) | SOF(9 ..= 11)  => false,
+        SOF(5 ..= 7) | SOF(13 ..= 15) => true,
         _ => panic!(),
     };
     let coding_process = match marker {
         SOF(0) | SOF(1) | SOF(5) | SOF(9) | SOF(13) => CodingProcess::DctSequential,
-        SOF(2) | SOF(6) | SOF(10) | SOF(14) => CodingProcess::DctProgressive,
-        SOF(3) | SOF(7) | SOF(11) | SOF(15) => CodingProcess::Lossless,
+        SOF(2) | SOF(6) | SOF(10) | SOF(14)         => CodingProcess::DctProgressive,
+        SOF(3) | SOF(7) | SOF(11) | SOF(15)         => CodingProcess::Lossless,
         _ => panic!(),
     };
     let entropy_coding = match marker {
-        SOF(0..=3) | SOF(5..=7) => EntropyCoding::Huffman,
-        SOF(9..=11) | SOF(13..=15) => EntropyCoding::Arithmetic,
+        SOF(0 ..= 3) | SOF(5 ..= 7)     => EntropyCoding::Huffman,
+        SOF(9 ..= 11) | SOF(13 ..= 15)  => EntropyCoding::Arithmetic,
         _ => panic!(),
     };
 
     let precision = read_u8(reader)?;
 
     match precision {
-        8 => {}
+        8 => {},
         12 => {
             if is_baseline {
                 return Err(Error::Format("12 bit sample precision is not allowed in baseline".to_owned()));
             }
-        }
+        },
         _ => {
             if coding_process != CodingProcess::Lossless || precision > 16 {
-                return Err(Error::Format(format!("invalid precision {} in frame header", precision)));
+                return Err(Error::Format(format!("invalid precision {} in frame header", precision)))
             }
-        }
+        },
     }
 
     let height = read_u16_from_be(reader)?;
@@ -227,7 +228,7 @@ pub fn parse_sof<R: Read>(reader: &mut R, marker: Marker) -> Result<FrameInfo> {
 
     let mut components: Vec<Component> = Vec::with_capacity(component_count as usize);
 
-    for _ in 0..component_count {
+    for _ in 0 .. component_count {
         let identifier = read_u8(reader)?;
 
         // Each component's identifier must be unique.
@@ -248,8 +249,7 @@ pub fn parse_sof<R: Read>(reader: &mut R, marker: Marker) -> Result<FrameInfo> {
 
         let quantization_table_index = read_u8(reader)?;
 
-        if quantization_table_index > 3 || (coding_process == CodingProcess::Lossless && quantization_table_index != 0)
-        {
+        if quantization_table_index > 3 || (coding_process == CodingProcess::Lossless && quantization_table_index != 0) {
             return Err(Error::Format(format!("invalid quantization table index {}", quantization_table_index)));
         }
 
@@ -259,8 +259,8 @@ pub fn parse_sof<R: Read>(reader: &mut R, marker: Marker) -> Result<FrameInfo> {
             vertical_sampling_factor,
             quantization_table_index: quantization_table_index as usize,
             dct_scale: 8,
-            size: Dimensions { width: 0, height: 0 },
-            block_size: Dimensions { width: 0, height: 0 },
+            size: Dimensions {width: 0, height: 0},
+            block_size: Dimensions {width: 0, height: 0},
         });
     }
 
@@ -293,18 +293,14 @@ fn update_component_sizes(size: Dimensions, components: &mut [Component]) -> Res
     let h_max = components.iter().map(|c| c.horizontal_sampling_factor).max().unwrap() as u32;
     let v_max = components.iter().map(|c| c.vertical_sampling_factor).max().unwrap() as u32;
 
-    let mcu_size =
-        Dimensions { width: ceil_div(size.width as u32, h_max * 8)?, height: ceil_div(size.height as u32, v_max * 8)? };
+    let mcu_size = Dimensions {
+        width: ceil_div(size.width as u32, h_max * 8)?,
+        height: ceil_div(size.height as u32, v_max * 8)?,
+    };
 
     for component in components {
-        component.size.width = ceil_div(
-            size.width as u32 * component.horizontal_sampling_factor as u32 * component.dct_scale as u32,
-            h_max * 8,
-        )?;
-        component.size.height = ceil_div(
-            size.height as u32 * component.vertical_sampling_factor as u32 * component.dct_scale as u32,
-            v_max * 8,
-        )?;
+        component.size.width = ceil_div(size.width as u32 * component.horizontal_sampling_factor as u32 * component.dct_scale as u32, h_max * 8)?;
+        component.size.height = ceil_div(size.height as u32 * component.vertical_sampling_factor as u32 * component.dct_scale as u32, v_max * 8)?;
 
         component.block_size.width = mcu_size.width * component.horizontal_sampling_factor as u16;
         component.block_size.height = mcu_size.height * component.vertical_sampling_factor as u16;
@@ -324,7 +320,9 @@ fn test_update_component_sizes() {
         size: Dimensions { width: 0, height: 0 },
         block_size: Dimensions { width: 0, height: 0 },
     }];
-    let mcu = update_component_sizes(Dimensions { width: 800, height: 280 }, &mut components).unwrap();
+    let mcu = update_component_sizes(
+        Dimensions { width: 800, height: 280 },
+        &mut components).unwrap();
     assert_eq!(mcu, Dimensions { width: 50, height: 18 });
     assert_eq!(components[0].block_size, Dimensions { width: 100, height: 36 });
     assert_eq!(components[0].size, Dimensions { width: 800, height: 280 });
@@ -351,17 +349,12 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
     let mut dc_table_indices = Vec::with_capacity(component_count as usize);
     let mut ac_table_indices = Vec::with_capacity(component_count as usize);
 
-    for _ in 0..component_count {
+    for _ in 0 .. component_count {
         let identifier = read_u8(reader)?;
 
         let component_index = match frame.components.iter().position(|c| c.identifier == identifier) {
             Some(value) => value,
-            None => {
-                return Err(Error::Format(format!(
-                    "scan component identifier {} does not match any of the component identifiers defined in the frame",
-                    identifier
-                )))
-            }
+            None => return Err(Error::Format(format!("scan component identifier {} does not match any of the component identifiers defined in the frame", identifier))),
         };
 
         // Each of the scan's components must be unique.
@@ -371,9 +364,7 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
 
         // "... the ordering in the scan header shall follow the ordering in the frame header."
         if component_index < *component_indices.iter().max().unwrap_or(&0) {
-            return Err(Error::Format(
-                "the scan component order does not follow the order in the frame header".to_owned(),
-            ));
+            return Err(Error::Format("the scan component order does not follow the order in the frame header".to_owned()));
         }
 
         let byte = read_u8(reader)?;
@@ -392,12 +383,9 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
         ac_table_indices.push(ac_table_index as usize);
     }
 
-    let blocks_per_mcu = component_indices
-        .iter()
-        .map(|&i| {
-            frame.components[i].horizontal_sampling_factor as u32 * frame.components[i].vertical_sampling_factor as u32
-        })
-        .fold(0, ops::Add::add);
+    let blocks_per_mcu = component_indices.iter().map(|&i| {
+        frame.components[i].horizontal_sampling_factor as u32 * frame.components[i].vertical_sampling_factor as u32
+    }).fold(0, ops::Add::add);
 
     if component_count > 1 && blocks_per_mcu > 10 {
         return Err(Error::Format("scan with more than one component and more than 10 blocks per MCU".to_owned()));
@@ -418,42 +406,33 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
     let point_transform = successive_approximation_low;
 
     if point_transform >= frame.precision {
-        return Err(Error::Format("invalid point transform, must be less than the frame precision".to_owned()));
+        return Err(Error::Format(
+            "invalid point transform, must be less than the frame precision".to_owned(),
+        ));
     }
 
     if frame.coding_process == CodingProcess::DctProgressive {
         predictor_selection = Predictor::NoPrediction;
-        if spectral_selection_end > 63
-            || spectral_selection_start > spectral_selection_end
-            || (spectral_selection_start == 0 && spectral_selection_end != 0)
-        {
-            return Err(Error::Format(format!(
-                "invalid spectral selection parameters: ss={}, se={}",
-                spectral_selection_start, spectral_selection_end
-            )));
+        if spectral_selection_end > 63 || spectral_selection_start > spectral_selection_end ||
+                (spectral_selection_start == 0 && spectral_selection_end != 0) {
+            return Err(Error::Format(format!("invalid spectral selection parameters: ss={}, se={}", spectral_selection_start, spectral_selection_end)));
         }
         if spectral_selection_start != 0 && component_count != 1 {
-            return Err(Error::Format(
-                "spectral selection scan with AC coefficients can't have more than one component".to_owned(),
-            ));
+            return Err(Error::Format("spectral selection scan with AC coefficients can't have more than one component".to_owned()));
         }
 
         if successive_approximation_high > 13 || successive_approximation_low > 13 {
-            return Err(Error::Format(format!(
-                "invalid successive approximation parameters: ah={}, al={}",
-                successive_approximation_high, successive_approximation_low
-            )));
+            return Err(Error::Format(format!("invalid successive approximation parameters: ah={}, al={}", successive_approximation_high, successive_approximation_low)));
         }
 
         // Section G.1.1.1.2
         // "Each scan which follows the first scan for a given band progressively improves
         //     the precision of the coefficients by one bit, until full precision is reached."
         if successive_approximation_high != 0 && successive_approximation_high != successive_approximation_low + 1 {
-            return Err(Error::Format(
-                "successive approximation scan with more than one bit of improvement".to_owned(),
-            ));
+            return Err(Error::Format("successive approximation scan with more than one bit of improvement".to_owned()));
         }
-    } else if frame.coding_process == CodingProcess::Lossless {
+    }
+    else if frame.coding_process == CodingProcess::Lossless {
         if spectral_selection_end != 0 {
             return Err(Error::Format("spectral selection end shall be zero in lossless scan".to_owned()));
         }
@@ -471,9 +450,10 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
             7 => Predictor::RaRb,
             _ => {
                 return Err(Error::Format(format!("invalid predictor selection value: {}", spectral_selection_start)));
-            }
+            },
         };
-    } else {
+    }
+    else {
         predictor_selection = Predictor::NoPrediction;
         if spectral_selection_end == 0 {
             spectral_selection_end = 63;
@@ -490,7 +470,10 @@ pub fn parse_sos<R: Read>(reader: &mut R, frame: &FrameInfo) -> Result<ScanInfo>
         component_indices,
         dc_table_indices,
         ac_table_indices,
-        spectral_selection: Range { start: spectral_selection_start, end: spectral_selection_end + 1 },
+        spectral_selection: Range {
+            start: spectral_selection_start,
+            end: spectral_selection_end + 1,
+        },
         predictor_selection,
         successive_approximation_high,
         successive_approximation_low,
@@ -550,10 +533,7 @@ pub fn parse_dqt<R: Read>(reader: &mut R) -> Result<[Option<[u16; 64]>; 4]> {
 
 // Section B.2.4.2
 #[allow(clippy::type_complexity)]
-pub fn parse_dht<R: Read>(
-    reader: &mut R,
-    is_baseline: Option<bool>,
-) -> Result<(Vec<Option<HuffmanTable>>, Vec<Option<HuffmanTable>>)> {
+pub fn parse_dht<R: Read>(reader: &mut R, is_baseline: Option<bool>) -> Result<(Vec<Option<HuffmanTable>>, Vec<Option<HuffmanTable>>)> {
     let mut length = read_length(reader, DHT)?;
     let mut dc_tables = vec![None, None, None, None];
     let mut ac_tables = vec![None, None, None, None];
@@ -581,9 +561,11 @@ pub fn parse_dht<R: Read>(
 
         if size == 0 {
             return Err(Error::Format("encountered table with zero length in DHT".to_owned()));
-        } else if size > 256 {
+        }
+        else if size > 256 {
             return Err(Error::Format("encountered table with excessive length in DHT".to_owned()));
-        } else if size > length - 17 {
+        }
+        else if size > length - 17 {
             return Err(Error::Format("invalid length in DHT".to_owned()));
         }
 
@@ -677,7 +659,11 @@ pub fn parse_app<R: Read>(reader: &mut R, marker: Marker) -> Result<Option<AppDa
                     let mut data = vec![0; length - bytes_read];
                     reader.read_exact(&mut data)?;
                     bytes_read += data.len();
-                    result = Some(AppData::Icc(IccChunk { seq_no: buffer[12], num_markers: buffer[13], data }));
+                    result = Some(AppData::Icc(IccChunk {
+                        seq_no: buffer[12],
+                        num_markers: buffer[13],
+                        data,
+                    }));
                 }
             }
         }
@@ -704,7 +690,7 @@ pub fn parse_app<R: Read>(reader: &mut R, marker: Marker) -> Result<Option<AppDa
                 bytes_read = buffer.len();
 
                 // http://www.sno.phy.queensu.ca/~phil/exiftool/TagNames/JPEG.html#Adobe
-                if buffer[0..6] == *b"Adobe\0" {
+                if buffer[0 .. 6] == *b"Adobe\0" {
                     let color_transform = match buffer[11] {
                         0 => AdobeColorTransform::Unknown,
                         1 => AdobeColorTransform::YCbCr,
@@ -715,8 +701,8 @@ pub fn parse_app<R: Read>(reader: &mut R, marker: Marker) -> Result<Option<AppDa
                     result = Some(AppData::Adobe(color_transform));
                 }
             }
-        }
-        _ => {}
+        },
+        _ => {},
     }
 
     skip_bytes(reader, length - bytes_read)?;

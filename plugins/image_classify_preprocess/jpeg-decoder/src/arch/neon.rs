@@ -119,7 +119,14 @@ pub unsafe fn dequantize_and_idct_block_8x8(
     // The loop below will write to positions [output_linestride * i, output_linestride * i + 8)
     // for 0<=i<8. Thus, the last accessed position is at an offset of output_linestrade * 7 + 7,
     // and if that position is in-bounds, so are all other accesses.
-    assert!(output.len() > output_linestride.checked_mul(7).unwrap().checked_add(7).unwrap());
+    assert!(
+        output.len()
+            > output_linestride
+                .checked_mul(7)
+                .unwrap()
+                .checked_add(7)
+                .unwrap()
+    );
 
     const SHIFT: i32 = 3;
 
@@ -152,7 +159,10 @@ pub unsafe fn dequantize_and_idct_block_8x8(
 
         let data_with_offset = vqaddq_s16(data[i], vdupq_n_s16(OFFSET + ROUNDING_BIAS));
 
-        vst1_u8(output.as_mut_ptr().wrapping_add(output_linestride * i), vqshrun_n_s16(data_with_offset, SHIFT + 3));
+        vst1_u8(
+            output.as_mut_ptr().wrapping_add(output_linestride * i),
+            vqshrun_n_s16(data_with_offset, SHIFT + 3),
+        );
     }
 }
 
@@ -201,7 +211,10 @@ pub unsafe fn color_convert_line_ycbcr(y: &[u8], cb: &[u8], cr: &[u8], output: &
         let b = vqshrun_n_s16(b, SHIFT);
 
         // Shuffle + store.
-        vst3_u8(output.as_mut_ptr().wrapping_add(24 * i), uint8x8x3_t(r, g, b));
+        vst3_u8(
+            output.as_mut_ptr().wrapping_add(24 * i),
+            uint8x8x3_t(r, g, b),
+        );
     }
 
     num_vecs * 8

@@ -130,7 +130,14 @@ pub unsafe fn dequantize_and_idct_block_8x8(
     // The loop below will write to positions [output_linestride * i, output_linestride * i + 8)
     // for 0<=i<8. Thus, the last accessed position is at an offset of output_linestrade * 7 + 7,
     // and if that position is in-bounds, so are all other accesses.
-    assert!(output.len() > output_linestride.checked_mul(7).unwrap().checked_add(7).unwrap());
+    assert!(
+        output.len()
+            > output_linestride
+                .checked_mul(7)
+                .unwrap()
+                .checked_add(7)
+                .unwrap()
+    );
 
     #[cfg(target_arch = "x86")]
     use std::arch::x86::*;
@@ -171,7 +178,10 @@ pub unsafe fn dequantize_and_idct_block_8x8(
 
         _mm_storeu_si128(
             buf.as_mut_ptr() as *mut _,
-            _mm_packus_epi16(_mm_srai_epi16(data_with_offset, SHIFT + 3), _mm_setzero_si128()),
+            _mm_packus_epi16(
+                _mm_srai_epi16(data_with_offset, SHIFT + 3),
+                _mm_setzero_si128(),
+            ),
         );
         std::ptr::copy_nonoverlapping::<u8>(
             buf.as_ptr(),
@@ -203,7 +213,9 @@ pub unsafe fn color_convert_line_ycbcr(y: &[u8], cb: &[u8], cr: &[u8], output: &
         let cr = _mm_loadu_si128(cr.as_ptr().wrapping_add(i * 8) as *const _);
 
         // Convert to 16 bit.
-        let shuf16 = _mm_setr_epi8(0, -0x7F, 1, -0x7F, 2, -0x7F, 3, -0x7F, 4, -0x7F, 5, -0x7F, 6, -0x7F, 7, -0x7F);
+        let shuf16 = _mm_setr_epi8(
+            0, -0x7F, 1, -0x7F, 2, -0x7F, 3, -0x7F, 4, -0x7F, 5, -0x7F, 6, -0x7F, 7, -0x7F,
+        );
         let y = _mm_slli_epi16(_mm_shuffle_epi8(y, shuf16), SHIFT);
         let cb = _mm_slli_epi16(_mm_shuffle_epi8(cb, shuf16), SHIFT);
         let cr = _mm_slli_epi16(_mm_shuffle_epi8(cr, shuf16), SHIFT);
@@ -236,10 +248,13 @@ pub unsafe fn color_convert_line_ycbcr(y: &[u8], cb: &[u8], cr: &[u8], output: &
         // Control vectors for _mm_shuffle_epi8. -0x7F is selected so that the resulting position
         // after _mm_shuffle_epi8 will be filled with 0, so that the r, g, and b vectors can then
         // be OR-ed together.
-        let shufr =
-            _mm_setr_epi8(0, -0x7F, -0x7F, 1, -0x7F, -0x7F, 2, -0x7F, -0x7F, 3, -0x7F, -0x7F, 4, -0x7F, -0x7F, 5);
-        let shufg =
-            _mm_setr_epi8(-0x7F, 0, -0x7F, -0x7F, 1, -0x7F, -0x7F, 2, -0x7F, -0x7F, 3, -0x7F, -0x7F, 4, -0x7F, -0x7F);
+        let shufr = _mm_setr_epi8(
+            0, -0x7F, -0x7F, 1, -0x7F, -0x7F, 2, -0x7F, -0x7F, 3, -0x7F, -0x7F, 4, -0x7F, -0x7F, 5,
+        );
+        let shufg = _mm_setr_epi8(
+            -0x7F, 0, -0x7F, -0x7F, 1, -0x7F, -0x7F, 2, -0x7F, -0x7F, 3, -0x7F, -0x7F, 4, -0x7F,
+            -0x7F,
+        );
         let shufb = _mm_alignr_epi8(shufg, shufg, 15);
 
         let rgb_low = _mm_or_si128(
@@ -262,7 +277,11 @@ pub unsafe fn color_convert_line_ycbcr(y: &[u8], cb: &[u8], cr: &[u8], output: &
         let mut data = [0u8; 32];
         _mm_storeu_si128(data.as_mut_ptr() as *mut _, rgb_low);
         _mm_storeu_si128(data.as_mut_ptr().wrapping_add(16) as *mut _, rgb_hi);
-        std::ptr::copy_nonoverlapping::<u8>(data.as_ptr(), output.as_mut_ptr().wrapping_add(24 * i), 24);
+        std::ptr::copy_nonoverlapping::<u8>(
+            data.as_ptr(),
+            output.as_mut_ptr().wrapping_add(24 * i),
+            24,
+        );
     }
 
     num_vecs * 8

@@ -18,11 +18,21 @@ impl<R: Read> Decoder<R> {
         assert!(ncomp <= MAX_COMPONENTS);
         let mut results = vec![vec![0u16; npixel]; ncomp];
 
-        let components: Vec<Component> = scan.component_indices.iter().map(|&i| frame.components[i].clone()).collect();
+        let components: Vec<Component> = scan
+            .component_indices
+            .iter()
+            .map(|&i| frame.components[i].clone())
+            .collect();
 
         // Verify that all required huffman tables has been set.
-        if scan.dc_table_indices.iter().any(|&i| self.dc_huffman_tables[i].is_none()) {
-            return Err(Error::Format("scan makes use of unset dc huffman table".to_owned()));
+        if scan
+            .dc_table_indices
+            .iter()
+            .any(|&i| self.dc_huffman_tables[i].is_none())
+        {
+            return Err(Error::Format(
+                "scan makes use of unset dc huffman table".to_owned(),
+            ));
         }
 
         let mut huffman = HuffmanDecoder::new();
@@ -74,7 +84,9 @@ impl<R: Read> Decoder<R> {
                 }
 
                 for (i, _component) in components.iter().enumerate() {
-                    let dc_table = self.dc_huffman_tables[scan.dc_table_indices[i]].as_ref().unwrap();
+                    let dc_table = self.dc_huffman_tables[scan.dc_table_indices[i]]
+                        .as_ref()
+                        .unwrap();
                     let value = huffman.decode(reader, dc_table)?;
                     let diff = match value {
                         0 => 0,
@@ -83,7 +95,9 @@ impl<R: Read> Decoder<R> {
                         _ => {
                             // Section F.1.2.1.1
                             // Table F.1
-                            return Err(Error::Format("invalid DC difference magnitude category".to_owned()));
+                            return Err(Error::Format(
+                                "invalid DC difference magnitude category".to_owned(),
+                            ));
                         }
                     };
                     differences[i].push(diff);
@@ -136,9 +150,11 @@ impl<R: Read> Decoder<R> {
                             ra[i] = results[i][mcu_y * frame.image_size.width as usize + mcu_x - 1];
                         }
                         if mcu_y > 0 {
-                            rb[i] = results[i][(mcu_y - 1) * frame.image_size.width as usize + mcu_x];
+                            rb[i] =
+                                results[i][(mcu_y - 1) * frame.image_size.width as usize + mcu_x];
                             if mcu_x > 0 {
-                                rc[i] = results[i][(mcu_y - 1) * frame.image_size.width as usize + (mcu_x - 1)];
+                                rc[i] = results[i]
+                                    [(mcu_y - 1) * frame.image_size.width as usize + (mcu_x - 1)];
                             }
                         }
                         let prediction = predict(
@@ -150,7 +166,8 @@ impl<R: Read> Decoder<R> {
                             frame.precision,
                             mcu_x,
                             mcu_y,
-                            self.restart_interval > 0 && mcus_left_until_restart == self.restart_interval - 1,
+                            self.restart_interval > 0
+                                && mcus_left_until_restart == self.restart_interval - 1,
                         );
                         let result = ((prediction + diff) & 0xFFFF) as u16; // modulo 2^16
                         results[i][mcu_y * width + mcu_x] = result << scan.point_transform;
@@ -220,7 +237,8 @@ pub fn compute_image_lossless(frame: &FrameInfo, mut data: Vec<Vec<u16>>) -> Res
         let decoded = convert_to_u8(frame, data.remove(0));
         Ok(decoded)
     } else {
-        let mut decoded: Vec<u16> = vec![0u16; ncomp * output_size.width as usize * output_size.height as usize];
+        let mut decoded: Vec<u16> =
+            vec![0u16; ncomp * output_size.width as usize * output_size.height as usize];
         for (x, chunk) in decoded.chunks_mut(ncomp).enumerate() {
             for (i, (component_data, _)) in data.iter().zip(components.iter()).enumerate() {
                 chunk[i] = component_data[x];

@@ -1,4 +1,5 @@
 mod immediate;
+#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod multithreaded;
 
 use crate::decoder::{choose_color_convert_func, ColorTransform, Region};

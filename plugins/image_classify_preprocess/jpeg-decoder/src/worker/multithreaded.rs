@@ -41,21 +41,31 @@ impl MpscWorker {
         // and in all other message-passing methods because there's not that many rows
         // and this should be cheaper than spawning MAX_COMPONENTS many threads up front
         let sender = self.senders[component].as_mut().unwrap();
-        sender.send(WorkerMsg::Start(row_data)).expect("jpeg-decoder worker thread error");
+        sender
+            .send(WorkerMsg::Start(row_data))
+            .expect("jpeg-decoder worker thread error");
         Ok(())
     }
 
     fn append_row(&mut self, row: (usize, Vec<i16>)) -> Result<()> {
         let component = row.0;
         let sender = self.senders[component].as_mut().unwrap();
-        sender.send(WorkerMsg::AppendRow(row.1)).expect("jpeg-decoder worker thread error");
+        sender
+            .send(WorkerMsg::AppendRow(row.1))
+            .expect("jpeg-decoder worker thread error");
         Ok(())
     }
 
-    fn get_result_with(&mut self, index: usize, collect: impl FnOnce(Receiver<Vec<u8>>) -> Vec<u8>) -> Result<Vec<u8>> {
+    fn get_result_with(
+        &mut self,
+        index: usize,
+        collect: impl FnOnce(Receiver<Vec<u8>>) -> Vec<u8>,
+    ) -> Result<Vec<u8>> {
         let (tx, rx) = mpsc::channel();
         let sender = mem::take(&mut self.senders[index]).unwrap();
-        sender.send(WorkerMsg::GetResult(tx)).expect("jpeg-decoder worker thread error");
+        sender
+            .send(WorkerMsg::GetResult(tx))
+            .expect("jpeg-decoder worker thread error");
         Ok(collect(rx))
     }
 }
@@ -102,7 +112,8 @@ fn create_worker() -> (Sender<WorkerMsg>, impl FnOnce() + 'static) {
 
 fn spawn_worker_thread(component: usize) -> Result<Sender<WorkerMsg>> {
     let (tx, worker) = create_worker();
-    let thread_builder = std::thread::Builder::new().name(format!("worker thread for component {}", component));
+    let thread_builder =
+        std::thread::Builder::new().name(format!("worker thread for component {}", component));
     thread_builder.spawn(worker)?;
     Ok(tx)
 }
