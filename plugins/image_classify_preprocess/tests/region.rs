@@ -4,42 +4,15 @@
 //! shrinks; and it did leave pixels out (else the comparison would prove nothing).
 use std::ops::Range;
 
+use common::jpeg;
 use image_classify_preprocess::decode::{JpegDecoder, Settings, decode};
 use image_classify_preprocess::resize::{needed, resize_crop_normalise};
-use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+use jpeg_encoder::{ColorType, SamplingFactor};
+
+mod common;
 
 fn whole(width: usize, height: usize, _source: (usize, usize)) -> (Range<usize>, Range<usize>) {
     (0..width, 0..height)
-}
-
-/// A picture with gradients, hard edges and texture, `channels` bytes a pixel.
-fn picture(width: usize, height: usize, channels: usize) -> Vec<u8> {
-    let mut data = Vec::with_capacity(width * height * channels);
-    for y in 0..height {
-        for x in 0..width {
-            for c in 0..channels {
-                let gradient = (x * 255 / width.max(2) + y * 97 / height.max(2) + c * 60) % 256;
-                let edge = if (x / 37 + y / 23 + c) % 3 == 0 { 90 } else { 0 };
-                let texture = (x * 7 + y * 13 + c * 29) % 17;
-                data.push(((gradient + edge + texture) % 256) as u8);
-            }
-        }
-    }
-    data
-}
-
-fn jpeg(width: u16, height: u16, color: ColorType, sampling: SamplingFactor, progressive: bool) -> Vec<u8> {
-    let channels = match color {
-        ColorType::Luma => 1,
-        ColorType::Cmyk => 4,
-        _ => 3,
-    };
-    let mut out = Vec::new();
-    let mut encoder = Encoder::new(&mut out, 90);
-    encoder.set_sampling_factor(sampling);
-    encoder.set_progressive(progressive);
-    encoder.encode(&picture(width.into(), height.into(), channels), width, height, color).expect("encodes");
-    out
 }
 
 #[test]

@@ -15,11 +15,11 @@ use alloc::{format, vec};
 use core::cmp;
 use core::mem;
 use core::ops::Range;
-use std::io::Read;
+use std::io::BufRead; // nereus: the Huffman decoder's refill reads from the buffer (README.md)
 
 pub const MAX_COMPONENTS: usize = 4;
 
-#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
+#[rustfmt::skip] // nereus: only its reader's bound changed (BufRead), kept as upstream formatted it (README.md)
 mod lossless;
 use self::lossless::compute_image_lossless;
 
@@ -144,7 +144,7 @@ pub struct Decoder<R> {
     region: Option<Region>,
 }
 
-impl<R: Read> Decoder<R> {
+impl<R: BufRead> Decoder<R> {
     /// Creates a new `Decoder` using the reader `reader`.
     pub fn new(reader: R) -> Decoder<R> {
         Decoder {
@@ -990,7 +990,7 @@ impl<R: Read> Decoder<R> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn decode_block<R: Read>(
+fn decode_block<R: BufRead>(
     reader: &mut R,
     coefficients: &mut [i16; 64],
     huffman: &mut HuffmanDecoder,
@@ -1076,7 +1076,7 @@ fn decode_block<R: Read>(
     Ok(())
 }
 
-fn decode_block_successive_approximation<R: Read>(
+fn decode_block_successive_approximation<R: BufRead>(
     reader: &mut R,
     coefficients: &mut [i16; 64],
     huffman: &mut HuffmanDecoder,
@@ -1159,7 +1159,7 @@ fn decode_block_successive_approximation<R: Read>(
     Ok(())
 }
 
-fn refine_non_zeroes<R: Read>(
+fn refine_non_zeroes<R: BufRead>(
     reader: &mut R,
     coefficients: &mut [i16; 64],
     huffman: &mut HuffmanDecoder,

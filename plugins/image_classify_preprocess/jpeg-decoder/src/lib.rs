@@ -45,7 +45,6 @@ mod arch;
 mod decoder;
 #[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod error;
-#[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod huffman;
 #[rustfmt::skip] // nereus: unchanged from upstream, kept as upstream formatted it (README.md)
 mod idct;

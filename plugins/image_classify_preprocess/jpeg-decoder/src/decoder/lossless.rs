@@ -4,9 +4,9 @@ use crate::huffman::HuffmanDecoder;
 use crate::marker::Marker;
 use crate::parser::Predictor;
 use crate::parser::{Component, FrameInfo, ScanInfo};
-use std::io::Read;
+use std::io::BufRead; // nereus: the Huffman decoder's refill reads from the buffer (README.md)
 
-impl<R: Read> Decoder<R> {
+impl<R: BufRead> Decoder<R> {
     /// decode_scan_lossless
     pub fn decode_scan_lossless(
         &mut self,
