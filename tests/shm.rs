@@ -230,6 +230,40 @@ fn http_stream_of_requests_while_the_owner_truncates() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// Inputs are read in place from the server's mapping of the object, when the backend runs. Here the
+/// object shrinks after the request passed the frontend's checks and before the backend read it (the
+/// execution held by the test gate): where tritonserver dies of SIGBUS, the request gets a client
+/// error naming the region, and once the object is whole again the region serves (mapped afresh).
+#[test]
+fn an_input_object_that_shrinks_while_its_request_waits_fails_only_that_request() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
+    let (input, output) = (Object::new("win", 128), Object::new("wout", 128));
+    input.write_inputs();
+    register_http(&s, "win", &input);
+    register_http(&s, "wout", &output);
+    for round in 0..2 {
+        s.gate("simple", false);
+        let port = s.port;
+        let waiting = std::thread::spawn(move || {
+            http(port, "POST", "/v2/models/simple/infer", &[], shm_request("win", "wout").to_string().as_bytes())
+        });
+        s.wait_until("the execution to reach the gate", || s.executions("simple").0 == 1);
+        input.truncate(32 * round);
+        s.gate("simple", true);
+        let r = waiting.join().unwrap();
+        refused(&r, "win", &format!("shrank to {} bytes", 32 * round));
+        still_serving(&s);
+        input.truncate(128);
+        input.write_inputs();
+        let r = s.post_json("/v2/models/simple/infer", &shm_request("win", "wout"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(output.read_i32(0), (3..19).collect::<Vec<_>>());
+        assert_eq!(output.read_i32(64), (-3..13).collect::<Vec<_>>());
+    }
+}
+
 fn int64(v: i64) -> pb::InferParameter {
     pb::InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(v)) }
 }

@@ -10,6 +10,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::call_chain::CallChain;
 use crate::error::InferError;
+use crate::shm::ShmInputs;
 use crate::stats::{ModelStats, ResponseKind};
 use crate::tensor::DataType;
 use crate::trace::{Trace, TraceNode};
@@ -128,6 +129,9 @@ pub struct InferenceRequest {
     pub trace: Option<Trace>,
     /// The models that called it and the deadline it inherited (empty for a client's request).
     pub calls: CallChain,
+    /// The system shared memory its inputs are read from in place, checked when its answer comes
+    /// (`api::infer`).
+    pub shm_inputs: ShmInputs,
 }
 
 impl InferenceRequest {

@@ -16,12 +16,14 @@ pub type ShmOutputs = Vec<(String, ShmPlace)>;
 /// `endpoint` names the caller in the error a decoupled model answers with, as Triton words it.
 pub async fn run(
     server: &Server,
-    request: crate::request::InferenceRequest,
+    mut request: crate::request::InferenceRequest,
     shm_outputs: &ShmOutputs,
     classes: &ClassOutputs,
     endpoint: &str,
 ) -> Result<InferenceResponse, InferError> {
     let trace = request.trace.clone();
+    // Checked once the answer is in, when the backend is done with the inputs read in place.
+    let shm_inputs = std::mem::take(&mut request.shm_inputs);
     let receiver = server.infer(request, endpoint)?;
     let waiting = Waiting { server, answered: false };
     let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))?;
@@ -30,6 +32,7 @@ pub async fn run(
         trace.capture(FrontendEvent::InferResponseComplete, Instant::now());
     }
     let mut response = response?;
+    shm_inputs.check()?;
     write_shm_outputs(server.shm(), &response, shm_outputs)?;
     if !classes.is_empty() {
         let model = server.version(&response.model_name, Some(response.model_version))?;

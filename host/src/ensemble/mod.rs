@@ -397,6 +397,9 @@ impl Ensemble {
                     requested_outputs: s.outputs.iter().map(|(o, _)| o.clone()).collect(),
                     trace: step_trace.clone(),
                     calls: step_calls,
+                    // The ensemble's own request holds the leases of inputs read in place; its
+                    // answer is checked against them once every step is done.
+                    shm_inputs: Default::default(),
                 };
                 let answers = if self.decoupled && model.is_decoupled() {
                     model.infer_stream(step_request, caller).map(Answers::Stream)

@@ -215,6 +215,7 @@ fn zeros_for(name: &str, config: &ModelConfig) -> Result<InferenceRequest, Strin
         requested_outputs: Vec::new(),
         trace: None,
         calls: Default::default(),
+        shm_inputs: Default::default(),
     })
 }
 

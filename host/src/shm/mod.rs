@@ -9,6 +9,7 @@
 //! unregistering a name of the other kind does nothing. A request holds its regions (`Arc`), so a
 //! region unregistered while requests use it goes away when the last of them finishes.
 mod cuda;
+mod mapping;
 mod system;
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use parking_lot::RwLock;
 
 use cuda::CudaRegion;
 pub use cuda::HANDLE_SIZE as CUDA_HANDLE_SIZE;
-use system::SystemRegion;
+use system::{InputLease, SystemRegion};
 
 use crate::error::{ErrorKind, InferError};
 
@@ -225,10 +226,16 @@ impl SharedMemory {
         end_of(&place.region, region.byte_size(), place.offset, place.byte_size).map(drop)
     }
 
-    /// A host copy of `len` bytes at `offset` of region `name` (an input's data).
-    pub fn read(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, InferError> {
+    /// The `len` bytes at `offset` of region `name` (an input's data): a system region's read in
+    /// place, with a lease added to `leases` (checked once the backend is done), a CUDA region's
+    /// copied to the host.
+    pub fn read(&self, name: &str, offset: u64, len: u64, leases: &mut ShmInputs) -> Result<Bytes, InferError> {
         match self.region(name)? {
-            Region::System(r) => r.read(offset, len),
+            Region::System(r) => {
+                let (data, lease) = r.read(offset, len)?;
+                leases.0.extend(lease);
+                Ok(data)
+            }
             Region::Cuda(r) => r.read(offset, len),
         }
     }
@@ -246,6 +253,26 @@ impl SharedMemory {
             Region::System(r) => r.write(offset, data),
             Region::Cuda(r) => r.write(offset, data),
         }
+    }
+}
+
+/// The system shared memory a request's inputs are read from in place: after the backend is done
+/// with them, [`ShmInputs::check`] says whether the client shrank an object while they were read
+/// (`system.rs`).
+#[derive(Clone, Default)]
+pub struct ShmInputs(Vec<InputLease>);
+
+impl ShmInputs {
+    /// An error naming the region when a client shrank an object an input was read from while it
+    /// was read: the backend then saw zeros in place of the lost bytes, and its answer is void.
+    pub fn check(&self) -> Result<(), InferError> {
+        self.0.iter().try_for_each(|lease| lease.check())
+    }
+}
+
+impl std::fmt::Debug for ShmInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShmInputs({})", self.0.len())
     }
 }
 

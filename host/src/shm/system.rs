@@ -2,18 +2,25 @@
 //!
 //! The object belongs to the client, which may truncate, unlink or replace it at any moment.
 //! tritonserver maps it, and a read of a mapped page past a shrunk object's end kills the whole
-//! process with SIGBUS. Nereus never maps it: a region keeps the object's file descriptor, and each
-//! access first checks (one `stat` of the object's name) that the name still leads to the same object
-//! and that the object still holds the range, then copies with `pread`/`pwrite`, which report a range
-//! that vanished in between as a short count, never as a signal. Either way the request gets an
-//! error naming the region, and every other request carries on.
+//! process with SIGBUS. A region keeps the object's file descriptor, and each access first checks
+//! (one `stat` of the object's name) that the name still leads to the same object and that the
+//! object still holds the range. Then an input is a view of the region's mapping ([`Mapping`]: a
+//! page that the client shrinks away under it becomes a counted fault, not a signal), which the
+//! backend reads in place, and an output is copied into the mapping; the request checks, when the
+//! backend is done, that its mappings saw no fault ([`InputLease`]). Where no mapping could be made,
+//! `pread`/`pwrite` copy instead, which report a range that vanished as a short count. Either way a
+//! shrunk object fails the request with an error naming the region, and every other request carries
+//! on.
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 
 use super::end_of;
+use super::mapping::Mapping;
 use crate::error::InferError;
 
 /// Where Linux's `shm_open` keeps its objects (glibc's SHMDIR).
@@ -34,6 +41,40 @@ pub struct SystemRegion {
     path: PathBuf,
     /// The object's identity at registration: (device, inode).
     identity: (u64, u64),
+    /// The region mapped, while no access to it faulted; replaced after one (`None` where no mapping
+    /// could be made: the copies then go through `pread`/`pwrite`).
+    mapping: Mutex<Option<Arc<Mapping>>>,
+}
+
+/// A mapping a request's input was read from, to check once the backend is done with the input.
+#[derive(Clone)]
+pub struct InputLease {
+    mapping: Arc<Mapping>,
+    region: Arc<SystemRegion>,
+    /// The end of the input in the object.
+    end: u64,
+}
+
+impl InputLease {
+    /// An error when the client shrank the object while the input was being read: an access
+    /// faulted (the backend saw zeros for the lost pages), or the object now ends before the input
+    /// does (a shrink within the last page faults nothing; the kernel shows zeros past the end).
+    pub fn check(&self) -> Result<(), InferError> {
+        self.region.check_mapped(&self.mapping, self.end)
+    }
+}
+
+/// An input's bytes, read in place from the region's mapping.
+struct View {
+    mapping: Arc<Mapping>,
+    offset: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for View {
+    fn as_ref(&self) -> &[u8] {
+        self.mapping.slice(self.offset, self.len)
+    }
 }
 
 /// The file of the shared-memory object `key`, as glibc's `shm_open` names it: leading slashes
@@ -78,6 +119,7 @@ impl SystemRegion {
                 "failed to register shared memory region '{name}': invalid args ({byte_size} bytes at offset {offset} do not fit in '{key}', {size} bytes)"
             )));
         }
+        let mapping = usize::try_from(byte_size).ok().and_then(|len| Mapping::new(&file, offset, len)).map(Arc::new);
         Ok(SystemRegion {
             name: name.into(),
             key: key.into(),
@@ -86,7 +128,21 @@ impl SystemRegion {
             file,
             path,
             identity: (meta.dev(), meta.ino()),
+            mapping: Mutex::new(mapping),
         })
+    }
+
+    /// The region's mapping, made afresh when an access to the last one faulted (the object was
+    /// shrunk and, once `place` has passed, has grown back); `None` where none can be made.
+    fn mapping(&self) -> Option<Arc<Mapping>> {
+        let mut current = self.mapping.lock();
+        if current.as_ref().is_some_and(|m| !m.intact()) {
+            *current = usize::try_from(self.byte_size)
+                .ok()
+                .and_then(|len| Mapping::new(&self.file, self.offset, len))
+                .map(Arc::new);
+        }
+        current.clone()
     }
 
     /// The absolute position in the object of `len` bytes at `offset` of the region, checked against
@@ -111,6 +167,13 @@ impl SystemRegion {
         Ok(self.offset + offset)
     }
 
+    /// Whether the accesses to `mapping` up to `end` (in the object) reached the object: none
+    /// faulted and the object still reaches `end`.
+    fn check_mapped(&self, mapping: &Mapping, end: u64) -> Result<(), InferError> {
+        let size = self.current_size();
+        if mapping.intact() && size >= end { Ok(()) } else { Err(self.shrunk(size)) }
+    }
+
     fn shrunk(&self, size: u64) -> InferError {
         InferError::invalid(format!(
             "shared memory region '{}': its object '{}' shrank to {size} bytes after registration ({} bytes at offset {} registered)",
@@ -123,12 +186,23 @@ impl SystemRegion {
         self.file.metadata().map_or(0, |m| m.size())
     }
 
-    /// A copy of `len` bytes at `offset` of the region, read into a buffer that is not zeroed
-    /// first: `pread` fills it. Zeroing was a whole pass more over a megabyte tensor (its buffer is
-    /// a kept huge-page block, `large_pages.rs`, which a zeroed allocation must clear).
-    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, InferError> {
+    /// The `len` bytes at `offset` of the region: a view of its mapping, with the lease to check
+    /// once the backend is done with them, or, without a mapping, a copy.
+    pub fn read(self: &Arc<Self>, offset: u64, len: u64) -> Result<(Bytes, Option<InputLease>), InferError> {
         let at = self.place(offset, len)?;
         let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
+        if let Some(mapping) = self.mapping() {
+            let offset = usize::try_from(offset).map_err(|_| InferError::invalid("shared memory range too large"))?;
+            let data = Bytes::from_owner(View { mapping: mapping.clone(), offset, len });
+            return Ok((data, Some(InputLease { mapping, region: self.clone(), end: at + len as u64 })));
+        }
+        self.copy(at, len).map(|data| (data, None))
+    }
+
+    /// A copy of `len` bytes at `at` of the object, read into a buffer that is not zeroed first:
+    /// `pread` fills it. Zeroing was a whole pass more over a megabyte tensor (its buffer is a kept
+    /// huge-page block, `large_pages.rs`, which a zeroed allocation must clear).
+    fn copy(&self, at: u64, len: usize) -> Result<Bytes, InferError> {
         let mut data: Vec<u8> = Vec::with_capacity(len);
         read_exact_at(&self.file, &mut data.spare_capacity_mut()[..len], at)
             .map_err(|_| self.shrunk(self.current_size()))?;
@@ -140,9 +214,15 @@ impl SystemRegion {
         Ok(data.into())
     }
 
-    /// Writes `data` at `offset` of the region.
+    /// Writes `data` at `offset` of the region: into its mapping, checked afterwards for a fault
+    /// (the object shrunk meanwhile), or without one with `pwrite`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), InferError> {
         let at = self.place(offset, data.len() as u64)?;
+        if let Some(mapping) = self.mapping() {
+            let offset = usize::try_from(offset).map_err(|_| InferError::invalid("shared memory range too large"))?;
+            mapping.write(offset, data);
+            return self.check_mapped(&mapping, at + data.len() as u64);
+        }
         self.file.write_all_at(data, at).map_err(|e| {
             InferError::invalid(format!("shared memory region '{}': writing the output failed: {e}", self.name))
         })

@@ -126,7 +126,7 @@ pub fn request(
                     input.name
                 )));
             }
-            let data = shm.read(&place.region, place.offset, place.byte_size)?;
+            let data = shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?;
             request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
             continue;
         }

@@ -26,6 +26,7 @@ use crate::proto::inference as pb;
 use crate::request::{self, StreamItem, StreamReceiver, StreamTx};
 use crate::scheduler::Caller;
 use crate::server::Server;
+use crate::shm::ShmInputs;
 use crate::trace::{FrontendEvent, Trace};
 
 type Outgoing = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
@@ -52,6 +53,8 @@ struct Reply {
     /// an empty response marked final.
     empty_final: bool,
     shm_outputs: api::infer::ShmOutputs,
+    /// The shared memory its inputs were read from, checked before each answer goes out.
+    shm_inputs: ShmInputs,
     classes: api::classification::ClassOutputs,
     /// The model version answering it; `None` for a request refused before it had one.
     model: Option<Arc<ModelVersion>>,
@@ -123,14 +126,15 @@ fn start(
         trace.capture(FrontendEvent::GrpcWaitReadStart, since);
         trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
     }
-    let (mut shm_outputs, mut classes) = (Vec::new(), Vec::new());
+    let (mut shm_outputs, mut shm_inputs, mut classes) = (Vec::new(), ShmInputs::default(), Vec::new());
     let queued = convert::request(message, server.shm()).and_then(|(mut request, places, asked)| {
         (shm_outputs, classes) = (places, asked);
+        shm_inputs = std::mem::take(&mut request.shm_inputs);
         request.trace = trace.clone();
         let model = server.model_for(&request)?;
         Ok((request, model))
     });
-    (Reply { id, empty_final, shm_outputs, classes, model: None, trace }, queued)
+    (Reply { id, empty_final, shm_outputs, shm_inputs, classes, model: None, trace }, queued)
 }
 
 /// Forwards every request's answers to the client, in the order they were given.
@@ -200,7 +204,10 @@ impl Reply {
         };
         match item.response {
             Some(Ok(mut response)) => {
-                let shm = api::infer::write_shm_outputs(server.shm(), &response, &self.shm_outputs);
+                let shm = self
+                    .shm_inputs
+                    .check()
+                    .and_then(|()| api::infer::write_shm_outputs(server.shm(), &response, &self.shm_outputs));
                 match shm.and_then(|()| api::classification::apply(&mut response, &self.classes, &model.io)) {
                     Ok(()) => {
                         let mut response = convert::response(response, &self.shm_outputs);

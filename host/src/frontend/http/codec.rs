@@ -199,7 +199,7 @@ pub fn decode_request(
                         input.name
                     )));
                 }
-                shm.read(&place.region, place.offset, place.byte_size)?
+                shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?
             }
             (None, size) => match size {
                 Some(size) => {

@@ -158,6 +158,7 @@ pub fn start(
         requested_outputs: wanted.requested_outputs,
         trace: parent.sender.trace().map(|t| t.child()),
         calls,
+        shm_inputs: Default::default(),
     };
     let deadline = core.calls.deadline;
     // A called ensemble spawns its steps on the server's runtime.
