@@ -22,6 +22,9 @@ export NEREUS_ONNXRUNTIME_LIB NEREUS_REQUIRE_ONNXRUNTIME=1
 # tests/object_store.rs's S3-compatible server: named here, a missing one fails those tests.
 export NEREUS_MOTO_SERVER=$venv/bin/moto_server
 
+phase "the test build reuses the release build: no dev-dependency changes a shared crate's features (scripts/check-test-features.sh)"
+scripts/check-test-features.sh
+
 phase "cargo test (unit + integration)"
 cargo test --release --locked
 

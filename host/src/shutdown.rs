@@ -147,7 +147,11 @@ impl Countdown {
     /// Whole seconds to the deadline, rounded up: the timeout itself at first, as tritonserver
     /// logs it ("Timeout 30: …" with the default).
     fn seconds_left(&self) -> u64 {
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        self.seconds_left_at(Instant::now())
+    }
+
+    fn seconds_left_at(&self, now: Instant) -> u64 {
+        let left = self.deadline.saturating_duration_since(now);
         left.as_secs() + u64::from(left.subsec_nanos() > 0)
     }
 }
@@ -156,33 +160,34 @@ impl Countdown {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn the_countdown_starts_at_the_timeout_and_rounds_up() {
-        let countdown = Countdown::new(Duration::from_secs(30));
-        assert_eq!(countdown.seconds_left(), 30);
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(countdown.seconds_left(), 30);
-        tokio::time::advance(Duration::from_millis(999)).await;
-        assert_eq!(countdown.seconds_left(), 29);
-        tokio::time::advance(Duration::from_secs(40)).await;
-        assert_eq!(countdown.seconds_left(), 0);
+    #[test]
+    fn the_countdown_starts_at_the_timeout_and_rounds_up() {
+        let start = Instant::now();
+        let countdown = Countdown { deadline: start + Duration::from_secs(30) };
+        assert_eq!(countdown.seconds_left_at(start), 30);
+        assert_eq!(countdown.seconds_left_at(start + Duration::from_millis(1)), 30);
+        assert_eq!(countdown.seconds_left_at(start + Duration::from_millis(1000)), 29);
+        assert_eq!(countdown.seconds_left_at(start + Duration::from_secs(41)), 0);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn connections_drain_when_the_last_one_closes_and_not_after_the_deadline() {
+        // A deadline an hour away: the drain can only end because the connection closed.
         let connections = OpenConnections::default();
-        let countdown = Countdown::new(Duration::from_secs(5));
+        let countdown = Countdown::new(Duration::from_secs(3600));
         let guard = connections.grpc.open();
         let closer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::task::yield_now().await;
             drop(guard);
         });
-        assert!(drain_connections(&connections, &countdown).await);
-        assert!(countdown.seconds_left() >= 2, "drained when the connection closed, not at the deadline");
+        let drained = tokio::time::timeout(Duration::from_secs(60), drain_connections(&connections, &countdown));
+        assert!(drained.await.expect("the drain did not end when the last connection closed"));
         closer.await.unwrap();
 
+        // A deadline already past: a connection that stays open runs out the time at once.
         let _stays = connections.http.open();
-        assert!(!drain_connections(&connections, &countdown).await, "a connection that stays open runs out the time");
-        assert_eq!(countdown.seconds_left(), 0);
+        let passed = Countdown { deadline: Instant::now() };
+        assert!(!drain_connections(&connections, &passed).await, "a connection that stays open runs out the time");
+        assert_eq!(passed.seconds_left(), 0);
     }
 }

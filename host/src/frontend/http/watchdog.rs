@@ -30,15 +30,35 @@ impl Activity {
 
     /// Resolves once a whole `period` passes with no request started and none in flight.
     pub async fn quiet_for(&self, period: Duration) {
-        let mut seen = self.started.load(Ordering::Relaxed);
+        let mut watch = self.watch();
         loop {
             tokio::time::sleep(period).await;
-            let started = self.started.load(Ordering::Relaxed);
-            if started == seen && self.finished.load(Ordering::Relaxed) == started {
+            if watch.period_ended() {
                 return;
             }
-            seen = started;
         }
+    }
+
+    /// Starts watching: each [`Watch::period_ended`] then says whether the period before it was quiet.
+    fn watch(&self) -> Watch<'_> {
+        Watch { activity: self, seen: self.started.load(Ordering::Relaxed) }
+    }
+}
+
+/// The watchdog's view of its connection, period by period (the clock is [`Activity::quiet_for`]'s).
+struct Watch<'a> {
+    activity: &'a Activity,
+    /// Request heads received when the period began.
+    seen: u64,
+}
+
+impl Watch<'_> {
+    /// Ends a period: whether no request started in it and none is in flight. Begins the next one.
+    fn period_ended(&mut self) -> bool {
+        let started = self.activity.started.load(Ordering::Relaxed);
+        let quiet = started == self.seen && self.activity.finished.load(Ordering::Relaxed) == started;
+        self.seen = started;
+        quiet
     }
 }
 
@@ -54,56 +74,43 @@ impl Drop for InFlight<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Waker};
-
     use super::*;
 
-    const PERIOD: Duration = Duration::from_secs(10);
+    // The periods are counted here, not timed: `quiet_for` only sleeps one period between them.
 
-    /// Moves the paused clock on by `elapsed`, then says whether the watchdog has resolved.
-    async fn quiet_after(quiet: &mut Pin<Box<impl Future>>, elapsed: Duration) -> bool {
-        tokio::time::advance(elapsed).await;
-        quiet.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready()
+    #[test]
+    fn an_idle_connection_is_quiet_after_one_period() {
+        let activity = Activity::default();
+        let mut watch = activity.watch();
+        assert!(watch.period_ended());
     }
 
-    fn watch(activity: &Arc<Activity>) -> Pin<Box<impl Future + use<>>> {
-        let activity = activity.clone();
-        let mut quiet = Box::pin(async move { activity.quiet_for(PERIOD).await });
-        assert!(quiet.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-        quiet
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_is_quiet_after_one_period() {
-        let activity = Arc::new(Activity::default());
-        let mut quiet = watch(&activity);
-        assert!(!quiet_after(&mut quiet, PERIOD - Duration::from_millis(1)).await);
-        assert!(quiet_after(&mut quiet, Duration::from_millis(1)).await);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_request_in_flight_keeps_its_connection_however_long_it_runs() {
-        let activity = Arc::new(Activity::default());
-        let mut quiet = watch(&activity);
+    #[test]
+    fn a_request_in_flight_keeps_its_connection_however_long_it_runs() {
+        let activity = Activity::default();
+        let mut watch = activity.watch();
         let request = activity.begin();
         for _ in 0..5 {
-            assert!(!quiet_after(&mut quiet, PERIOD).await);
+            assert!(!watch.period_ended());
         }
         drop(request);
-        assert!(quiet_after(&mut quiet, PERIOD).await);
+        assert!(watch.period_ended());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_request_each_period_keeps_the_connection_open() {
-        let activity = Arc::new(Activity::default());
-        let mut quiet = watch(&activity);
+    #[test]
+    fn a_request_each_period_keeps_the_connection_open() {
+        let activity = Activity::default();
+        let mut watch = activity.watch();
         for _ in 0..5 {
             drop(activity.begin());
-            assert!(!quiet_after(&mut quiet, PERIOD).await);
+            assert!(!watch.period_ended());
         }
         // The first period in which no request starts closes it.
-        assert!(quiet_after(&mut quiet, PERIOD).await);
+        assert!(watch.period_ended());
+    }
+
+    #[tokio::test]
+    async fn quiet_for_resolves_for_an_idle_connection() {
+        Activity::default().quiet_for(Duration::from_millis(1)).await;
     }
 }
