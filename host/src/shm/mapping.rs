@@ -85,14 +85,14 @@ impl Mapping {
     /// Maps `len` bytes at `offset` of `file`. `None` when the guard's table is full, the range does not
     /// fit the address space or `mmap` fails (the caller then keeps to `pread`/`pwrite`).
     pub fn new(file: &File, offset: u64, len: usize) -> Option<Mapping> {
+        if len == 0 {
+            return None;
+        }
         install();
         let page = page_size();
         let skip = usize::try_from(offset % page as u64).ok()?;
         let mapped = len.checked_add(skip)?.checked_next_multiple_of(page)?;
         let file_offset = libc::off_t::try_from(offset - skip as u64).ok()?;
-        if len == 0 {
-            return None;
-        }
         let _taking = TAKING.lock().unwrap_or_else(|e| e.into_inner());
         let slot = TABLE.iter().position(|s| s.start.load(Ordering::Acquire) == 0)?;
         // SAFETY: a fresh shared mapping of a file this process opened read-write; the kernel picks

@@ -77,6 +77,11 @@ impl AsRef<[u8]> for View {
     }
 }
 
+/// The region of `byte_size` bytes at `offset` of `file`, mapped; `None` where it cannot be.
+fn map(file: &File, offset: u64, byte_size: u64) -> Option<Arc<Mapping>> {
+    usize::try_from(byte_size).ok().and_then(|len| Mapping::new(file, offset, len)).map(Arc::new)
+}
+
 /// The file of the shared-memory object `key`, as glibc's `shm_open` names it: leading slashes
 /// dropped, and no other slash (so a key cannot reach outside the shared-memory folder).
 fn object_path(key: &str) -> Option<PathBuf> {
@@ -119,7 +124,7 @@ impl SystemRegion {
                 "failed to register shared memory region '{name}': invalid args ({byte_size} bytes at offset {offset} do not fit in '{key}', {size} bytes)"
             )));
         }
-        let mapping = usize::try_from(byte_size).ok().and_then(|len| Mapping::new(&file, offset, len)).map(Arc::new);
+        let mapping = map(&file, offset, byte_size);
         Ok(SystemRegion {
             name: name.into(),
             key: key.into(),
@@ -137,10 +142,7 @@ impl SystemRegion {
     fn mapping(&self) -> Option<Arc<Mapping>> {
         let mut current = self.mapping.lock();
         if current.as_ref().is_some_and(|m| !m.intact()) {
-            *current = usize::try_from(self.byte_size)
-                .ok()
-                .and_then(|len| Mapping::new(&self.file, self.offset, len))
-                .map(Arc::new);
+            *current = map(&self.file, self.offset, self.byte_size);
         }
         current.clone()
     }
