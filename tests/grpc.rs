@@ -682,3 +682,110 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
         assert_eq!(m.infer_response.unwrap().raw_output_contents[0].as_ref(), 42i32.to_le_bytes());
     });
 }
+
+/// Sends `body` as one `ModelInfer` call over a bare HTTP/2 connection (no gRPC library in the
+/// way, so that the message may be malformed) and returns the call's `grpc-status` and
+/// `grpc-message`, from the headers of a trailers-only answer or from the trailers.
+async fn raw_model_infer(s: &Server, body: Vec<u8>) -> (String, String) {
+    use http_body_util::BodyExt;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc_port)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let request =
+        hyper::Request::post(format!("http://127.0.0.1:{}/inference.GRPCInferenceService/ModelInfer", s.grpc_port))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(http_body_util::Full::new(Bytes::from(body)))
+            .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let (parts, body) = response.into_parts();
+    let trailers = body.collect().await.unwrap().trailers().cloned().unwrap_or_default();
+    let get = |name: &str| {
+        let value = parts.headers.get(name).or_else(|| trailers.get(name));
+        value.map(|v| percent_decoded(v.to_str().unwrap())).unwrap_or_default()
+    };
+    (get("grpc-status"), get("grpc-message"))
+}
+
+/// A `grpc-message` as sent (percent-encoded, gRPC's rule) made text again.
+fn percent_decoded(value: &str) -> String {
+    let (bytes, mut out, mut i) = (value.as_bytes(), Vec::new(), 0);
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `ModelInfer` calls that nothing compresses are read and answered past tonic's codec
+/// (`frontend/grpc/direct.rs`). Their answers are the ones tonic gives a compressed call of the same
+/// request, large outputs included, and malformed messages get tonic's statuses, each failing
+/// alone.
+#[test]
+fn uncompressed_model_infer_answers_as_tonic_does() {
+    use prost::Message;
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let mut plain = client(&s).await.max_decoding_message_size(usize::MAX);
+        let encoding = tonic::codec::CompressionEncoding::Gzip;
+        let mut gzip = client(&s).await.send_compressed(encoding).max_decoding_message_size(usize::MAX);
+        // A small answer (one frame) and a large one (its tensor a frame of its own).
+        let values: Vec<f32> = (0..300_000).map(|i| i as f32 * 0.5).collect();
+        let large = pb::ModelInferRequest {
+            model_name: "identity_fp32".into(),
+            id: "large".into(),
+            inputs: vec![raw_input("INPUT0", "FP32", vec![1, values.len() as i64])],
+            raw_input_contents: vec![Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())],
+            ..Default::default()
+        };
+        for request in [simple(3, "small"), large] {
+            let direct = plain.model_infer(request.clone()).await.unwrap().into_inner();
+            let through_tonic = gzip.model_infer(request.clone()).await.unwrap().into_inner();
+            assert_eq!(direct, through_tonic, "{}", request.id);
+            assert_eq!(direct.id, request.id);
+            if request.model_name == "identity_fp32" {
+                assert_eq!(direct.raw_output_contents[0], request.raw_input_contents[0]);
+            } else {
+                assert_eq!(i32s(&direct.raw_output_contents[0]), (3..19).collect::<Vec<_>>());
+            }
+        }
+
+        let message = simple(2, "raw").encode_to_vec();
+        let framed = |flag: u8, length: usize, message: &[u8]| {
+            let mut body = vec![flag];
+            body.extend_from_slice(&(length as u32).to_be_bytes());
+            body.extend_from_slice(message);
+            body
+        };
+        // Well formed: OK.
+        assert_eq!(raw_model_infer(&s, framed(0, message.len(), &message)).await.0, "0");
+        // The compressed flag without a grpc-encoding: INTERNAL (13), as gRPC core and tonic say.
+        let (code, text) = raw_model_infer(&s, framed(1, message.len(), &message)).await;
+        assert_eq!(code, "13");
+        assert!(text.contains("compressed-flag but no grpc-encoding"), "{text}");
+        // A body that ends inside its message, and an empty one.
+        let (code, text) = raw_model_infer(&s, framed(0, message.len() + 10, &message)).await;
+        assert_eq!((code.as_str(), text.as_str()), ("13", "Unexpected EOF decoding stream."));
+        let (code, text) = raw_model_infer(&s, vec![]).await;
+        assert_eq!((code.as_str(), text.as_str()), ("13", "Missing request message."));
+        // Bytes that are not a ModelInferRequest: prost's error, INTERNAL.
+        let (code, text) = raw_model_infer(&s, framed(0, 3, &[0xff, 0xff, 0xff])).await;
+        assert_eq!(code, "13", "{text}");
+        // Every failure was the call's own.
+        let answer = plain.model_infer(simple(5, "after")).await.unwrap().into_inner();
+        assert_eq!(i32s(&answer.raw_output_contents[0]), (5..21).collect::<Vec<_>>());
+    });
+}

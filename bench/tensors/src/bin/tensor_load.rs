@@ -1,7 +1,11 @@
 //! tensor-load — a closed-loop load generator for one large FP32 tensor per request, over KServe v2
 //! HTTP (binary extension) or Triton's gRPC, inline or through system shared memory. Leaner than
 //! perf_analyzer where the payload dominates: the request body is one shared buffer written with
-//! vectored writes (HTTP) and responses are checked as they stream in rather than gathered.
+//! vectored writes and responses are checked as they stream in rather than gathered. Over gRPC the
+//! default client (`--grpc-client lean`) is hyper's HTTP/2 client with the message's fields encoded
+//! once and the tensor sent from the shared buffer behind them; tonic's generated client
+//! (`--grpc-client tonic`), which encodes every request into a buffer of its own and decodes every
+//! answer out of one, spent 2–3× the HTTP client's CPU a request and was the limit on 2 cores.
 //!
 //! Prints one line: throughput, p50/p99 latency, payload MB/s one way, and the CPU time per request of
 //! this client and (with --server-pid) of the server, so that a result can say which side limits it.
@@ -58,6 +62,11 @@ struct Args {
     /// Client runtime threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// The gRPC client: `lean` (hyper's HTTP/2 client; the request's fields encoded once, its tensor
+    /// sent from the shared buffer, answers checked frame by frame) or `tonic` (a generated client,
+    /// which encodes every request into a buffer and decodes every answer out of one).
+    #[arg(long, default_value = "lean")]
+    grpc_client: String,
 }
 
 /// What every request sends and what its answer must be.
@@ -299,11 +308,286 @@ async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, 
     Ok(done)
 }
 
+// ---- gRPC, lean ----
+
+/// The ModelInfer path.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// `raw_input_contents` and `raw_output_contents`' field numbers (grpc_service.proto).
+const RAW_INPUT_FIELD: u64 = 7;
+const RAW_OUTPUT_FIELD: u64 = 6;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A request's gRPC prefix and fields, up to and including the key and length of the raw input that
+/// follows them (`payload` bytes; none through shared memory): the same bytes as prost's encoding of
+/// the whole message, whose last field `raw_input_contents` is.
+fn grpc_head(message: &ModelInferRequest, payload: usize) -> Bytes {
+    use prost::Message;
+    let mut fields = message.encode_to_vec();
+    if payload > 0 {
+        put_varint(&mut fields, RAW_INPUT_FIELD << 3 | 2);
+        put_varint(&mut fields, payload as u64);
+    }
+    let mut head = vec![0u8];
+    head.extend_from_slice(&((fields.len() + payload) as u32).to_be_bytes());
+    head.extend_from_slice(&fields);
+    Bytes::from(head)
+}
+
+/// Bytes `[at, at + out.len())` of the chunks' concatenation; false when they end first.
+fn copy_out(chunks: &[Bytes], mut at: usize, out: &mut [u8]) -> bool {
+    let mut filled = 0;
+    for chunk in chunks {
+        if filled == out.len() {
+            break;
+        }
+        if at >= chunk.len() {
+            at -= chunk.len();
+            continue;
+        }
+        let take = (chunk.len() - at).min(out.len() - filled);
+        out[filled..filled + take].copy_from_slice(&chunk[at..at + take]);
+        filled += take;
+        at = 0;
+    }
+    filled == out.len()
+}
+
+/// Where the first `raw_output_contents` lies in an answer's body (gRPC prefix included): offset
+/// and length, read from the fields' keys and lengths only; `None` until `chunks` reach it.
+fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
+    let have: usize = chunks.iter().map(Bytes::len).sum();
+    let mut prefix = [0u8; 5];
+    if !copy_out(chunks, 0, &mut prefix) {
+        return Ok(None);
+    }
+    if prefix[0] != 0 {
+        bail!("not an uncompressed gRPC message");
+    }
+    let end = 5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    let mut at = 5;
+    // Ok(None): the bytes so far end inside a key or length.
+    let varint = |at: &mut usize| -> anyhow::Result<Option<u64>> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let mut b = [0u8];
+            if !copy_out(chunks, *at, &mut b) {
+                return Ok(None);
+            }
+            *at += 1;
+            v |= u64::from(b[0] & 0x7f) << shift;
+            if b[0] & 0x80 == 0 {
+                return Ok(Some(v));
+            }
+        }
+        bail!("a varint of more than 10 bytes")
+    };
+    while at < end {
+        let Some(key) = varint(&mut at)? else { return Ok(None) };
+        match key & 7 {
+            0 => {
+                if varint(&mut at)?.is_none() {
+                    return Ok(None);
+                }
+            }
+            1 => at += 8,
+            5 => at += 4,
+            2 => {
+                let Some(n) = varint(&mut at)? else { return Ok(None) };
+                if key >> 3 == RAW_OUTPUT_FIELD {
+                    return Ok(Some((at, n as usize)));
+                }
+                at += n as usize;
+            }
+            t => bail!("wire type {t}"),
+        }
+        if at > have && at < end {
+            return Ok(None);
+        }
+    }
+    bail!("no raw_output_contents in the answer")
+}
+
+/// Checks an answer's tensor as its frames arrive, keeping of them only what it must: the frames
+/// before the tensor's place is known, then its first and last bytes (all of it when `full`).
+struct GrpcCheck {
+    full: bool,
+    held: Vec<Bytes>,
+    /// Body offset of the next frame's first byte.
+    pos: usize,
+    /// The tensor's place in the body: offset and length.
+    place: Option<(usize, usize)>,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    all: Vec<u8>,
+    total: usize,
+}
+
+impl GrpcCheck {
+    fn new(full: bool) -> Self {
+        GrpcCheck { full, held: Vec::new(), pos: 0, place: None, head: vec![], tail: vec![], all: vec![], total: 0 }
+    }
+
+    fn frame(&mut self, data: Bytes, work: &Work) -> anyhow::Result<()> {
+        self.total += data.len();
+        if self.place.is_some() {
+            self.sample(&data);
+            self.pos += data.len();
+            return Ok(());
+        }
+        self.held.push(data);
+        if let Some((at, n)) = raw_output(&self.held)? {
+            let k = work.expected.len().min(64).min(n);
+            self.place = Some((at, n));
+            (self.head, self.tail) = (vec![0; k], vec![0; k]);
+            if self.full || work.kind == Kind::ReduceSum || n != work.expected.len() {
+                self.full = true;
+                self.all = vec![0; n];
+            }
+            for chunk in std::mem::take(&mut self.held) {
+                self.sample(&chunk);
+                self.pos += chunk.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies what of `data` (at body offset `self.pos`) falls in the head, tail or whole tensor.
+    fn sample(&mut self, data: &[u8]) {
+        let Some((at, n)) = self.place else { return };
+        let k = self.head.len();
+        let (from, to) = (self.pos, self.pos + data.len());
+        let put = |dst: &mut Vec<u8>, start: usize| {
+            let (lo, hi) = (from.max(start), to.min(start + dst.len()));
+            if lo < hi {
+                dst[lo - start..hi - start].copy_from_slice(&data[lo - from..hi - from]);
+            }
+        };
+        put(&mut self.head, at);
+        put(&mut self.tail, at + n - k);
+        if self.full {
+            put(&mut self.all, at);
+        }
+    }
+
+    fn finish(self, work: &Work) -> anyhow::Result<()> {
+        let Some((at, n)) = self.place else { bail!("no raw_output_contents in the answer") };
+        if self.total != at + n {
+            bail!("an answer of {} bytes, its tensor ending at {}", self.total, at + n);
+        }
+        if self.full {
+            return check(work, &self.all, true);
+        }
+        let (want, k) = (&work.expected, self.head.len());
+        if self.head[..] != want[..k] || self.tail[..] != want[want.len() - k..] {
+            bail!("answer differs from the input");
+        }
+        Ok(())
+    }
+}
+
+async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    use hyper_util::rt::TokioExecutor;
+    let a = &work.args;
+    let tcp = tokio::net::TcpStream::connect(&a.url).await.with_context(|| format!("connecting to {}", a.url))?;
+    tcp.set_nodelay(true)?;
+    // The windows of tonic's client above; frames of up to 1 MiB from the server (the server's own
+    // setting for the other way).
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(32 << 20)
+        .max_frame_size(1 << 20)
+        .handshake(TokioIo::new(tcp))
+        .await?;
+    tokio::spawn(conn);
+    let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
+    let mut input = InferInputTensor {
+        name: "INPUT0".into(),
+        datatype: "FP32".into(),
+        shape: work.shape.clone(),
+        ..Default::default()
+    };
+    let mut output = InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() };
+    if let Some(shm) = &shm {
+        // Registration is not measured: tonic's client does it.
+        let channel = Endpoint::from_shared(format!("http://{}", a.url))?.connect().await?;
+        let mut client = GrpcInferenceServiceClient::new(channel);
+        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
+            let req = SystemSharedMemoryRegisterRequest {
+                name: name.clone(),
+                key: format!("/{name}"),
+                offset: 0,
+                byte_size: r.len() as u64,
+            };
+            client.system_shared_memory_register(req).await?;
+        }
+        input.parameters = shm_params(&shm.input_name, work.input.len());
+        output.parameters = shm_params(&shm.output_name, work.expected.len());
+    }
+    let message = ModelInferRequest {
+        model_name: a.model.clone(),
+        inputs: vec![input],
+        outputs: vec![output],
+        ..Default::default()
+    };
+    let payload = if shm.is_some() { Bytes::new() } else { work.input.clone() };
+    let head = grpc_head(&message, payload.len());
+    let uri: hyper::Uri = format!("http://{}{MODEL_INFER}", a.url).parse()?;
+    let mut done = Vec::new();
+    let mut first = true;
+    while Instant::now() < work.end {
+        let t0 = Instant::now();
+        let req = hyper::Request::post(uri.clone())
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(head.clone().chain(payload.clone())))?;
+        sender.ready().await?;
+        let resp = sender.send_request(req).await?;
+        let (parts, mut body) = resp.into_parts();
+        let mut answer = GrpcCheck::new(first);
+        let mut status = parts.headers.get("grpc-status").cloned();
+        let mut message = parts.headers.get("grpc-message").cloned();
+        while let Some(frame) = body.frame().await {
+            match frame?.into_data() {
+                Ok(data) if shm.is_none() => answer.frame(data, &work)?,
+                Ok(_) => {}
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        status = trailers.get("grpc-status").cloned();
+                        message = trailers.get("grpc-message").cloned();
+                    }
+                }
+            }
+        }
+        if !parts.status.is_success() || status.as_ref().is_none_or(|s| s != "0") {
+            bail!("{} grpc-status {status:?}: {message:?}", parts.status);
+        }
+        match &shm {
+            Some(shm) => check(&work, shm.output.bytes(), first)?,
+            None => answer.finish(&work)?,
+        }
+        first = false;
+        let t1 = Instant::now();
+        done.push((t1, t1 - t0));
+    }
+    Ok(done)
+}
+
 fn main() -> std::process::ExitCode {
     exit_with("tensor-load", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if !["lean", "tonic"].contains(&args.grpc_client.as_str()) {
+        bail!("--grpc-client is lean or tonic");
+    }
     if args.bytes == 0 || !args.bytes.is_multiple_of(4) {
         bail!("--bytes must be a positive multiple of 4");
     }
@@ -326,7 +610,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         for w in 0..args.concurrency {
             let work = work.clone();
             tasks.push(tokio::spawn(async move {
-                if work.args.protocol == "grpc" { grpc_worker(w, work).await } else { http_worker(w, work).await }
+                match (work.args.protocol.as_str(), work.args.grpc_client.as_str()) {
+                    ("grpc", "tonic") => grpc_worker(w, work).await,
+                    ("grpc", _) => grpc_lean_worker(w, work).await,
+                    _ => http_worker(w, work).await,
+                }
             }));
         }
         // CPU time of both sides over the window.

@@ -2,6 +2,7 @@
 //! tonic. The service only translates: every decision is the server's.
 pub mod compression;
 pub mod convert;
+mod direct;
 mod stream;
 mod verbose;
 
@@ -70,7 +71,16 @@ pub struct GrpcFrontend {
 
 /// Refuses a call to a restricted protocol without its header, with Triton's status and message.
 fn allow<T>(restricted: &Restrictions, api: Api, request: &Request<T>) -> Result<(), Status> {
-    match restricted.refused(api, |name| request.metadata().get(name).and_then(|v| v.to_str().ok())) {
+    refuse(restricted.refused(api, |name| request.metadata().get(name).and_then(|v| v.to_str().ok())))
+}
+
+/// [`allow`] for a call read from its HTTP/2 headers ([`direct`]).
+fn allow_headers(restricted: &Restrictions, api: Api, headers: &hyper::http::HeaderMap) -> Result<(), Status> {
+    refuse(restricted.refused(api, |name| headers.get(name).and_then(|v| v.to_str().ok())))
+}
+
+fn refuse(missing: Option<&str>) -> Result<(), Status> {
+    match missing {
         None => Ok(()),
         Some(header) => {
             Err(status(InferError::restricted(format!("This protocol is restricted, expecting header '{header}'"))))
@@ -115,28 +125,13 @@ impl GrpcInferenceService for GrpcFrontend {
         self.server.metadata(&r.name, version).map(Response::new).map_err(status)
     }
 
+    /// Reached only by calls that compress (others are answered by [`direct`] before tonic).
     async fn model_infer(&self, r: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         allow(&self.restricted, Api::Inference, &r)?;
         // tonic hands the request over read: the wait for it is over when it begins.
-        let trace = start_trace(&self.server, r.get_ref(), r.metadata());
-        if let Some(trace) = &trace {
-            let now = Instant::now();
-            trace.capture(FrontendEvent::GrpcWaitReadStart, now);
-            trace.capture(FrontendEvent::GrpcWaitReadEnd, now);
-        }
-        let (mut request, shm_outputs, classes) =
-            convert::request(r.into_inner(), self.server.shm()).map_err(status)?;
-        request.trace = trace.clone();
-        let response =
-            api::infer::run(&self.server, request, &shm_outputs, &classes, "ModelInfer RPC").await.map_err(status)?;
-        if let Some(trace) = &trace {
-            trace.capture(FrontendEvent::GrpcSendStart, Instant::now());
-        }
-        let response = convert::response(response, &shm_outputs);
-        if let Some(trace) = &trace {
-            trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
-        }
-        Ok(Response::new(response))
+        let now = Instant::now();
+        let (metadata, _, message) = r.into_parts();
+        infer(&self.server, message, &metadata, (now, now)).await.map(Response::new)
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -351,6 +346,32 @@ impl GrpcInferenceService for GrpcFrontend {
     }
 }
 
+/// One `ModelInfer` call once its message is read, by tonic or by [`direct`]: `read` is when the
+/// wait for the message began and ended, `carrier` the call's headers (the trace context).
+async fn infer(
+    server: &Server,
+    message: pb::ModelInferRequest,
+    carrier: &(dyn Carrier + Sync),
+    read: (Instant, Instant),
+) -> Result<pb::ModelInferResponse, Status> {
+    let trace = start_trace(server, &message, carrier);
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::GrpcWaitReadStart, read.0);
+        trace.capture(FrontendEvent::GrpcWaitReadEnd, read.1);
+    }
+    let (mut request, shm_outputs, classes) = convert::request(message, server.shm()).map_err(status)?;
+    request.trace = trace.clone();
+    let response = api::infer::run(server, request, &shm_outputs, &classes, "ModelInfer RPC").await.map_err(status)?;
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::GrpcSendStart, Instant::now());
+    }
+    let response = convert::response(response, &shm_outputs);
+    if let Some(trace) = &trace {
+        trace.capture(FrontendEvent::GrpcSendEnd, Instant::now());
+    }
+    Ok(response)
+}
+
 /// Runs one request of a stream and forwards each of its responses. For a decoupled model every
 /// response carries `triton_final_response`; a completion without a response is sent as an empty
 /// final response only when the request set `triton_enable_empty_final_response`, as Triton does.
@@ -426,6 +447,14 @@ pub async fn serve(
     for &encoding in options.response_compression.response_encodings() {
         inference = inference.send_compressed(encoding);
     }
+    // ModelInfer calls that nothing compresses skip tonic's codec (see `direct`).
+    let direct = (options.response_compression == ResponseCompression::None).then(|| {
+        Arc::new(direct::Direct {
+            server: server.clone(),
+            restricted: options.restricted.clone(),
+            max_message_size: options.max_message_size,
+        })
+    });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
     let incoming = TcpListenerStream::new(listener).map(move |stream| {
         stream.map(|s| {
@@ -455,6 +484,7 @@ pub async fn serve(
         .http2_keepalive_timeout(options.keepalive_timeout)
         .layer(tower_layer::layer_fn(verbose::LogCalls))
         .layer(tower_layer::layer_fn(compression::InferOnly))
+        .layer(tower_layer::layer_fn(move |inner| direct::DirectInfer { direct: direct.clone(), inner }))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)

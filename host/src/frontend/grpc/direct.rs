@@ -1,0 +1,493 @@
+//! `ModelInfer` without tonic's codec, for calls neither side compresses.
+//!
+//! tonic reads a message into a buffer of its own and encodes the answer into another, so a
+//! tensor in `raw_output_contents` is copied once more on its way out than over HTTP, where the
+//! outputs go out behind the header as they are. For megabyte tensors that copy was a third of
+//! the server's CPU a request. This layer takes `ModelInfer` calls before tonic does:
+//! - **In:** the message is joined once, into a buffer of the size its gRPC prefix announces,
+//!   placed so that the first `raw_input_contents` lies on a 64-byte boundary (ONNX Runtime then
+//!   reads it where it is). prost decodes it from that buffer, the raw contents as slices of it.
+//! - **Out:** the answer's fields are encoded as prost would, except that a large raw output is
+//!   not copied behind them: it is the next data frame of the body, the buffer the backend
+//!   answered with.
+//!
+//! The bytes on the wire, the statuses and their messages are tonic's (tests in this module
+//! compare the two). A call that compresses, either way, goes to tonic, which knows how.
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
+use hyper::http::{self, HeaderMap, HeaderValue, Request, Response};
+use prost::Message;
+use tonic::Status;
+use tonic::body::Body;
+
+use super::infer;
+use crate::frontend::restricted::{Api, Restrictions};
+use crate::proto::inference as pb;
+use crate::server::Server;
+
+/// The call this layer answers.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// gRPC's message prefix: a compressed flag and a big-endian length.
+const PREFIX: usize = 5;
+
+/// `raw_input_contents` and `raw_output_contents`' field numbers (grpc_service.proto).
+const RAW_INPUT_FIELD: u64 = 7;
+const RAW_OUTPUT_FIELD: u32 = 6;
+
+/// Raw outputs smaller than this are copied behind the fields, so that a small answer is one data
+/// frame as tonic's is; larger ones are frames of their own.
+const INLINE_BELOW: usize = 64 << 10;
+
+/// What the direct path needs of the server; shared by every connection's copy of the layer.
+pub struct Direct {
+    pub server: Arc<Server>,
+    pub restricted: Arc<Restrictions>,
+    /// `--grpc-max-message-size` (tonic's decoding and encoding limits).
+    pub max_message_size: usize,
+}
+
+/// The layer's service: `ModelInfer` calls without compression go to [`serve`], everything else
+/// to `inner` (tonic's routes). `direct` is `None` when responses are to be compressed.
+#[derive(Clone)]
+pub struct DirectInfer<S> {
+    pub direct: Option<Arc<Direct>>,
+    pub inner: S,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> tower_service::Service<Request<Body>> for DirectInfer<S>
+where
+    S: tower_service::Service<Request<Body>, Response = Response<Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        match &self.direct {
+            Some(direct) if takes(&request) => {
+                let direct = direct.clone();
+                Box::pin(async move { Ok(serve(&direct, request).await) })
+            }
+            _ => Box::pin(self.inner.call(request)),
+        }
+    }
+}
+
+/// Whether a call is one this layer answers: a `ModelInfer` whose message is not compressed.
+fn takes(request: &Request<Body>) -> bool {
+    request.uri().path() == MODEL_INFER
+        && request.headers().get("grpc-encoding").is_none_or(|e| e.as_bytes() == b"identity")
+}
+
+/// Answers one call: the answer's frames, or tonic's trailers-only error.
+async fn serve(direct: &Direct, request: Request<Body>) -> Response<Body> {
+    match answer(direct, request).await {
+        Ok(frames) => {
+            let mut response = Response::new(Body::new(frames));
+            response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            response
+        }
+        Err(status) => status.into_http(),
+    }
+}
+
+async fn answer(direct: &Direct, request: Request<Body>) -> Result<Frames, Status> {
+    let (parts, body) = request.into_parts();
+    let read_start = Instant::now();
+    let message = read_message(body, direct.max_message_size).await?;
+    let read_end = Instant::now();
+    let message = pb::ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
+    super::allow_headers(&direct.restricted, Api::Inference, &parts.headers)?;
+    let response = infer(&direct.server, message, &parts.headers, (read_start, read_end)).await?;
+    encode(response, direct.max_message_size)
+}
+
+/// Reads a call's one message, joined once into a buffer of the length its prefix announces
+/// (tonic's limit and messages when it is longer than `limit` or cut short).
+async fn read_message(mut body: Body, limit: usize) -> Result<Bytes, Status> {
+    // Frames held until the first raw input's place in the message is known (they are the
+    // connection's buffers: holding them copies nothing).
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut seen = 0usize;
+    let mut len: Option<usize> = None;
+    let mut joined: Option<BytesMut> = None;
+    loop {
+        if let (Some(len), Some(buffer)) = (len, &joined)
+            && buffer.len() >= len
+        {
+            break;
+        }
+        let Some(frame) = body.frame().await else {
+            // The body ended before the message did (a whole one is joined by now).
+            return Err(Status::internal(if seen == 0 {
+                "Missing request message."
+            } else {
+                "Unexpected EOF decoding stream."
+            }));
+        };
+        let Ok(data) = frame?.into_data() else { continue };
+        seen += data.len();
+        if let Some(buffer) = &mut joined {
+            let want = len.unwrap_or(0) - buffer.len();
+            buffer.extend_from_slice(&data[..data.len().min(want)]);
+            continue;
+        }
+        held.push(data);
+        if len.is_none() {
+            if seen < PREFIX {
+                continue;
+            }
+            let mut prefix = [0u8; PREFIX];
+            copy_out(&held, 0, &mut prefix);
+            let n = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+            match prefix[0] {
+                0 => {}
+                1 => {
+                    return Err(Status::internal(
+                        "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+                    ));
+                }
+                f => {
+                    return Err(Status::internal(format!(
+                        "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
+                    )));
+                }
+            }
+            if n > limit {
+                return Err(Status::out_of_range(format!(
+                    "Error, decoded message length too large: found {n} bytes, the limit is: {limit} bytes"
+                )));
+            }
+            len = Some(n);
+        }
+        let n = len.unwrap_or(0);
+        match scan_raw_input(&held, seen.min(PREFIX + n), n) {
+            Scan::NeedMore if seen < PREFIX + n => {}
+            Scan::Found(at) => joined = Some(join(&held, n, Some(at))),
+            Scan::NeedMore | Scan::Absent => joined = Some(join(&held, n, None)),
+        }
+    }
+    // A unary call's body ends after its message; read it to the end as tonic does (its trailers
+    // would be metadata, which ModelInfer does not read).
+    while let Some(frame) = body.frame().await {
+        frame?;
+    }
+    Ok(joined.unwrap_or_default().freeze())
+}
+
+/// A buffer of capacity for the message's `len` bytes holding what of it `held` has, placed so
+/// that message offset `align` (the first raw input) lies on a 64-byte boundary.
+fn join(held: &[Bytes], len: usize, align: Option<usize>) -> BytesMut {
+    let mut buffer = BytesMut::with_capacity(len + 63);
+    if let Some(at) = align {
+        let address = buffer.as_ptr() as usize + at;
+        buffer.put_bytes(0, (64 - address % 64) % 64);
+    }
+    let pad = buffer.len();
+    let mut skip = PREFIX;
+    for chunk in held {
+        let from = skip.min(chunk.len());
+        skip -= from;
+        let want = (pad + len) - buffer.len();
+        let take = (chunk.len() - from).min(want);
+        buffer.extend_from_slice(&chunk[from..from + take]);
+    }
+    buffer.advance(pad);
+    buffer
+}
+
+/// Copies `out.len()` bytes from offset `at` of the chunks' concatenation.
+fn copy_out(chunks: &[Bytes], mut at: usize, out: &mut [u8]) {
+    let mut filled = 0;
+    for chunk in chunks {
+        if filled == out.len() {
+            break;
+        }
+        if at >= chunk.len() {
+            at -= chunk.len();
+            continue;
+        }
+        let take = (chunk.len() - at).min(out.len() - filled);
+        out[filled..filled + take].copy_from_slice(&chunk[at..at + take]);
+        filled += take;
+        at = 0;
+    }
+}
+
+/// Where the first raw input's bytes start in a message, as far as its bytes so far tell.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// At this offset of the message.
+    Found(usize),
+    /// Not in it (or the message does not parse: prost will say how).
+    Absent,
+    NeedMore,
+}
+
+/// Walks the message's top-level fields in `chunks` (the prefix first; `available` bytes of them
+/// are there) to the first `raw_input_contents`. Only the fields' keys and lengths are read: a
+/// field's bytes are skipped without being there.
+fn scan_raw_input(chunks: &[Bytes], available: usize, len: usize) -> Scan {
+    let byte = |at: usize| -> Option<u8> {
+        let at = PREFIX + at;
+        if at >= available {
+            return None;
+        }
+        let mut b = [0u8];
+        copy_out(chunks, at, &mut b);
+        Some(b[0])
+    };
+    let varint = |at: &mut usize| -> Result<u64, Scan> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = byte(*at).ok_or(Scan::NeedMore)?;
+            *at += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(Scan::Absent)
+    };
+    let mut at = 0usize;
+    let walk = |at: &mut usize| -> Result<usize, Scan> {
+        while *at < len {
+            let key = varint(at)?;
+            match key & 7 {
+                0 => {
+                    varint(at)?;
+                }
+                1 => *at += 8,
+                5 => *at += 4,
+                2 => {
+                    let n = usize::try_from(varint(at)?).map_err(|_| Scan::Absent)?;
+                    if key >> 3 == RAW_INPUT_FIELD {
+                        return Ok(*at);
+                    }
+                    *at = at.checked_add(n).ok_or(Scan::Absent)?;
+                }
+                _ => return Err(Scan::Absent),
+            }
+        }
+        Err(Scan::Absent)
+    };
+    match walk(&mut at) {
+        Ok(found) => Scan::Found(found),
+        Err(scan) => scan,
+    }
+}
+
+/// Encodes an answer as tonic would (the same bytes: prost writes fields in number order and
+/// `raw_output_contents` is the last), the prefix and fields in one frame and each large raw output
+/// in a frame of its own.
+fn encode(mut response: pb::ModelInferResponse, limit: usize) -> Result<Frames, Status> {
+    let raw = std::mem::take(&mut response.raw_output_contents);
+    let key = prost::encoding::encoded_len_varint(u64::from(RAW_OUTPUT_FIELD << 3 | 2));
+    let len = response.encoded_len()
+        + raw.iter().map(|r| key + prost::encoding::encoded_len_varint(r.len() as u64) + r.len()).sum::<usize>();
+    if len > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    let length = u32::try_from(len)
+        .map_err(|_| Status::out_of_range(format!("Error, encoded message length too large: found {len} bytes")))?;
+    let inline: usize = raw.iter().filter(|r| r.len() < INLINE_BELOW).map(Bytes::len).sum();
+    let mut head = BytesMut::with_capacity(PREFIX + len.min(response.encoded_len() + inline + 16 * raw.len()));
+    head.put_u8(0);
+    head.put_u32(length);
+    response.encode_raw(&mut head);
+    let mut chunks = VecDeque::new();
+    for r in raw {
+        prost::encoding::encode_key(RAW_OUTPUT_FIELD, prost::encoding::WireType::LengthDelimited, &mut head);
+        prost::encoding::encode_varint(r.len() as u64, &mut head);
+        if r.len() < INLINE_BELOW {
+            head.extend_from_slice(&r);
+        } else {
+            chunks.push_back(std::mem::take(&mut head).freeze());
+            chunks.push_back(r);
+        }
+    }
+    if !head.is_empty() {
+        chunks.push_back(head.freeze());
+    }
+    Ok(Frames { chunks, trailers: Some(ok_trailers()) })
+}
+
+/// `grpc-status: 0`, as tonic ends a call that succeeded.
+fn ok_trailers() -> HeaderMap {
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    trailers
+}
+
+/// An answer's body: its data frames, then the trailers.
+#[derive(Debug)]
+struct Frames {
+    chunks: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(chunk) = self.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::inference::model_infer_request::InferInputTensor;
+
+    fn request(raw: Vec<Bytes>) -> pb::ModelInferRequest {
+        pb::ModelInferRequest {
+            model_name: "identity_fp32".into(),
+            id: "r1".into(),
+            inputs: vec![InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "FP32".into(),
+                shape: vec![1, 4],
+                ..Default::default()
+            }],
+            raw_input_contents: raw,
+            ..Default::default()
+        }
+    }
+
+    /// A message as a client sends it: prefix and message, cut into frames of `frame` bytes.
+    fn framed(message: &impl Message, frame: usize) -> Vec<Bytes> {
+        let mut wire = vec![0u8];
+        wire.extend_from_slice(&(message.encoded_len() as u32).to_be_bytes());
+        message.encode(&mut wire).unwrap();
+        wire.chunks(frame).map(Bytes::copy_from_slice).collect()
+    }
+
+    #[test]
+    fn the_scan_finds_the_first_raw_input_however_the_message_is_cut() {
+        let m = request(vec![Bytes::from(vec![0xabu8; 1000]), Bytes::from(vec![9u8; 10])]);
+        let mut whole = Vec::new();
+        m.encode(&mut whole).unwrap();
+        let at = whole.windows(1000).position(|w| w.iter().all(|b| *b == 0xab)).unwrap();
+        for frame in [1, 3, 7, 64, 100_000] {
+            let chunks = framed(&m, frame);
+            let total: usize = chunks.iter().map(Bytes::len).sum();
+            assert_eq!(scan_raw_input(&chunks, total, whole.len()), Scan::Found(at), "frames of {frame}");
+        }
+        // Before the key of the raw input has arrived, it needs more.
+        let chunks = framed(&m, 100_000);
+        assert_eq!(scan_raw_input(&chunks, PREFIX + at - 3, whole.len()), Scan::NeedMore);
+        // A message without raw inputs has none.
+        let plain = request(vec![]);
+        let chunks = framed(&plain, 100_000);
+        assert_eq!(scan_raw_input(&chunks, PREFIX + plain.encoded_len(), plain.encoded_len()), Scan::Absent);
+    }
+
+    #[test]
+    fn a_joined_message_decodes_as_sent_with_its_raw_input_aligned() {
+        let m = request(vec![Bytes::from((0..4096u32).map(|i| i as u8).collect::<Vec<_>>())]);
+        for frame in [2, 5, 13, 1000, 1 << 20] {
+            let chunks = framed(&m, frame);
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Status>>(chunks.len() + 1);
+            for c in chunks {
+                tx.try_send(Ok(Frame::data(c))).unwrap();
+            }
+            drop(tx);
+            let body = Body::new(http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)));
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let joined = rt.block_on(read_message(body, usize::MAX)).unwrap();
+            let decoded = pb::ModelInferRequest::decode(joined).unwrap();
+            assert_eq!(decoded, m, "frames of {frame}");
+            assert_eq!(decoded.raw_input_contents[0].as_ptr() as usize % 64, 0, "frames of {frame}");
+        }
+    }
+
+    fn read(chunks: Vec<Bytes>, limit: usize) -> Result<Bytes, Status> {
+        let frames: Vec<Result<Frame<Bytes>, Status>> = chunks.into_iter().map(|c| Ok(Frame::data(c))).collect();
+        let body = Body::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)));
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(read_message(body, limit))
+    }
+
+    #[test]
+    fn bad_prefixes_and_short_bodies_get_tonics_statuses() {
+        let m = request(vec![Bytes::from_static(&[1, 2, 3, 4])]);
+        let len = m.encoded_len();
+        let too_long = read(framed(&m, 1 << 20), 10).unwrap_err();
+        assert_eq!(too_long.code(), tonic::Code::OutOfRange);
+        assert_eq!(
+            too_long.message(),
+            format!("Error, decoded message length too large: found {len} bytes, the limit is: 10 bytes")
+        );
+        let mut cut = framed(&m, 1 << 20);
+        cut[0].truncate(PREFIX + len - 1);
+        assert_eq!(read(cut, usize::MAX).unwrap_err().message(), "Unexpected EOF decoding stream.");
+        assert_eq!(read(vec![], usize::MAX).unwrap_err().message(), "Missing request message.");
+        let mut flagged = framed(&m, 1 << 20);
+        let mut first = flagged[0].to_vec();
+        first[0] = 1;
+        flagged[0] = Bytes::from(first);
+        let e = read(flagged, usize::MAX).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert!(e.message().contains("compressed-flag but no grpc-encoding"), "{}", e.message());
+        // An empty message is a message (every field at its default).
+        assert_eq!(read(vec![Bytes::from_static(&[0, 0, 0, 0, 0])], usize::MAX).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn an_answer_is_the_bytes_tonic_would_send_with_large_outputs_in_frames_of_their_own() {
+        let big = Bytes::from(vec![3u8; INLINE_BELOW + 1]);
+        let small = Bytes::from_static(b"abcd");
+        let response = pb::ModelInferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: "x".into(),
+            outputs: vec![Default::default(), Default::default(), Default::default()],
+            raw_output_contents: vec![small.clone(), big.clone(), Bytes::new()],
+            ..Default::default()
+        };
+        let mut want = vec![0u8];
+        want.extend_from_slice(&(response.encoded_len() as u32).to_be_bytes());
+        response.encode(&mut want).unwrap();
+        let frames = encode(response.clone(), usize::MAX).unwrap();
+        let got: Vec<u8> = frames.chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        assert_eq!(got, want);
+        // The large output is sent from the backend's buffer, not a copy.
+        assert!(frames.chunks.iter().any(|c| c.as_ptr() == big.as_ptr() && c.len() == big.len()));
+        assert_eq!(frames.trailers.as_ref().and_then(|t| t.get("grpc-status")).unwrap(), "0");
+        // Small answers are one frame.
+        let small_only = pb::ModelInferResponse { raw_output_contents: vec![small], ..response.clone() };
+        assert_eq!(encode(small_only, usize::MAX).unwrap().chunks.len(), 1);
+        let e = encode(response, 100).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::OutOfRange);
+        assert!(e.message().starts_with("Error, encoded message length too large"), "{}", e.message());
+    }
+}
