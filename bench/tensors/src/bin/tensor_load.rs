@@ -252,6 +252,41 @@ fn shm_params(region: &str, size: usize) -> std::collections::HashMap<String, In
     .collect()
 }
 
+/// The request's input and output as they are sent inline.
+fn grpc_tensors_inline(work: &Work) -> (InferInputTensor, InferRequestedOutputTensor) {
+    let input = InferInputTensor {
+        name: "INPUT0".into(),
+        datatype: "FP32".into(),
+        shape: work.shape.clone(),
+        ..Default::default()
+    };
+    (input, InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() })
+}
+
+/// The request's input and output: inline, or in the connection's shared memory regions, which it
+/// registers first.
+async fn grpc_tensors(
+    client: &mut GrpcInferenceServiceClient<Channel>,
+    shm: Option<&Shm>,
+    work: &Work,
+) -> anyhow::Result<(InferInputTensor, InferRequestedOutputTensor)> {
+    let (mut input, mut output) = grpc_tensors_inline(work);
+    if let Some(shm) = shm {
+        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
+            let req = SystemSharedMemoryRegisterRequest {
+                name: name.clone(),
+                key: format!("/{name}"),
+                offset: 0,
+                byte_size: r.len() as u64,
+            };
+            client.system_shared_memory_register(req).await?;
+        }
+        input.parameters = shm_params(&shm.input_name, work.input.len());
+        output.parameters = shm_params(&shm.output_name, work.expected.len());
+    }
+    Ok((input, output))
+}
+
 async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
     let a = &work.args;
     let channel: Channel = Endpoint::from_shared(format!("http://{}", a.url))?
@@ -265,26 +300,7 @@ async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, 
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
-    let mut input = InferInputTensor {
-        name: "INPUT0".into(),
-        datatype: "FP32".into(),
-        shape: work.shape.clone(),
-        ..Default::default()
-    };
-    let mut output = InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() };
-    if let Some(shm) = &shm {
-        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
-            let req = SystemSharedMemoryRegisterRequest {
-                name: name.clone(),
-                key: format!("/{name}"),
-                offset: 0,
-                byte_size: r.len() as u64,
-            };
-            client.system_shared_memory_register(req).await?;
-        }
-        input.parameters = shm_params(&shm.input_name, work.input.len());
-        output.parameters = shm_params(&shm.output_name, work.expected.len());
-    }
+    let (input, output) = grpc_tensors(&mut client, shm.as_ref(), &work).await?;
     let mut done = Vec::new();
     let mut first = true;
     while Instant::now() < work.end {
@@ -363,7 +379,6 @@ fn copy_out(chunks: &[Bytes], mut at: usize, out: &mut [u8]) -> bool {
 /// Where the first `raw_output_contents` lies in an answer's body (gRPC prefix included): offset
 /// and length, read from the fields' keys and lengths only; `None` until `chunks` reach it.
 fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
-    let have: usize = chunks.iter().map(Bytes::len).sum();
     let mut prefix = [0u8; 5];
     if !copy_out(chunks, 0, &mut prefix) {
         return Ok(None);
@@ -407,9 +422,6 @@ fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
                 at += n as usize;
             }
             t => bail!("wire type {t}"),
-        }
-        if at > have && at < end {
-            return Ok(None);
         }
     }
     bail!("no raw_output_contents in the answer")
@@ -508,29 +520,14 @@ async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Inst
         .await?;
     tokio::spawn(conn);
     let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
-    let mut input = InferInputTensor {
-        name: "INPUT0".into(),
-        datatype: "FP32".into(),
-        shape: work.shape.clone(),
-        ..Default::default()
-    };
-    let mut output = InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() };
-    if let Some(shm) = &shm {
-        // Registration is not measured: tonic's client does it.
-        let channel = Endpoint::from_shared(format!("http://{}", a.url))?.connect().await?;
-        let mut client = GrpcInferenceServiceClient::new(channel);
-        for (name, r) in [(&shm.input_name, &shm.input), (&shm.output_name, &shm.output)] {
-            let req = SystemSharedMemoryRegisterRequest {
-                name: name.clone(),
-                key: format!("/{name}"),
-                offset: 0,
-                byte_size: r.len() as u64,
-            };
-            client.system_shared_memory_register(req).await?;
+    let (input, output) = match &shm {
+        // Registration is not measured: tonic's client does it, on a connection of its own.
+        Some(shm) => {
+            let channel = Endpoint::from_shared(format!("http://{}", a.url))?.connect().await?;
+            grpc_tensors(&mut GrpcInferenceServiceClient::new(channel), Some(shm), &work).await?
         }
-        input.parameters = shm_params(&shm.input_name, work.input.len());
-        output.parameters = shm_params(&shm.output_name, work.expected.len());
-    }
+        None => grpc_tensors_inline(&work),
+    };
     let message = ModelInferRequest {
         model_name: a.model.clone(),
         inputs: vec![input],

@@ -121,74 +121,79 @@ async fn answer(direct: &Direct, request: Request<Body>) -> Result<Frames, Statu
 /// Reads a call's one message, joined once into a buffer of the length its prefix announces
 /// (tonic's limit and messages when it is longer than `limit` or cut short).
 async fn read_message(mut body: Body, limit: usize) -> Result<Bytes, Status> {
-    // Frames held until the first raw input's place in the message is known (they are the
-    // connection's buffers: holding them copies nothing).
+    // Frames are held until the first raw input's place in the message is known (they are the
+    // connection's buffers: holding them copies nothing), then joined.
     let mut held: Vec<Bytes> = Vec::new();
     let mut seen = 0usize;
     let mut len: Option<usize> = None;
-    let mut joined: Option<BytesMut> = None;
-    loop {
-        if let (Some(len), Some(buffer)) = (len, &joined)
-            && buffer.len() >= len
-        {
-            break;
-        }
-        let Some(frame) = body.frame().await else {
-            // The body ended before the message did (a whole one is joined by now).
-            return Err(Status::internal(if seen == 0 {
-                "Missing request message."
-            } else {
-                "Unexpected EOF decoding stream."
-            }));
-        };
-        let Ok(data) = frame?.into_data() else { continue };
+    let (mut buffer, len) = loop {
+        let data = next_data(&mut body, seen).await?;
         seen += data.len();
-        if let Some(buffer) = &mut joined {
-            let want = len.unwrap_or(0) - buffer.len();
-            buffer.extend_from_slice(&data[..data.len().min(want)]);
-            continue;
-        }
         held.push(data);
-        if len.is_none() {
-            if seen < PREFIX {
-                continue;
-            }
-            let mut prefix = [0u8; PREFIX];
-            copy_out(&held, 0, &mut prefix);
-            let n = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-            match prefix[0] {
-                0 => {}
-                1 => {
-                    return Err(Status::internal(
-                        "protocol error: received message with compressed-flag but no grpc-encoding was specified",
-                    ));
-                }
-                f => {
-                    return Err(Status::internal(format!(
-                        "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
-                    )));
-                }
-            }
-            if n > limit {
-                return Err(Status::out_of_range(format!(
-                    "Error, decoded message length too large: found {n} bytes, the limit is: {limit} bytes"
-                )));
-            }
-            len = Some(n);
+        if len.is_none() && seen >= PREFIX {
+            len = Some(message_len(&held, limit)?);
         }
-        let n = len.unwrap_or(0);
+        let Some(n) = len else { continue };
         match scan_raw_input(&held, seen.min(PREFIX + n), n) {
             Scan::NeedMore if seen < PREFIX + n => {}
-            Scan::Found(at) => joined = Some(join(&held, n, Some(at))),
-            Scan::NeedMore | Scan::Absent => joined = Some(join(&held, n, None)),
+            Scan::Found(at) => break (join(&held, n, Some(at)), n),
+            Scan::NeedMore | Scan::Absent => break (join(&held, n, None), n),
         }
+    };
+    while buffer.len() < len {
+        let data = next_data(&mut body, seen).await?;
+        seen += data.len();
+        buffer.extend_from_slice(&data[..data.len().min(len - buffer.len())]);
     }
     // A unary call's body ends after its message; read it to the end as tonic does (its trailers
     // would be metadata, which ModelInfer does not read).
     while let Some(frame) = body.frame().await {
         frame?;
     }
-    Ok(joined.unwrap_or_default().freeze())
+    Ok(buffer.freeze())
+}
+
+/// The body's next data frame; tonic's message when it ends first (`seen` bytes into it).
+async fn next_data(body: &mut Body, seen: usize) -> Result<Bytes, Status> {
+    loop {
+        let Some(frame) = body.frame().await else {
+            return Err(Status::internal(if seen == 0 {
+                "Missing request message."
+            } else {
+                "Unexpected EOF decoding stream."
+            }));
+        };
+        if let Ok(data) = frame?.into_data() {
+            return Ok(data);
+        }
+    }
+}
+
+/// The message length its gRPC prefix (at the start of `held`) announces, with tonic's statuses
+/// for a compressed or invalid flag and for a length over `limit`.
+fn message_len(held: &[Bytes], limit: usize) -> Result<usize, Status> {
+    let mut prefix = [0u8; PREFIX];
+    copy_out(held, 0, &mut prefix);
+    match prefix[0] {
+        0 => {}
+        1 => {
+            return Err(Status::internal(
+                "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+            ));
+        }
+        f => {
+            return Err(Status::internal(format!(
+                "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
+            )));
+        }
+    }
+    let n = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if n > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, decoded message length too large: found {n} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    Ok(n)
 }
 
 /// What a buffer is sized for before the message's bytes have come: a client may announce up to
@@ -308,8 +313,9 @@ fn scan_raw_input(chunks: &[Bytes], available: usize, len: usize) -> Scan {
 fn encode(mut response: pb::ModelInferResponse, limit: usize) -> Result<Frames, Status> {
     let raw = std::mem::take(&mut response.raw_output_contents);
     let key = prost::encoding::encoded_len_varint(u64::from(RAW_OUTPUT_FIELD << 3 | 2));
-    let len = response.encoded_len()
-        + raw.iter().map(|r| key + prost::encoding::encoded_len_varint(r.len() as u64) + r.len()).sum::<usize>();
+    let fields = response.encoded_len();
+    let len =
+        fields + raw.iter().map(|r| key + prost::encoding::encoded_len_varint(r.len() as u64) + r.len()).sum::<usize>();
     if len > limit {
         return Err(Status::out_of_range(format!(
             "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
@@ -318,7 +324,7 @@ fn encode(mut response: pb::ModelInferResponse, limit: usize) -> Result<Frames, 
     let length = u32::try_from(len)
         .map_err(|_| Status::out_of_range(format!("Error, encoded message length too large: found {len} bytes")))?;
     let inline: usize = raw.iter().filter(|r| r.len() < INLINE_BELOW).map(Bytes::len).sum();
-    let mut head = BytesMut::with_capacity(PREFIX + len.min(response.encoded_len() + inline + 16 * raw.len()));
+    let mut head = BytesMut::with_capacity(PREFIX + len.min(fields + inline + 16 * raw.len()));
     head.put_u8(0);
     head.put_u32(length);
     response.encode_raw(&mut head);
