@@ -9,8 +9,10 @@
 #       binaries back at those paths (the tests find the server, the example repository and their
 #       scratch folder by them; a symbolic link stands in for the repository's path when it differs),
 #       then runs the GPU tests with NEREUS_REQUIRE_GPU=1, so a machine without a usable GPU fails
-#       instead of skipping: the library's `gpu` and `shm::cuda` tests, then tests/cuda_shm.rs and
-#       tests/shm.rs
+#       instead of skipping: the library's `gpu` and `shm::cuda` tests, then tests/cuda_shm.rs,
+#       tests/shm.rs and the KIND_GPU test of tests/onnx.rs (these two ONNX ones need
+#       NEREUS_ONNXRUNTIME_LIB set to an onnxruntime-gpu library, scripts/setup-onnxruntime.sh --gpu,
+#       with CUDA 13's libraries on the loader's path)
 #
 # CI never has a GPU: there these tests skip with a message, and this script is not run.
 set -euo pipefail
@@ -65,7 +67,7 @@ for line in sys.stdin:
     export NEREUS_REQUIRE_GPU=1
     status=0
     "$stage/lib-tests" --test-threads 1 gpu:: shm:: || status=1
-    "$stage/integration" --test-threads 1 cuda_shm:: shm:: || status=1
+    "$stage/integration" --test-threads 1 cuda_shm:: shm:: onnx::gpu_ || status=1
     exit $status
     ;;
   *)

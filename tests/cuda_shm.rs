@@ -157,6 +157,26 @@ impl Drop for DeviceBuffer {
     }
 }
 
+/// A `simple` request over gRPC whose two [1, 16] INT32 inputs and two outputs lie in shared memory
+/// regions at the offsets given (64 bytes each).
+fn grpc_simple(model: &str, inputs: (&str, [i64; 2]), outputs: (&str, [i64; 2])) -> pb::ModelInferRequest {
+    let tensor = |name: &str, offset| InferInputTensor {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![1, 16],
+        parameters: place(inputs.0, offset),
+        contents: None,
+    };
+    let out =
+        |name: &str, offset| InferRequestedOutputTensor { name: name.into(), parameters: place(outputs.0, offset) };
+    pb::ModelInferRequest {
+        model_name: model.into(),
+        inputs: vec![tensor("INPUT0", inputs.1[0]), tensor("INPUT1", inputs.1[1])],
+        outputs: vec![out("OUTPUT0", outputs.1[0]), out("OUTPUT1", outputs.1[1])],
+        ..Default::default()
+    }
+}
+
 /// With NEREUS_REQUIRE_GPU set, a machine without a GPU fails this test instead of skipping it.
 #[test]
 fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
@@ -214,21 +234,7 @@ fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
         let regions = status.into_inner().regions;
         assert_eq!(regions.len(), 3, "{regions:?}");
         assert_eq!((regions["gout"].device_id, regions["gout"].byte_size), (0, 256));
-        let tensor = |name: &str, offset| InferInputTensor {
-            name: name.into(),
-            datatype: "INT32".into(),
-            shape: vec![1, 16],
-            parameters: place("in", offset),
-            contents: None,
-        };
-        let out =
-            |name: &str, offset| InferRequestedOutputTensor { name: name.into(), parameters: place("gout", offset) };
-        let request = pb::ModelInferRequest {
-            model_name: "simple".into(),
-            inputs: vec![tensor("INPUT0", 0), tensor("INPUT1", 64)],
-            outputs: vec![out("OUTPUT0", 128), out("OUTPUT1", 192)],
-            ..Default::default()
-        };
+        let request = grpc_simple("simple", ("in", [0, 64]), ("gout", [128, 192]));
         let response = c.model_infer(request.clone()).await.unwrap().into_inner();
         assert!(response.raw_output_contents.is_empty(), "outputs in shared memory are not sent back");
         assert_eq!(grpc_output.read_i32(128), (3..19).collect::<Vec<_>>());
@@ -243,5 +249,135 @@ fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
     assert_eq!(s.request("POST", "/v2/cudasharedmemory/unregister", &[], b"").status, 200);
     assert_eq!(s.get("/v2/cudasharedmemory/status").json(), json!([]));
     let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Where a GPU and ONNX Runtime's CUDA provider are: a `KIND_GPU` ONNX instance reads inputs from
+/// the client's device buffers and writes outputs into them on the GPU itself (the server logs
+/// such inputs as staying on the GPU; a Wasm model reading the same region gets host bytes), over
+/// HTTP and gRPC, with host and device tensors mixed in one request, and a region too small for
+/// an output refused with tritonserver's words while the server serves on.
+#[test]
+fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
+    let required = std::env::var_os("NEREUS_REQUIRE_GPU").is_some();
+    if nereus::gpu::device_count() == 0 {
+        assert!(!required, "NEREUS_REQUIRE_GPU is set but no CUDA device was found");
+        eprintln!("skipping: no CUDA device");
+        return;
+    }
+    let Some(lib) = onnxruntime_library() else { return };
+    let repo = Repo::new();
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/onnx_models/simple");
+    let config =
+        std::fs::read_to_string(models.join("config.pbtxt")).unwrap().replace("name: \"simple\"", "name: \"gsimple\"")
+            + "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]";
+    let dir = repo.model("gsimple", &config, &["1"]);
+    std::fs::copy(models.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+    repo.example("simple");
+    let s = Server::start(
+        repo.path(),
+        &["--allow-client-shm=true", "--onnxruntime-library", lib.to_str().unwrap(), "--log-verbose=1"],
+    );
+    if s.get("/v2/models/gsimple/ready").status != 200 {
+        let index = s.post_json("/v2/repository/index", &json!({})).json();
+        let reason = index.as_array().unwrap().iter().find(|m| m["name"] == "gsimple").unwrap()["reason"].clone();
+        assert!(!required, "NEREUS_REQUIRE_GPU is set but the GPU model did not load: {reason}");
+        eprintln!("skipping: this ONNX Runtime cannot run on the GPU ({reason})");
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let (input, output) = (DeviceBuffer::new(&ctx, 256), DeviceBuffer::new(&ctx, 256));
+    let a: Vec<i32> = (0..32).collect();
+    let b: Vec<i32> = (0..32).map(|i| 100 - 3 * i).collect();
+    input.write(0, &le_i32(&a));
+    input.write(128, &le_i32(&b));
+    let sum = |r: std::ops::Range<usize>| r.map(|i| a[i] + b[i]).collect::<Vec<_>>();
+    let diff = |r: std::ops::Range<usize>| r.map(|i| a[i] - b[i]).collect::<Vec<_>>();
+    for (name, buf) in [("in", &input), ("out", &output)] {
+        let r = register_cuda_http(&s, name, &buf.ipc_handle(), 256);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let place = |region: &str, offset: u64, size: u64| json!({"shared_memory_region": region, "shared_memory_byte_size": size, "shared_memory_offset": offset});
+
+    // A batch of two rows in, both outputs out, all on the device.
+    let request = json!({
+        "id": "in-place",
+        "inputs": [
+            {"name": "INPUT0", "shape": [2, 16], "datatype": "INT32", "parameters": place("in", 0, 128)},
+            {"name": "INPUT1", "shape": [2, 16], "datatype": "INT32", "parameters": place("in", 128, 128)}
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": place("out", 0, 128)},
+            {"name": "OUTPUT1", "parameters": place("out", 128, 128)}
+        ]
+    });
+    let r = s.post_json("/v2/models/gsimple/infer", &request);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let outputs = r.json()["outputs"].clone();
+    for (i, name) in ["OUTPUT0", "OUTPUT1"].iter().enumerate() {
+        assert_eq!(outputs[i]["name"], *name, "{outputs}");
+        assert_eq!(outputs[i]["shape"], json!([2, 16]), "{outputs}");
+        assert_eq!(outputs[i]["parameters"], json!({"shared_memory_region": "out", "shared_memory_byte_size": 128}));
+    }
+    assert_eq!([output.read_i32(0), output.read_i32(64)].concat(), sum(0..32));
+    assert_eq!([output.read_i32(128), output.read_i32(192)].concat(), diff(0..32));
+    let log = s.log();
+    let prepared =
+        log.lines().find(|l| l.contains("[request id: in-place] prepared")).unwrap_or_else(|| panic!("{log}"));
+    assert!(prepared.contains("INPUT0 INT32 [2, 16] (128 bytes on GPU 0)"), "{prepared}");
+
+    // Device inputs, outputs in the body; then host inputs, outputs into the device.
+    output.write(0, &[0; 256]);
+    let mut mixed = request.clone();
+    mixed["id"] = json!("mixed");
+    mixed["outputs"] = json!([{"name": "OUTPUT0"}, {"name": "OUTPUT1", "parameters": place("out", 0, 128)}]);
+    let r = s.post_json("/v2/models/gsimple/infer", &mixed);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let data: Vec<i32> =
+        body["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
+    assert_eq!(data, sum(0..32));
+    assert_eq!([output.read_i32(0), output.read_i32(64)].concat(), diff(0..32));
+    let host_in = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": &a[..16]},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": place("in", 128, 64)}
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": place("out", 192, 64)}]
+    });
+    let r = s.post_json("/v2/models/gsimple/infer", &host_in);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(output.read_i32(192), sum(0..16));
+
+    // A region too small for the output: the request is refused, nothing is written.
+    let mut small = request.clone();
+    small["outputs"][0]["parameters"] = place("out", 0, 64);
+    output.write(0, &[0; 256]);
+    let r = s.post_json("/v2/models/gsimple/infer", &small);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "output of 128 bytes does not fit the 64 bytes given in shared memory region 'out'");
+    assert_eq!(output.read_i32(0), vec![0; 16]);
+
+    // The Wasm `simple` reads the same region through the host.
+    let r = s.post_json("/v2/models/simple/infer", &shm_request("in", "out"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(output.read_i32(0), sum(0..16));
+
+    // gRPC: the same in-place run.
+    output.write(0, &[0; 256]);
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let mut c = grpc_client(&s).await;
+        let request = grpc_simple("gsimple", ("in", [64, 192]), ("out", [0, 64]));
+        let response = c.model_infer(request).await.unwrap().into_inner();
+        assert!(
+            response.raw_output_contents.iter().all(|r| r.is_empty()),
+            "outputs in shared memory are not sent back"
+        );
+        let size = &response.outputs[0].parameters["shared_memory_byte_size"];
+        assert_eq!(size.parameter_choice, Some(pb::infer_parameter::ParameterChoice::Int64Param(64)));
+    });
+    assert_eq!(output.read_i32(0), sum(16..32));
+    assert_eq!(output.read_i32(64), diff(16..32));
+    let r = s.post_json("/v2/models/gsimple/infer", &shm_request("in", "out"));
     assert_eq!(r.status, 200, "{}", r.text());
 }

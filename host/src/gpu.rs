@@ -12,7 +12,6 @@
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 
 /// A device address, as the CUDA driver API hands it out.
@@ -74,6 +73,13 @@ pub fn device_uuid(ordinal: usize) -> Option<String> {
     let b: Vec<u8> = uuid.bytes.iter().map(|c| *c as u8).collect();
     let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     Some(format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16)))
+}
+
+/// Part of a tensor on its way to the device: bytes in host memory, or `(address, length)` of
+/// device memory on the same GPU.
+pub enum Part<'a> {
+    Host(&'a [u8]),
+    Device(DevicePtr, usize),
 }
 
 /// Page-locked host memory owned by one instance, grown on demand and never shrunk.
@@ -154,38 +160,80 @@ impl InstanceStream {
         self.stream.cu_stream().cast()
     }
 
-    /// Stages every item's bytes in pinned memory (one host copy) and enqueues their transfers to
-    /// the device addresses on this stream. Work enqueued on the stream afterwards sees the data.
-    pub fn upload(&mut self, items: &[(DevicePtr, &[Bytes])]) -> Result<(), String> {
-        let total: usize = items.iter().flat_map(|(_, parts)| parts.iter()).map(Bytes::len).sum();
-        if total == 0 {
+    /// Enqueues each item's parts, in order, into the device address it names: host parts are
+    /// staged in pinned memory (one host copy, consecutive host parts sent in one transfer), device
+    /// parts (a client's CUDA shared memory) copied from device to device. Work enqueued on the
+    /// stream afterwards sees the data.
+    pub fn upload(&mut self, items: &[(DevicePtr, Vec<Part<'_>>)]) -> Result<(), String> {
+        let staged: usize =
+            items.iter().flat_map(|(_, parts)| parts).map(|p| if let Part::Host(b) = p { b.len() } else { 0 }).sum();
+        let any_device = items.iter().flat_map(|(_, parts)| parts).any(|p| matches!(p, Part::Device(..)));
+        if staged == 0 && !any_device {
             return Ok(());
         }
         self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
         // An earlier execution that failed half-way may still be reading the staging buffer.
         self.stream.synchronize().map_err(|e| format!("CUDA stream: {e}"))?;
-        let staging = self.upload.reserve(total)?;
-        let mut offset = 0;
-        let mut spans = Vec::with_capacity(items.len());
+        let cu_stream = self.stream.cu_stream();
+        let staging = self.upload.reserve(staged)?;
+        let mut used = 0;
         for (dst, parts) in items {
-            let start = offset;
-            for part in parts.iter() {
-                staging[offset..offset + part.len()].copy_from_slice(part);
-                offset += part.len();
+            // `at`: where the next part goes in `dst`; `pending`: staged host bytes not sent yet,
+            // as (offset in `dst`, range of `staging`).
+            let mut at = 0u64;
+            let mut pending: Option<(u64, std::ops::Range<usize>)> = None;
+            let send = |pending: &mut Option<(u64, std::ops::Range<usize>)>, staging: &[u8]| -> Result<(), String> {
+                if let Some((offset, span)) = pending.take().filter(|(_, span)| !span.is_empty()) {
+                    // SAFETY: `dst + offset .. + span.len()` lies inside the caller's device tensor
+                    // (its byte size is the sum of its parts); the source is pinned memory this
+                    // instance owns and does not touch again before synchronising the stream.
+                    unsafe { result::memcpy_htod_async(*dst + offset, &staging[span], cu_stream) }
+                        .map_err(|e| format!("host-to-device copy: {e}"))?;
+                }
+                Ok(())
+            };
+            for part in parts {
+                match part {
+                    Part::Host(bytes) => {
+                        staging[used..used + bytes.len()].copy_from_slice(bytes);
+                        match &mut pending {
+                            Some((_, span)) => span.end += bytes.len(),
+                            None => pending = Some((at, used..used + bytes.len())),
+                        }
+                        used += bytes.len();
+                        at += bytes.len() as u64;
+                    }
+                    Part::Device(src, n) => {
+                        send(&mut pending, staging)?;
+                        if *n > 0 {
+                            // SAFETY: `src .. src + n` is a client's mapped CUDA region (checked
+                            // against it when the request was decoded, and kept mapped by the
+                            // request until the stream is synchronised); the destination lies
+                            // inside the caller's device tensor, as above.
+                            unsafe { result::memcpy_dtod_async(*dst + at, *src, *n, cu_stream) }
+                                .map_err(|e| format!("device-to-device copy: {e}"))?;
+                        }
+                        at += *n as u64;
+                    }
+                }
             }
-            spans.push((*dst, start..offset));
-        }
-        for (dst, span) in spans {
-            if span.is_empty() {
-                continue;
-            }
-            // SAFETY: `dst` is a device allocation of at least `span.len()` bytes (the caller's
-            // tensor of that byte size); the source is pinned memory this instance owns and does
-            // not touch again before synchronising the stream.
-            unsafe { result::memcpy_htod_async(dst, &staging[span], self.stream.cu_stream()) }
-                .map_err(|e| format!("host-to-device copy: {e}"))?;
+            send(&mut pending, staging)?;
         }
         Ok(())
+    }
+
+    /// Enqueues a copy of `n` bytes from `src` to `dst`, both on this stream's device (an output
+    /// into a client's CUDA shared memory). Complete once the stream is synchronised.
+    pub fn copy_on_device(&mut self, dst: DevicePtr, src: DevicePtr, n: usize) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: the caller passes `n` bytes of device memory at each end (an ORT output it holds
+        // and a client's mapped region checked against the output's size), kept alive until it
+        // synchronises the stream.
+        unsafe { result::memcpy_dtod_async(dst, src, n, self.stream.cu_stream()) }
+            .map_err(|e| format!("device-to-device copy: {e}"))
     }
 
     /// Enqueues copies of each `(address, byte length)` back into pinned memory on this stream,
@@ -257,10 +305,18 @@ mod tests {
         let stream = a.stream.clone();
         let mut device = stream.alloc_zeros::<u8>(10).unwrap();
         let (ptr, _sync) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut device, &stream);
-        let parts = [Bytes::from_static(b"hello "), Bytes::from_static(b"gpu!")];
-        a.upload(&[(ptr, &parts)]).unwrap();
+        a.upload(&[(ptr, vec![Part::Host(b"hello "), Part::Host(b"gpu!")])]).unwrap();
         let back = a.download(&[(ptr, 10)]).unwrap();
         assert_eq!(back, vec![b"hello gpu!".to_vec()]);
+        // Host and device parts interleaved: "hello" from the host, " gpu" from the device copy
+        // of the first upload, "?" from the host again, into a second buffer.
+        let mut second = stream.alloc_zeros::<u8>(10).unwrap();
+        let (ptr2, _sync2) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut second, &stream);
+        let parts = vec![Part::Host(b"hello"), Part::Device(ptr + 5, 4), Part::Host(b"?")];
+        a.upload(&[(ptr2, parts)]).unwrap();
+        assert_eq!(a.download(&[(ptr2, 10)]).unwrap(), vec![b"hello gpu?".to_vec()]);
+        a.copy_on_device(ptr, ptr2 + 6, 4).unwrap();
+        assert_eq!(a.download(&[(ptr, 10)]).unwrap(), vec![b"gpu?o gpu!".to_vec()]);
         assert!(InstanceStream::new(device_count()).is_err());
     }
 }

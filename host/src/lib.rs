@@ -15,6 +15,7 @@ pub mod call_chain;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod device_io;
 pub mod ensemble;
 pub mod error;
 pub mod frontend;

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::call_chain::CallChain;
+use crate::device_io::{DeviceInputs, DeviceOutputs};
 use crate::error::InferError;
 use crate::shm::ShmInputs;
 use crate::stats::{ModelStats, ResponseKind};
@@ -132,9 +133,32 @@ pub struct InferenceRequest {
     /// The system shared memory its inputs are read from in place, checked when its answer comes
     /// (`api::infer`).
     pub shm_inputs: ShmInputs,
+    /// Inputs still in a client's GPU memory (their tensors hold no bytes until settled).
+    pub device_inputs: DeviceInputs,
+    /// Outputs the client placed in its GPU memory.
+    pub device_outputs: DeviceOutputs,
 }
 
 impl InferenceRequest {
+    /// Copies to the host every input still in a client's GPU memory that the model will not read
+    /// there: all of them unless `device` (the GPU whose memory the model's instances read in
+    /// place) is the one an input lies on, and always BYTES and BOOL tensors (strings cannot live
+    /// on a GPU; booleans are normalised on the host). Called as the request reaches its model.
+    pub fn settle_device_inputs(&mut self, device: Option<usize>) -> Result<(), InferError> {
+        if self.device_inputs.is_empty() {
+            return Ok(());
+        }
+        for (name, span) in self.device_inputs.take_all() {
+            let Some(tensor) = self.inputs.iter_mut().find(|t| t.name == name) else { continue };
+            if device == Some(span.device()) && tensor.datatype.goes_to_device_as_is() {
+                self.device_inputs.keep_span(name, span);
+            } else {
+                tensor.data = span.to_host()?;
+            }
+        }
+        Ok(())
+    }
+
     /// How many inferences the request carries: its batch dimension when the model batches
     /// (`batching`, i.e. `max_batch_size` > 0; validation has checked it; zero is a batch too,
     /// as tritonserver serves it), else 1.
@@ -154,6 +178,21 @@ pub struct InferenceResponse {
     pub id: String,
     pub parameters: Vec<(String, ParamValue)>,
     pub outputs: Vec<Tensor>,
+    /// The outputs a backend wrote straight into the client's GPU memory (CUDA shared memory):
+    /// their tensors carry the name, datatype and shape but no bytes.
+    pub in_place: Vec<String>,
+}
+
+impl InferenceResponse {
+    /// How many bytes output `t` has: its data's, or for one written in place on a GPU, what its
+    /// shape and (fixed-size) datatype make.
+    pub fn output_len(&self, t: &Tensor) -> usize {
+        if !self.in_place.contains(&t.name) {
+            return t.data.len();
+        }
+        let elements: i64 = t.shape.iter().product();
+        usize::try_from(elements).unwrap_or(0) * t.datatype.element_size().unwrap_or(0)
+    }
 }
 
 /// What a frontend awaits for a unary request: its one final outcome.

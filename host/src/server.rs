@@ -450,24 +450,30 @@ impl Server {
     /// Runs a unary inference from a frontend (on one of the server's I/O threads): resolve the
     /// model version, validate, queue. Await the receiver for the outcome. `endpoint` names the
     /// caller in the error a decoupled model answers with.
-    pub fn infer(&self, request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
-        self.model_for(&request)?.infer(request, endpoint, Caller::IoThread)
+    pub fn infer(&self, mut request: InferenceRequest, endpoint: &str) -> Result<ResponseReceiver, InferError> {
+        self.model_for(&mut request)?.infer(request, endpoint, Caller::IoThread)
     }
 
     /// Runs a streamed inference from a frontend: every response of the request arrives on the
     /// receiver. Also returns the model version serving it.
-    pub fn infer_stream(&self, request: InferenceRequest) -> Result<(StreamReceiver, Arc<ModelVersion>), InferError> {
-        let model = self.model_for(&request)?;
+    pub fn infer_stream(
+        &self,
+        mut request: InferenceRequest,
+    ) -> Result<(StreamReceiver, Arc<ModelVersion>), InferError> {
+        let model = self.model_for(&mut request)?;
         Ok((model.infer_stream(request, Caller::IoThread)?, model))
     }
 
     /// The model version that serves `request` from a frontend: the one it names, unless the
-    /// server is stopping and the request would start something new.
-    pub fn model_for(&self, request: &InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
+    /// server is stopping and the request would start something new. Inputs still in a client's
+    /// GPU memory are copied to the host here unless that version's instances read them there
+    /// (the verbose "prepared" line says which stay on a GPU).
+    pub fn model_for(&self, request: &mut InferenceRequest) -> Result<Arc<ModelVersion>, InferError> {
         if let Some(poll) = &self.busy_poll {
             poll.touch();
         }
         let model = self.version(&request.model_name, request.model_version)?;
+        request.settle_device_inputs(model.device_io())?;
         if tracing::enabled!(tracing::Level::DEBUG) {
             log_prepared(request, &model);
         }
@@ -559,7 +565,12 @@ fn log_prepared(request: &InferenceRequest, model: &ModelVersion) {
     let inputs: Vec<String> = request
         .inputs
         .iter()
-        .map(|t| format!("{} {} {:?} ({} bytes)", t.name, t.datatype, t.shape, t.data.len()))
+        .map(|t| match request.device_inputs.get(&t.name) {
+            Some(span) => {
+                format!("{} {} {:?} ({} bytes on GPU {})", t.name, t.datatype, t.shape, span.len(), span.device())
+            }
+            None => format!("{} {} {:?} ({} bytes)", t.name, t.datatype, t.shape, t.data.len()),
+        })
         .collect();
     tracing::debug!(
         "[request id: {id}] prepared: model: {}, requested version: {requested}, actual version: {}, correlation id: {:?}, priority: {}, timeout (us): {}, inputs: [{}], requested outputs: {:?}",

@@ -53,6 +53,12 @@ impl DataType {
         })
     }
 
+    /// Whether a tensor of this type goes to a GPU byte for byte (not BYTES, whose elements are
+    /// strings, nor BOOL, whose bytes are normalised to 0 or 1 on the host first).
+    pub fn goes_to_device_as_is(self) -> bool {
+        !matches!(self, DataType::Bool | DataType::Bytes)
+    }
+
     /// The KServe v2 wire name.
     pub fn wire_name(self) -> &'static str {
         match self {

@@ -145,6 +145,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
     }
 
     let mut batch: Option<i64> = None;
+    let on_device = &request.device_inputs;
     for input in request.inputs.iter_mut() {
         let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else {
             continue;
@@ -192,7 +193,9 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                 shape_string(&input.shape)
             )));
         }
-        check_byte_size(input, Some(&**model)).map_err(InferError::invalid)?;
+        // An input left in a client's GPU memory has its bytes there.
+        let len = on_device.get(&input.name).map_or(input.data.len(), |span| span.len());
+        check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
         if let Some(reshape) = &s.reshape {
             let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
             shape.extend_from_slice(reshape);
@@ -220,18 +223,23 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
 /// `model` in the message as tritonserver does (" for model '…'"), formatted only when the check
 /// fails: this runs for every input of every request.
 pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
+    check_len(t, t.data.len(), model)
+}
+
+/// [`check_byte_size`] for a tensor of `len` bytes (its own, or the device bytes it stands for).
+fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(), String> {
     let elements =
         element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {
         Some(size) => {
             let expected = elements.checked_mul(size as u64);
-            if expected != Some(t.data.len() as u64) {
+            if expected != Some(len as u64) {
                 let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
                 return Err(format!(
                     "input byte size mismatch for input '{}'{whose}. Expected {}, got {}",
                     t.name,
                     expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string()),
-                    t.data.len()
+                    len
                 ));
             }
         }
@@ -253,6 +261,12 @@ pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
 /// the shape the client sees when it is not the tensor's own: the configured `dims` of an output
 /// with a `reshape` (`None` otherwise, so the usual answer copies no shape).
 pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Option<Vec<i64>>, String> {
+    check_output_of_len(spec, t, t.data.len(), batch)
+}
+
+/// [`check_output`] for an output of `len` bytes: its own, or those a backend wrote into a
+/// client's GPU memory in its place.
+pub fn check_output_of_len(spec: &IoSpec, t: &Tensor, len: usize, batch: i64) -> Result<Option<Vec<i64>>, String> {
     let s = spec.produced(&t.name).ok_or_else(|| format!("unknown output '{}'", t.name))?;
     if t.datatype != s.datatype {
         return Err(format!("output '{}' has datatype {}, but the model declares {}", t.name, t.datatype, s.datatype));
@@ -280,7 +294,7 @@ pub fn check_output(spec: &IoSpec, t: &Tensor, batch: i64) -> Result<Option<Vec<
             shape_string(declared)
         ));
     }
-    check_byte_size(t, None)
+    check_len(t, len, None)
         .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
     if s.reshape.is_some() && !s.dims.contains(&-1) {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };

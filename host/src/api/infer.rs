@@ -22,6 +22,15 @@ pub async fn run(
     endpoint: &str,
 ) -> Result<InferenceResponse, InferError> {
     let trace = request.trace.clone();
+    // Outputs placed in a client's GPU memory: an instance on that GPU writes them there itself
+    // (one asked for as classes is classified on the host first).
+    for (name, place) in shm_outputs {
+        if !classes.iter().any(|(n, _)| n == name)
+            && let Some(span) = server.shm().device_place(place)?
+        {
+            request.device_outputs.push(name, span);
+        }
+    }
     // Checked once the answer is in, when the backend is done with the inputs read in place.
     let shm_inputs = std::mem::take(&mut request.shm_inputs);
     let receiver = server.infer(request, endpoint)?;
@@ -63,13 +72,16 @@ impl Drop for Waiting<'_> {
 }
 
 /// Writes the outputs of `response` that the client placed in shared memory (one response of a
-/// stream, or a whole answer).
+/// stream, or a whole answer), but those the backend wrote there already.
 pub fn write_shm_outputs(
     shm: &SharedMemory,
     response: &InferenceResponse,
     shm_outputs: &ShmOutputs,
 ) -> Result<(), InferError> {
     for (name, place) in shm_outputs {
+        if response.in_place.contains(name) {
+            continue;
+        }
         if let Some(t) = response.outputs.iter().find(|t| &t.name == name) {
             shm.write(&place.region, place.offset, place.byte_size, &t.data)?;
         }

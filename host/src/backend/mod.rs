@@ -112,6 +112,11 @@ pub trait BackendInstance: Send + 'static {
     fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes;
     /// Finalises the instance (TRITONBACKEND_ModelInstanceFinalize).
     fn finalize(self: Box<Self>);
+    /// The GPU whose memory the instance reads inputs from and writes outputs to itself
+    /// ([`crate::device_io`]); `None` (the default) for instances that need host bytes.
+    fn device_io(&self) -> Option<usize> {
+        None
+    }
     /// The instance's worker found nothing to do and is about to sleep: the moment for a backend
     /// to give back what it held for the load that has passed (a sandbox's grown memory).
     fn idle(&mut self) {}

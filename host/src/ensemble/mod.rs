@@ -400,6 +400,8 @@ impl Ensemble {
                     // The ensemble's own request holds the leases of inputs read in place; its
                     // answer is checked against them once every step is done.
                     shm_inputs: Default::default(),
+                    device_inputs: Default::default(),
+                    device_outputs: Default::default(),
                 };
                 let answers = if self.decoupled && model.is_decoupled() {
                     model.infer_stream(step_request, caller).map(Answers::Stream)
@@ -542,6 +544,7 @@ impl Ensemble {
             }
         }
         Ok(Some(InferenceResponse {
+            in_place: Vec::new(),
             model_name: self.name.clone(),
             model_version: version,
             id,
@@ -572,6 +575,7 @@ impl Ensemble {
                 })
                 .collect();
             let response = InferenceResponse {
+                in_place: Vec::new(),
                 model_name: self.name.clone(),
                 model_version: answer.version,
                 id: answer.id.to_string(),

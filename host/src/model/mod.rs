@@ -59,6 +59,9 @@ pub struct ModelVersion {
     /// The version's test hooks: `Some` only when the server runs with `--test-hooks`.
     pub hooks: Option<Arc<TestHooks>>,
     scheduler: Box<dyn Schedule>,
+    /// The GPU whose memory every instance reads inputs from and writes outputs to in place
+    /// (`KIND_GPU` ONNX instances all on one device); `None` when any instance needs host bytes.
+    device_io: Option<usize>,
     /// What the backend finalises once every instance is gone.
     teardown: Mutex<Option<Box<dyn ModelTeardown>>>,
 }
@@ -82,6 +85,8 @@ impl ModelVersion {
         use crate::config::schema::model_config::SchedulingChoice;
         let SchedulerSetup { instance_poll, inline_under, sequence, io_threads, hooks, metrics } = setup;
         let stats = Arc::new(ModelStats::new(metrics));
+        let first = instances.first().and_then(|i| i.device_io());
+        let device_io = first.filter(|d| instances.iter().all(|i| i.device_io() == Some(*d)));
         let ctx = WorkerContext {
             probe: probe.clone(),
             stats: stats.clone(),
@@ -104,6 +109,7 @@ impl ModelVersion {
         ModelVersion {
             health,
             probe,
+            device_io,
             teardown: Mutex::new(teardown),
             ..Self::with_scheduler(config, version, io, stats, scheduler, hooks)
         }
@@ -131,8 +137,15 @@ impl ModelVersion {
             stats,
             hooks,
             scheduler,
+            device_io: None,
             teardown: Mutex::new(None),
         }
+    }
+
+    /// The GPU whose memory this version's instances read inputs from and write outputs to in
+    /// place (CUDA shared memory without a trip through the host), if there is one.
+    pub fn device_io(&self) -> Option<usize> {
+        self.device_io
     }
 
     /// Whether the model may send several responses per request

@@ -216,6 +216,8 @@ fn zeros_for(name: &str, config: &ModelConfig) -> Result<InferenceRequest, Strin
         trace: None,
         calls: Default::default(),
         shm_inputs: Default::default(),
+        device_inputs: Default::default(),
+        device_outputs: Default::default(),
     })
 }
 

@@ -327,6 +327,7 @@ mod tests {
             }
             for job in jobs.iter_mut() {
                 let response = InferenceResponse {
+                    in_place: Vec::new(),
                     model_name: "echo".into(),
                     model_version: 1,
                     id: job.request.id.clone(),

@@ -139,6 +139,14 @@ impl CudaRegion {
         Ok(data.into())
     }
 
+    /// `len` bytes at `offset` left on the device, for a backend that reads or writes device memory
+    /// in place (a `KIND_GPU` ONNX instance on the same GPU): no copy is made here.
+    pub fn span(self: &Arc<Self>, offset: u64, len: u64) -> Result<DeviceSpan, InferError> {
+        end_of(&self.name, self.byte_size, offset, len)?;
+        let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
+        Ok(DeviceSpan { region: self.clone(), ptr: self.base + offset, len })
+    }
+
     /// Copies `data` to `offset` of the region (an output).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), InferError> {
         let dst = self.at(offset, data.len() as u64)?;
@@ -151,6 +159,51 @@ impl CudaRegion {
         }
         // When this returns the output is in the client's buffer.
         self.stream.synchronize().map_err(|e| self.failed("waiting for an output's copy", e))
+    }
+}
+
+/// A byte range of a CUDA region, kept on the device. It holds the region, so the client's
+/// allocation stays mapped while a request uses it, however the region is unregistered meanwhile.
+#[derive(Clone)]
+pub struct DeviceSpan {
+    region: Arc<CudaRegion>,
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl DeviceSpan {
+    /// The CUDA device (ordinal) the memory lies on.
+    pub fn device(&self) -> usize {
+        self.region.device_id as usize
+    }
+
+    /// Its address in this process (valid on the device's primary context).
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The region's name, for messages.
+    pub fn region(&self) -> &str {
+        &self.region.name
+    }
+
+    /// A host copy of the bytes (for a backend that reads host memory).
+    pub fn to_host(&self) -> Result<Bytes, InferError> {
+        self.region.read(self.ptr - self.region.base, self.len as u64)
+    }
+}
+
+impl std::fmt::Debug for DeviceSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceSpan({} bytes of '{}' on GPU {})", self.len, self.region.name, self.region.device_id)
     }
 }
 

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 use cuda::CudaRegion;
+pub use cuda::DeviceSpan;
 pub use cuda::HANDLE_SIZE as CUDA_HANDLE_SIZE;
 use system::{InputLease, SystemRegion};
 
@@ -227,16 +228,26 @@ impl SharedMemory {
     }
 
     /// The `len` bytes at `offset` of region `name` (an input's data): a system region's read in
-    /// place, with a lease added to `leases` (checked once the backend is done), a CUDA region's
-    /// copied to the host.
-    pub fn read(&self, name: &str, offset: u64, len: u64, leases: &mut ShmInputs) -> Result<Bytes, InferError> {
+    /// place, with a lease added to `leases` (checked once the backend is done); a CUDA region's
+    /// left on the device (the server copies it to the host only for a model that does not read
+    /// that GPU's memory, [`crate::request::DeviceInputs`]).
+    pub fn read(&self, name: &str, offset: u64, len: u64, leases: &mut ShmInputs) -> Result<ShmData, InferError> {
         match self.region(name)? {
             Region::System(r) => {
                 let (data, lease) = r.read(offset, len)?;
                 leases.0.extend(lease);
-                Ok(data)
+                Ok(ShmData::Host(data))
             }
-            Region::Cuda(r) => r.read(offset, len),
+            Region::Cuda(r) => Ok(ShmData::Device(r.span(offset, len)?)),
+        }
+    }
+
+    /// Where an output placed at `place` goes on a GPU, when its region is CUDA memory (a
+    /// `KIND_GPU` instance on that GPU then writes it there itself).
+    pub fn device_place(&self, place: &ShmPlace) -> Result<Option<DeviceSpan>, InferError> {
+        match self.region(&place.region)? {
+            Region::System(_) => Ok(None),
+            Region::Cuda(r) => r.span(place.offset, place.byte_size).map(Some),
         }
     }
 
@@ -254,6 +265,13 @@ impl SharedMemory {
             Region::Cuda(r) => r.write(offset, data),
         }
     }
+}
+
+/// An input's bytes in shared memory: host memory (a system region, read in place) or device memory
+/// (a CUDA region, not copied yet).
+pub enum ShmData {
+    Host(Bytes),
+    Device(DeviceSpan),
 }
 
 /// The system shared memory a request's inputs are read from in place: after the backend is done

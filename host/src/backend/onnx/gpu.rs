@@ -17,9 +17,10 @@ use ort::value::{DynTensor, DynTensorValueType, TensorElementType, ValueType};
 use super::values::{from_value, to_value};
 use crate::backend::batch::Gathered;
 use crate::config::ModelConfig;
-use crate::gpu::{DevicePtr, InstanceStream};
+use crate::gpu::{DevicePtr, InstanceStream, Part};
 use crate::load_error::{CudaOptionError, InstanceError};
 use crate::request::Tensor;
+use crate::shm::DeviceSpan;
 use crate::tensor::DataType;
 
 /// The CUDA execution provider options a model's configuration sets, as Triton's ORT backend reads
@@ -103,6 +104,8 @@ pub(super) struct GpuIo {
     allocator: Allocator,
     cuda: MemoryInfo<'static>,
     cpu: MemoryInfo<'static>,
+    /// The GPU (ordinal) the instance runs on.
+    device: usize,
     /// Declared last: dropped after the allocator (and after the session, which the owning
     /// instance declares before this).
     stream: InstanceStream,
@@ -151,6 +154,50 @@ fn host_datatype(ty: TensorElementType) -> Option<DataType> {
     })
 }
 
+/// What a batch's requests hold in their GPU memory (CUDA shared memory on the instance's GPU).
+pub(super) struct Batch<'a> {
+    /// How many jobs the batch has.
+    pub jobs: usize,
+    /// Each job's rows (its batch size) when the model batches; `None` for a model that does not,
+    /// whose executions hold one job.
+    pub rows: Option<&'a [i64]>,
+    /// For each gathered input (in order; those past the end are all host bytes), each job's
+    /// part of it that is still in GPU memory.
+    pub device_inputs: Vec<Vec<Option<&'a DeviceSpan>>>,
+    /// Where job `j` wants output `name` written in its GPU memory, if it does.
+    pub destination: &'a dyn Fn(usize, &str) -> Option<&'a DeviceSpan>,
+}
+
+/// How one job's share of an output went.
+pub(super) enum Placed {
+    /// It is in the host copy of the output (the job did not place it in GPU memory).
+    Host,
+    /// It was copied into the job's CUDA region: the job's response carries no bytes for it.
+    Written,
+    /// The job's region is too small for it: the job fails with this message.
+    TooSmall(String),
+}
+
+/// An output that some jobs of the batch had written into their GPU memory.
+pub(super) struct InPlace {
+    pub name: String,
+    pub datatype: DataType,
+    /// The whole batch's shape.
+    pub shape: Vec<i64>,
+    /// Each job's bytes of it (in the batch's order) and how they went.
+    pub jobs: Vec<(usize, Placed)>,
+}
+
+/// One run's outcome: the outputs as host tensors (those every job placed in its GPU memory are
+/// not among them), those written in place, and the instants the inputs were enqueued and the
+/// run ended.
+pub(super) struct Run {
+    pub host: Vec<Tensor>,
+    pub in_place: Vec<InPlace>,
+    pub enqueued: Instant,
+    pub ran: Instant,
+}
+
 impl GpuIo {
     /// Binds the instance's stream to its committed session.
     pub(super) fn new(session: &Session, stream: InstanceStream, device_id: i32) -> Result<GpuIo, InstanceError> {
@@ -160,27 +207,66 @@ impl GpuIo {
             .map_err(InstanceError::Session)?;
         let allocator = Allocator::new(session, cuda.to_owned())
             .map_err(|error| InstanceError::Allocator { device: device_id, error })?;
-        Ok(GpuIo { allocator, cuda: cuda.to_owned(), cpu: cpu.to_owned(), stream })
+        let device = usize::try_from(device_id).map_err(|_| InstanceError::Device(device_id))?;
+        Ok(GpuIo { allocator, cuda: cuda.to_owned(), cpu: cpu.to_owned(), device, stream })
+    }
+
+    /// The GPU this instance runs on.
+    pub(super) fn device(&self) -> usize {
+        self.device
     }
 
     /// Runs the session once over the gathered inputs, computing the outputs `wanted` accepts.
-    /// Returns them as host tensors with the instants the inputs were enqueued and the run ended.
+    /// Inputs still in requests' GPU memory are copied from device to device, and outputs that
+    /// requests placed there are written there from device to device.
     pub(super) fn infer(
         &mut self,
         session: &mut Session,
         inputs: &[Gathered],
+        batch: &Batch<'_>,
         wanted: &dyn Fn(&str) -> bool,
-    ) -> Result<(Vec<Tensor>, Instant, Instant), String> {
+    ) -> Result<Run, String> {
+        let outcome = self.run(session, inputs, batch, wanted);
+        if outcome.is_err() {
+            // Copies from or into requests' GPU memory may still be queued: they must be done
+            // before the requests (and with them the client's mappings) can go.
+            let _ = self.stream.synchronize();
+        }
+        outcome
+    }
+
+    fn run(
+        &mut self,
+        session: &mut Session,
+        inputs: &[Gathered],
+        batch: &Batch<'_>,
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Result<Run, String> {
         let mut binding = session.create_binding().map_err(|e| e.to_string())?;
         let mut on_device = Vec::with_capacity(inputs.len());
-        let mut uploads: Vec<(DevicePtr, &[bytes::Bytes])> = Vec::with_capacity(inputs.len());
-        for input in inputs {
+        let mut uploads: Vec<(DevicePtr, Vec<Part<'_>>)> = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let device_parts = batch.device_inputs.get(i).map(Vec::as_slice).unwrap_or_default();
             match device_element(input.datatype) {
                 Some(ty) => {
                     let mut tensor = DynTensor::new(&self.allocator, ty, input.shape.clone())
                         .map_err(|e| format!("input '{}': {e}", input.name))?;
-                    uploads.push((tensor.data_ptr_mut() as DevicePtr, &input.parts[..]));
+                    let parts = input
+                        .parts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, bytes)| match device_parts.get(j).copied().flatten() {
+                            Some(span) => Part::Device(span.ptr(), span.len()),
+                            None => Part::Host(bytes),
+                        })
+                        .collect();
+                    uploads.push((tensor.data_ptr_mut() as DevicePtr, parts));
                     on_device.push((input.name.as_str(), tensor));
+                }
+                // The server copies such inputs to the host before they get here
+                // (`DataType::goes_to_device_as_is`).
+                None if device_parts.iter().any(Option::is_some) => {
+                    return Err(format!("input '{}' ({}) cannot be read from GPU memory", input.name, input.datatype));
                 }
                 None => {
                     let value = to_value(input)?;
@@ -201,10 +287,9 @@ impl GpuIo {
                 .bind_output_to_device(output.name(), memory)
                 .map_err(|e| format!("output '{}': {e}", output.name()))?;
         }
-        let t1 = Instant::now();
+        let enqueued = Instant::now();
         let outputs = session.run_binding(&binding).map_err(|e| e.to_string())?;
-        let t2 = Instant::now();
-        // Device outputs come back together, in one wait on the stream.
+        let ran = Instant::now();
         let mut host = Vec::new();
         let mut device = Vec::new();
         for (name, value) in outputs.iter() {
@@ -224,20 +309,105 @@ impl GpuIo {
                 None => host.push(from_value(name, &tensor.into_dyn())?),
             }
         }
-        let copies: Vec<(DevicePtr, usize)> = device.iter().map(|d| (d.3, d.4)).collect();
+        // Outputs placed in requests' GPU memory are copied there on the stream; the rest (and
+        // the shares of jobs that did not place them) come back together, in one wait on the
+        // stream, which the copies into GPU memory are done by too.
+        let mut in_place = Vec::new();
+        let mut copies = Vec::new();
+        let mut downloaded_meta = Vec::new();
+        for (name, datatype, shape, ptr, bytes) in device {
+            let placed = self.place(&name, &shape, ptr, bytes, batch)?;
+            if placed.as_ref().is_none_or(|jobs| jobs.iter().any(|(_, p)| matches!(p, Placed::Host))) {
+                copies.push((ptr, bytes));
+                downloaded_meta.push((name.clone(), datatype, shape.clone()));
+            }
+            if let Some(jobs) = placed {
+                in_place.push(InPlace { name, datatype, shape, jobs });
+            }
+        }
         let downloaded = self.stream.download(&copies)?;
         drop(outputs);
         drop(on_device);
-        for ((name, datatype, shape, _, _), bytes) in device.into_iter().zip(downloaded) {
+        for ((name, datatype, shape), bytes) in downloaded_meta.into_iter().zip(downloaded) {
             host.push(Tensor { name, datatype, shape, data: bytes.into() });
         }
-        Ok((host, t1, t2))
+        Ok(Run { host, in_place, enqueued, ran })
     }
+
+    /// Copies each job's share of output `name` (`bytes` at `src`, the batch's `shape`) into the
+    /// job's CUDA region, for the jobs that placed it in one on this GPU. `None` when no job did,
+    /// or when the output's rows do not split as the batch's (the scatter then reports it).
+    fn place(
+        &mut self,
+        name: &str,
+        shape: &[i64],
+        src: DevicePtr,
+        bytes: usize,
+        batch: &Batch<'_>,
+    ) -> Result<Option<Vec<(usize, Placed)>>, String> {
+        let spans: Vec<Option<&DeviceSpan>> = (0..batch.jobs).map(|j| (batch.destination)(j, name)).collect();
+        if spans.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let Some(lens) = shares(batch.rows, batch.jobs, shape, bytes) else { return Ok(None) };
+        let mut offset = 0;
+        let mut placed = Vec::with_capacity(lens.len());
+        for (len, span) in lens.into_iter().zip(spans) {
+            placed.push((
+                len,
+                match span {
+                    Some(span) if span.device() == self.device && len > span.len() => Placed::TooSmall(format!(
+                        "output of {len} bytes does not fit the {} bytes given in shared memory region '{}'",
+                        span.len(),
+                        span.region()
+                    )),
+                    Some(span) if span.device() == self.device => {
+                        self.stream.copy_on_device(span.ptr(), src + offset as u64, len)?;
+                        Placed::Written
+                    }
+                    _ => Placed::Host,
+                },
+            ));
+            offset += len;
+        }
+        Ok(Some(placed))
+    }
+}
+
+/// Each job's bytes of an output of `shape` and `bytes` bytes: the whole of it for the one job of a
+/// model that does not batch, else its rows' share. `None` when the rows do not add up to the
+/// output's first dimension or its bytes do not divide into rows (the host's scatter then reports
+/// the mismatch).
+fn shares(rows: Option<&[i64]>, jobs: usize, shape: &[i64], bytes: usize) -> Option<Vec<usize>> {
+    let Some(rows) = rows else { return (jobs == 1).then(|| vec![bytes]) };
+    let total = usize::try_from(shape.first().copied()?).ok()?;
+    let counts: Vec<usize> = rows.iter().map(|r| usize::try_from(*r).ok()).collect::<Option<_>>()?;
+    if counts.len() != jobs || counts.iter().sum::<usize>() != total {
+        return None;
+    }
+    let per_row = bytes.checked_div(total).unwrap_or(0);
+    (per_row * total == bytes).then(|| counts.iter().map(|r| r * per_row).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outputs_bytes_split_by_the_jobs_rows() {
+        // A batch of 1 + 3 rows of 16 INT32s.
+        assert_eq!(shares(Some(&[1, 3]), 2, &[4, 16], 256), Some(vec![64, 192]));
+        // A model that does not batch: one job takes it all.
+        assert_eq!(shares(None, 1, &[16], 64), Some(vec![64]));
+        assert_eq!(shares(None, 2, &[16], 64), None);
+        // An empty batch, and rows that do not add up or divide.
+        assert_eq!(shares(Some(&[0]), 1, &[0, 16], 0), Some(vec![0]));
+        assert_eq!(shares(Some(&[1, 2]), 2, &[4, 16], 256), None);
+        assert_eq!(shares(Some(&[1, 2]), 2, &[3, 16], 190), None);
+        assert_eq!(shares(Some(&[1]), 2, &[1, 16], 64), None);
+        assert_eq!(shares(Some(&[-1, 2]), 2, &[1, 16], 64), None);
+        assert_eq!(shares(Some(&[1]), 1, &[], 4), None);
+    }
     use crate::config::parse_pbtxt;
 
     #[test]

@@ -35,7 +35,7 @@ use crate::gpu::InstanceStream;
 use crate::load_error::{InstanceError, LoadError, OnnxError, RuntimeError};
 use crate::request::{InferenceResponse, Job, Tensor};
 use crate::stats::ExecutionTimes;
-use crate::validate::{IoSpec, check_output};
+use crate::validate::{IoSpec, check_output_of_len};
 
 /// Where `scripts/setup-onnxruntime.sh` installs the library, under the user's cache.
 pub fn default_library() -> Option<PathBuf> {
@@ -244,6 +244,10 @@ impl BackendInstance for OnnxInstance {
     }
 
     fn finalize(self: Box<Self>) {}
+
+    fn device_io(&self) -> Option<usize> {
+        self.gpu.as_ref().map(GpuIo::device)
+    }
 }
 
 impl OnnxInstance {
@@ -266,11 +270,58 @@ impl OnnxInstance {
         let wanted = |name: &str| {
             io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
         };
-        let (outputs, t1, t2) = match &mut self.gpu {
-            Some(gpu) => gpu.infer(&mut self.session, &inputs, &wanted)?,
-            None => infer_on_cpu(&mut self.session, &inputs, &wanted)?,
+        let (outputs, in_place, t1, t2) = match &mut self.gpu {
+            Some(gpu) => {
+                let requests: &[Job] = jobs;
+                let device_inputs = names
+                    .iter()
+                    .map(|name| requests.iter().map(|j| j.request.device_inputs.get(name)).collect())
+                    .collect();
+                let batch_io = &self.batch_io;
+                let batch = gpu::Batch {
+                    jobs: requests.len(),
+                    rows: batching.then_some(&batch_sizes[..]),
+                    device_inputs,
+                    // Outputs scattered by an input's shape (ragged batching) come back to the host.
+                    destination: &|j, name| {
+                        if batch_io.scatter_source(name).is_some() {
+                            return None;
+                        }
+                        requests.get(j).and_then(|job| job.request.device_outputs.get(name))
+                    },
+                };
+                let run = gpu.infer(&mut self.session, &inputs, &batch, &wanted)?;
+                (run.host, run.in_place, run.enqueued, run.ran)
+            }
+            None => {
+                let (host, t1, t2) = infer_on_cpu(&mut self.session, &inputs, &wanted)?;
+                (host, Vec::new(), t1, t2)
+            }
         };
-        let mut per_job: Vec<Vec<(Tensor, bool)>> = vec![Vec::new(); jobs.len()];
+        // Each job's outputs: (tensor, its bytes, whether it is checked as it is). The tensor of an
+        // output written into the job's GPU memory carries no bytes; a job whose region was too
+        // small for one fails.
+        let mut per_job: Vec<Vec<(Tensor, usize, bool)>> = vec![Vec::new(); jobs.len()];
+        let mut written: Vec<Vec<String>> = vec![Vec::new(); jobs.len()];
+        let mut refused: Vec<Option<String>> = vec![None; jobs.len()];
+        for out in in_place {
+            for (j, (len, placed)) in out.jobs.into_iter().enumerate() {
+                match placed {
+                    gpu::Placed::Written => {
+                        let mut shape = out.shape.clone();
+                        if batching && let Some(rows) = shape.first_mut() {
+                            *rows = batch_sizes[j];
+                        }
+                        let tensor =
+                            Tensor { name: out.name.clone(), datatype: out.datatype, shape, data: Default::default() };
+                        per_job[j].push((tensor, len, true));
+                        written[j].push(out.name.clone());
+                    }
+                    gpu::Placed::TooSmall(message) => refused[j] = Some(message),
+                    gpu::Placed::Host => {}
+                }
+            }
+        }
         for tensor in outputs {
             let name = tensor.name.clone();
             let source = self.batch_io.scatter_source(&name);
@@ -279,17 +330,25 @@ impl OnnxInstance {
                 None if batching => scatter(&tensor, &batch_sizes).map_err(|e| e.message)?,
                 None => vec![tensor],
             };
-            for ((out, job), part) in per_job.iter_mut().zip(jobs.iter()).zip(parts) {
-                if job.request.requested_outputs.contains(&name) || self.io.is_state_output(&name) {
-                    out.push((part, source.is_some()));
+            for (((out, job), part), written) in per_job.iter_mut().zip(jobs.iter()).zip(parts).zip(&written) {
+                let wants = job.request.requested_outputs.contains(&name) || self.io.is_state_output(&name);
+                if wants && !written.contains(&name) {
+                    let len = part.data.len();
+                    out.push((part, len, source.is_none()));
                 }
             }
         }
-        for ((job, outputs), batch) in jobs.iter_mut().zip(per_job).zip(&batch_sizes) {
+        for ((((job, outputs), batch), in_place), refused) in
+            jobs.iter_mut().zip(per_job).zip(&batch_sizes).zip(written).zip(refused)
+        {
+            if let Some(message) = refused {
+                job.fail(InferError::invalid(message));
+                continue;
+            }
             let mut checked = Vec::with_capacity(outputs.len());
-            for (mut t, scattered_by_input) in outputs {
+            for (mut t, len, check) in outputs {
                 // A batch output has its source input's shape, which the batcher let vary.
-                if !scattered_by_input && let Some(shape) = check_output(&self.io, &t, *batch)? {
+                if check && let Some(shape) = check_output_of_len(&self.io, &t, len, *batch)? {
                     t.shape = shape;
                 }
                 checked.push(t);
@@ -300,6 +359,7 @@ impl OnnxInstance {
                 id: job.request.id.clone(),
                 parameters: Vec::new(),
                 outputs: checked,
+                in_place,
             };
             job.sender.send_final(Ok(response));
         }

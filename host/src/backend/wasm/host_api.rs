@@ -145,6 +145,7 @@ impl SandboxState {
             return Err(problem);
         }
         let response = InferenceResponse {
+            in_place: Vec::new(),
             model_name: io.model_name.clone(),
             model_version: batch.model_version,
             id: job.request.id.clone(),

@@ -127,6 +127,7 @@ pub fn request(
                 )));
             }
             let data = shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?;
+            let data = request.device_inputs.keep(&input.name, data);
             request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
             continue;
         }
@@ -250,16 +251,14 @@ fn contents_to_bytes(
 pub fn response(r: InferenceResponse, shm_outputs: &ShmOutputs) -> pb::ModelInferResponse {
     let mut raw = Vec::with_capacity(r.outputs.len());
     let mut outputs = Vec::with_capacity(r.outputs.len());
-    for t in r.outputs {
+    let lens: Vec<usize> = r.outputs.iter().map(|t| r.output_len(t)).collect();
+    for (t, len) in r.outputs.into_iter().zip(lens) {
         let mut parameters = HashMap::new();
         match shm_outputs.iter().find(|(n, _)| *n == t.name) {
             Some((_, place)) => {
                 parameters
                     .insert("shared_memory_region".to_string(), param_proto(&ParamValue::String(place.region.clone())));
-                parameters.insert(
-                    "shared_memory_byte_size".to_string(),
-                    param_proto(&ParamValue::Int64(t.data.len() as i64)),
-                );
+                parameters.insert("shared_memory_byte_size".to_string(), param_proto(&ParamValue::Int64(len as i64)));
                 raw.push(bytes::Bytes::new());
             }
             None => raw.push(t.data),

@@ -131,7 +131,7 @@ fn start(
         (shm_outputs, classes) = (places, asked);
         shm_inputs = std::mem::take(&mut request.shm_inputs);
         request.trace = trace.clone();
-        let model = server.model_for(&request)?;
+        let model = server.model_for(&mut request)?;
         Ok((request, model))
     });
     (Reply { id, empty_final, shm_outputs, shm_inputs, classes, model: None, trace }, queued)

@@ -199,7 +199,8 @@ pub fn decode_request(
                         input.name
                     )));
                 }
-                shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?
+                let data = shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?;
+                request.device_inputs.keep(&input.name, data)
             }
             (None, size) => match size {
                 Some(size) => {
@@ -547,7 +548,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
                     datatype: t.datatype.wire_name(),
                     shape: &t.shape,
                     parameters: Some(OutParams::Shm {
-                        shared_memory_byte_size: t.data.len(),
+                        shared_memory_byte_size: response.output_len(t),
                         shared_memory_region: &place.region,
                     }),
                     data: None,
@@ -612,6 +613,7 @@ mod tests {
             data: Bytes::from(vec![name.as_bytes()[0]; bytes]),
         };
         let response = |outputs| InferenceResponse {
+            in_place: Vec::new(),
             model_name: "m".into(),
             model_version: 1,
             id: String::new(),

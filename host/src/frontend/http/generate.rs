@@ -308,6 +308,7 @@ mod tests {
     #[test]
     fn responses_are_flat_objects_with_single_elements_unwrapped() {
         let r = InferenceResponse {
+            in_place: Vec::new(),
             model_name: "m".into(),
             model_version: 3,
             id: String::new(),

@@ -159,6 +159,8 @@ pub fn start(
         trace: parent.sender.trace().map(|t| t.child()),
         calls,
         shm_inputs: Default::default(),
+        device_inputs: Default::default(),
+        device_outputs: Default::default(),
     };
     let deadline = core.calls.deadline;
     // A called ensemble spawns its steps on the server's runtime.
