@@ -334,6 +334,8 @@ fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
     let r = s.post_json("/v2/models/gsimple/infer", &mixed);
     assert_eq!(r.status, 200, "{}", r.text());
     let body = r.json();
+    assert_eq!(body["outputs"][1]["name"], "OUTPUT1", "the model's order: {body}");
+    assert_eq!(body["outputs"][1]["parameters"]["shared_memory_region"], "out", "{body}");
     let data: Vec<i32> =
         body["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
     assert_eq!(data, sum(0..32));

@@ -338,12 +338,17 @@ impl OnnxInstance {
                 }
             }
         }
-        for ((((job, outputs), batch), in_place), refused) in
+        for ((((job, mut outputs), batch), in_place), refused) in
             jobs.iter_mut().zip(per_job).zip(&batch_sizes).zip(written).zip(refused)
         {
             if let Some(message) = refused {
                 job.fail(InferError::invalid(message));
                 continue;
+            }
+            if !in_place.is_empty() {
+                // In the model's order, as when none is written in place.
+                let session = &self.session;
+                outputs.sort_by_key(|(t, ..)| session.outputs().iter().position(|o| o.name() == t.name));
             }
             let mut checked = Vec::with_capacity(outputs.len());
             for (mut t, len, check) in outputs {
