@@ -254,9 +254,10 @@ fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
 
 /// Where a GPU and ONNX Runtime's CUDA provider are: a `KIND_GPU` ONNX instance reads inputs from
 /// the client's device buffers and writes outputs into them on the GPU itself (the server logs
-/// such inputs as staying on the GPU; a Wasm model reading the same region gets host bytes), over
-/// HTTP and gRPC, with host and device tensors mixed in one request, and a region too small for
-/// an output refused with tritonserver's words while the server serves on.
+/// such inputs as staying on the GPU and such outputs as written in place; a Wasm model reading
+/// the same region gets host bytes), over HTTP and gRPC, with host and device tensors mixed in one
+/// request and in one batch of two requests, and a region too small for an output refused with
+/// tritonserver's words, nothing of that request written, while the server serves on.
 #[test]
 fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
     let required = std::env::var_os("NEREUS_REQUIRE_GPU").is_some();
@@ -273,12 +274,16 @@ fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
             + "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]";
     let dir = repo.model("gsimple", &config, &["1"]);
     std::fs::copy(models.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+    let batching = config.replace("name: \"gsimple\"", "name: \"gbatch\"")
+        + "\ndynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 30000000 }";
+    let dir = repo.model("gbatch", &batching, &["1"]);
+    std::fs::copy(models.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
     repo.example("simple");
     let s = Server::start(
         repo.path(),
         &["--allow-client-shm=true", "--onnxruntime-library", lib.to_str().unwrap(), "--log-verbose=1"],
     );
-    if s.get("/v2/models/gsimple/ready").status != 200 {
+    if s.get("/v2/models/gsimple/ready").status != 200 || s.get("/v2/models/gbatch/ready").status != 200 {
         let index = s.post_json("/v2/repository/index", &json!({})).json();
         let reason = index.as_array().unwrap().iter().find(|m| m["name"] == "gsimple").unwrap()["reason"].clone();
         assert!(!required, "NEREUS_REQUIRE_GPU is set but the GPU model did not load: {reason}");
@@ -299,18 +304,20 @@ fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
     }
     let place = |region: &str, offset: u64, size: u64| json!({"shared_memory_region": region, "shared_memory_byte_size": size, "shared_memory_offset": offset});
 
+    // `rows` rows of both inputs and both outputs in the regions, at the offsets given.
+    let all_in_regions = |rows: u64, inputs: [u64; 2], outputs: [u64; 2]| {
+        let size = rows * 64;
+        let input = |name: &str, offset| json!({"name": name, "shape": [rows, 16], "datatype": "INT32", "parameters": place("in", offset, size)});
+        let output = |name: &str, offset| json!({"name": name, "parameters": place("out", offset, size)});
+        json!({
+            "inputs": [input("INPUT0", inputs[0]), input("INPUT1", inputs[1])],
+            "outputs": [output("OUTPUT0", outputs[0]), output("OUTPUT1", outputs[1])]
+        })
+    };
+
     // A batch of two rows in, both outputs out, all on the device.
-    let request = json!({
-        "id": "in-place",
-        "inputs": [
-            {"name": "INPUT0", "shape": [2, 16], "datatype": "INT32", "parameters": place("in", 0, 128)},
-            {"name": "INPUT1", "shape": [2, 16], "datatype": "INT32", "parameters": place("in", 128, 128)}
-        ],
-        "outputs": [
-            {"name": "OUTPUT0", "parameters": place("out", 0, 128)},
-            {"name": "OUTPUT1", "parameters": place("out", 128, 128)}
-        ]
-    });
+    let mut request = all_in_regions(2, [0, 128], [0, 128]);
+    request["id"] = json!("in-place");
     let r = s.post_json("/v2/models/gsimple/infer", &request);
     assert_eq!(r.status, 200, "{}", r.text());
     let outputs = r.json()["outputs"].clone();
@@ -325,6 +332,10 @@ fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
     let prepared =
         log.lines().find(|l| l.contains("[request id: in-place] prepared")).unwrap_or_else(|| panic!("{log}"));
     assert!(prepared.contains("INPUT0 INT32 [2, 16] (128 bytes on GPU 0)"), "{prepared}");
+    for output in ["OUTPUT0", "OUTPUT1"] {
+        let line = format!("[request id: in-place] output '{output}' (128 bytes) written in place on the GPU");
+        assert!(log.contains(&line), "{line}\n{log}");
+    }
 
     // Device inputs, outputs in the body; then host inputs, outputs into the device.
     output.write(0, &[0; 256]);
@@ -358,7 +369,38 @@ fn gpu_onnx_instances_read_and_write_client_device_memory_in_place() {
     let r = s.post_json("/v2/models/gsimple/infer", &small);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.error(), "output of 128 bytes does not fit the 64 bytes given in shared memory region 'out'");
-    assert_eq!(output.read_i32(0), vec![0; 16]);
+    assert_eq!([output.read_i32(0), output.read_i32(128)], [vec![0; 16], vec![0; 16]], "nothing of it is written");
+
+    // Two requests in one batch (the dynamic batcher waits for the second): one reads both inputs
+    // from the region, the other one from its body and one from the region; each output lands at
+    // its own request's place.
+    let batches_before = s.get("/v2/models/gbatch/stats").json()["model_stats"][0]["batch_stats"].clone();
+    assert_eq!(batches_before, json!([]), "{batches_before}");
+    let first = all_in_regions(1, [0, 128], [0, 64]);
+    let second = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": &a[16..]},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": place("in", 192, 64)}
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": place("out", 128, 64)}, {"name": "OUTPUT1"}]
+    });
+    let (r1, r2) = std::thread::scope(|scope| {
+        let one = scope.spawn(|| s.post_json("/v2/models/gbatch/infer", &first));
+        let two = scope.spawn(|| s.post_json("/v2/models/gbatch/infer", &second));
+        (one.join().unwrap(), two.join().unwrap())
+    });
+    assert_eq!((r1.status, r2.status), (200, 200), "{} {}", r1.text(), r2.text());
+    let batches = s.get("/v2/models/gbatch/stats").json()["model_stats"][0]["batch_stats"].clone();
+    assert_eq!(batches.as_array().map(Vec::len), Some(1), "one execution: {batches}");
+    assert_eq!(batches[0]["batch_size"], 2, "{batches}");
+    assert_eq!(output.read_i32(0), sum(0..16));
+    assert_eq!(output.read_i32(64), diff(0..16));
+    assert_eq!(output.read_i32(128), sum(16..32));
+    let body = r2.json();
+    let data: Vec<i32> =
+        body["outputs"][1]["data"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
+    assert_eq!(data, diff(16..32));
+    output.write(0, &[0; 256]);
 
     // The Wasm `simple` reads the same region through the host.
     let r = s.post_json("/v2/models/simple/infer", &shm_request("in", "out"));

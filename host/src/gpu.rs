@@ -82,6 +82,19 @@ pub enum Part<'a> {
     Device(DevicePtr, usize),
 }
 
+impl Part<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Host(bytes) => bytes.len(),
+            Part::Device(_, n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Page-locked host memory owned by one instance, grown on demand and never shrunk.
 struct Pinned {
     ctx: Arc<CudaContext>,
@@ -102,6 +115,10 @@ impl Pinned {
 
     /// At least `n` bytes of pinned memory (the contents are not kept when it grows).
     fn reserve(&mut self, n: usize) -> Result<&mut [u8], String> {
+        if n == 0 {
+            // Nothing to stage (and no buffer yet, perhaps: no slice from a null pointer).
+            return Ok(&mut []);
+        }
         if n > self.len {
             self.release();
             let size = n.next_power_of_two().max(1 << 16);

@@ -174,8 +174,9 @@ pub(super) enum Placed {
     Host,
     /// It was copied into the job's CUDA region: the job's response carries no bytes for it.
     Written,
-    /// The job's region is too small for it: the job fails with this message.
-    TooSmall(String),
+    /// The job is refused (a region too small for one of its outputs, [`Run::refused`]): nothing
+    /// of it was written.
+    Refused,
 }
 
 /// An output that some jobs of the batch had written into their GPU memory.
@@ -189,11 +190,13 @@ pub(super) struct InPlace {
 }
 
 /// One run's outcome: the outputs as host tensors (those every job placed in its GPU memory are
-/// not among them), those written in place, and the instants the inputs were enqueued and the
-/// run ended.
+/// not among them), those written in place, the jobs refused, and the instants the inputs were
+/// enqueued and the run ended.
 pub(super) struct Run {
     pub host: Vec<Tensor>,
     pub in_place: Vec<InPlace>,
+    /// For each job, why it fails: one of its CUDA regions is too small for its output.
+    pub refused: Vec<Option<String>>,
     pub enqueued: Instant,
     pub ran: Instant,
 }
@@ -226,13 +229,14 @@ impl GpuIo {
         batch: &Batch<'_>,
         wanted: &dyn Fn(&str) -> bool,
     ) -> Result<Run, String> {
-        let outcome = self.run(session, inputs, batch, wanted);
-        if outcome.is_err() {
-            // Copies from or into requests' GPU memory may still be queued: they must be done
-            // before the requests (and with them the client's mappings) can go.
+        // Copies from or into requests' GPU memory may still be queued when a run fails or panics:
+        // they must be done before the requests (and with them the client's mappings) can go.
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(session, inputs, batch, wanted)));
+        if !matches!(outcome, Ok(Ok(_))) {
             let _ = self.stream.synchronize();
         }
-        outcome
+        outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     fn run(
@@ -251,7 +255,7 @@ impl GpuIo {
                 Some(ty) => {
                     let mut tensor = DynTensor::new(&self.allocator, ty, input.shape.clone())
                         .map_err(|e| format!("input '{}': {e}", input.name))?;
-                    let parts = input
+                    let parts: Vec<Part<'_>> = input
                         .parts
                         .iter()
                         .enumerate()
@@ -260,6 +264,15 @@ impl GpuIo {
                             None => Part::Host(bytes),
                         })
                         .collect();
+                    // The copies fill the tensor exactly: never past its end, never leaving a gap.
+                    let filled: usize = parts.iter().map(Part::len).sum();
+                    let size = tensor_bytes(&input.shape, input.datatype);
+                    if Some(filled) != size {
+                        return Err(format!(
+                            "input '{}': {filled} bytes for a tensor of shape {:?} ({})",
+                            input.name, input.shape, input.datatype
+                        ));
+                    }
                     uploads.push((tensor.data_ptr_mut() as DevicePtr, parts));
                     on_device.push((input.name.as_str(), tensor));
                 }
@@ -311,12 +324,47 @@ impl GpuIo {
         }
         // Outputs placed in requests' GPU memory are copied there on the stream; the rest (and
         // the shares of jobs that did not place them) come back together, in one wait on the
-        // stream, which the copies into GPU memory are done by too.
+        // stream, which the copies into GPU memory are done by too. A job with a region too small
+        // for one of its outputs gets none of them written.
+        let targets: Vec<_> =
+            device.iter().map(|(name, _, shape, _, bytes)| self.targets(name, shape, *bytes, batch)).collect();
+        let mut refused: Vec<Option<String>> = vec![None; batch.jobs];
+        for (j, (len, span)) in targets.iter().flatten().flat_map(|t| t.iter().enumerate()) {
+            if let Some(span) = span
+                && *len > span.len()
+                && refused[j].is_none()
+            {
+                refused[j] = Some(format!(
+                    "output of {len} bytes does not fit the {} bytes given in shared memory region '{}'",
+                    span.len(),
+                    span.region()
+                ));
+            }
+        }
         let mut in_place = Vec::new();
         let mut copies = Vec::new();
         let mut downloaded_meta = Vec::new();
-        for (name, datatype, shape, ptr, bytes) in device {
-            let placed = self.place(&name, &shape, ptr, bytes, batch)?;
+        for ((name, datatype, shape, ptr, bytes), targets) in device.into_iter().zip(targets) {
+            let placed = match targets {
+                None => None,
+                Some(targets) => {
+                    let mut offset = 0;
+                    let mut placed = Vec::with_capacity(targets.len());
+                    for (j, (len, span)) in targets.into_iter().enumerate() {
+                        let how = match span {
+                            _ if refused[j].is_some() => Placed::Refused,
+                            Some(span) => {
+                                self.stream.copy_on_device(span.ptr(), ptr + offset as u64, len)?;
+                                Placed::Written
+                            }
+                            None => Placed::Host,
+                        };
+                        placed.push((len, how));
+                        offset += len;
+                    }
+                    Some(placed)
+                }
+            };
             if placed.as_ref().is_none_or(|jobs| jobs.iter().any(|(_, p)| matches!(p, Placed::Host))) {
                 copies.push((ptr, bytes));
                 downloaded_meta.push((name.clone(), datatype, shape.clone()));
@@ -331,47 +379,33 @@ impl GpuIo {
         for ((name, datatype, shape), bytes) in downloaded_meta.into_iter().zip(downloaded) {
             host.push(Tensor { name, datatype, shape, data: bytes.into() });
         }
-        Ok(Run { host, in_place, enqueued, ran })
+        Ok(Run { host, in_place, refused, enqueued, ran })
     }
 
-    /// Copies each job's share of output `name` (`bytes` at `src`, the batch's `shape`) into the
-    /// job's CUDA region, for the jobs that placed it in one on this GPU. `None` when no job did,
-    /// or when the output's rows do not split as the batch's (the scatter then reports it).
-    fn place(
-        &mut self,
+    /// Each job's share of output `name` (`bytes` bytes, the batch's `shape`) and, for the jobs
+    /// that placed it in a CUDA region on this GPU, where it goes. `None` when no job did, or when
+    /// the output's rows do not split as the batch's (the scatter then reports it).
+    fn targets<'b>(
+        &self,
         name: &str,
         shape: &[i64],
-        src: DevicePtr,
         bytes: usize,
-        batch: &Batch<'_>,
-    ) -> Result<Option<Vec<(usize, Placed)>>, String> {
-        let spans: Vec<Option<&DeviceSpan>> = (0..batch.jobs).map(|j| (batch.destination)(j, name)).collect();
+        batch: &Batch<'b>,
+    ) -> Option<Vec<(usize, Option<&'b DeviceSpan>)>> {
+        let spans: Vec<Option<&DeviceSpan>> =
+            (0..batch.jobs).map(|j| (batch.destination)(j, name).filter(|span| span.device() == self.device)).collect();
         if spans.iter().all(Option::is_none) {
-            return Ok(None);
+            return None;
         }
-        let Some(lens) = shares(batch.rows, batch.jobs, shape, bytes) else { return Ok(None) };
-        let mut offset = 0;
-        let mut placed = Vec::with_capacity(lens.len());
-        for (len, span) in lens.into_iter().zip(spans) {
-            placed.push((
-                len,
-                match span {
-                    Some(span) if span.device() == self.device && len > span.len() => Placed::TooSmall(format!(
-                        "output of {len} bytes does not fit the {} bytes given in shared memory region '{}'",
-                        span.len(),
-                        span.region()
-                    )),
-                    Some(span) if span.device() == self.device => {
-                        self.stream.copy_on_device(span.ptr(), src + offset as u64, len)?;
-                        Placed::Written
-                    }
-                    _ => Placed::Host,
-                },
-            ));
-            offset += len;
-        }
-        Ok(Some(placed))
+        let lens = shares(batch.rows, batch.jobs, shape, bytes)?;
+        Some(lens.into_iter().zip(spans).collect())
     }
+}
+
+/// The bytes a tensor of `shape` and `datatype` holds (fixed-size elements), if they fit a usize.
+fn tensor_bytes(shape: &[i64], datatype: DataType) -> Option<usize> {
+    let elements = shape.iter().try_fold(1usize, |n, d| n.checked_mul(usize::try_from(*d).ok()?))?;
+    elements.checked_mul(datatype.element_size()?)
 }
 
 /// Each job's bytes of an output of `shape` and `bytes` bytes: the whole of it for the one job of a

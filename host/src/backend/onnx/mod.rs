@@ -30,6 +30,7 @@ use super::{
     VersionLoad,
 };
 use crate::config::ModelConfig;
+use crate::config::schema::model_config::SchedulingChoice;
 use crate::error::InferError;
 use crate::gpu::InstanceStream;
 use crate::load_error::{InstanceError, LoadError, OnnxError, RuntimeError};
@@ -157,6 +158,10 @@ fn load_instances(
         if instances.iter().any(|d| d.kind == InstanceKind::Gpu) { gpu::cuda_options(config)? } else { Vec::new() };
     let ragged: Vec<String> = config.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect();
     let batch_io = BatchIo::new(config);
+    let state_outputs: Vec<String> = match &config.scheduling_choice {
+        Some(SchedulingChoice::SequenceBatching(sb)) => sb.state.iter().map(|st| st.output_name.clone()).collect(),
+        _ => Vec::new(),
+    };
     let mut out: Vec<Box<dyn BackendInstance>> = Vec::with_capacity(instances.len());
     for desc in instances {
         let fail = |source: InstanceError| OnnxError::Instance { instance: desc.name.clone(), source };
@@ -202,6 +207,7 @@ fn load_instances(
             version,
             ragged: ragged.clone(),
             batch_io: batch_io.clone(),
+            state_outputs: state_outputs.clone(),
             label: format!("model '{}' instance '{}'", config.name, desc.name),
         }));
     }
@@ -224,6 +230,8 @@ struct OnnxInstance {
     ragged: Vec<String>,
     /// The batch inputs the server makes and the batch outputs it scatters (ragged batching).
     batch_io: BatchIo,
+    /// The sequence batcher's state outputs (configured outputs too): never written in place.
+    state_outputs: Vec<String>,
     label: String,
 }
 
@@ -270,32 +278,33 @@ impl OnnxInstance {
         let wanted = |name: &str| {
             io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
         };
-        let (outputs, in_place, t1, t2) = match &mut self.gpu {
+        let (outputs, in_place, refused, t1, t2) = match &mut self.gpu {
             Some(gpu) => {
                 let requests: &[Job] = jobs;
                 let device_inputs = names
                     .iter()
                     .map(|name| requests.iter().map(|j| j.request.device_inputs.get(name)).collect())
                     .collect();
-                let batch_io = &self.batch_io;
+                let (batch_io, states) = (&self.batch_io, &self.state_outputs);
                 let batch = gpu::Batch {
                     jobs: requests.len(),
                     rows: batching.then_some(&batch_sizes[..]),
                     device_inputs,
-                    // Outputs scattered by an input's shape (ragged batching) come back to the host.
+                    // Outputs scattered by an input's shape (ragged batching), and a sequence's
+                    // state (which the server keeps as host bytes), come back to the host.
                     destination: &|j, name| {
-                        if batch_io.scatter_source(name).is_some() {
+                        if batch_io.scatter_source(name).is_some() || states.iter().any(|s| s == name) {
                             return None;
                         }
                         requests.get(j).and_then(|job| job.request.device_outputs.get(name))
                     },
                 };
                 let run = gpu.infer(&mut self.session, &inputs, &batch, &wanted)?;
-                (run.host, run.in_place, run.enqueued, run.ran)
+                (run.host, run.in_place, run.refused, run.enqueued, run.ran)
             }
             None => {
                 let (host, t1, t2) = infer_on_cpu(&mut self.session, &inputs, &wanted)?;
-                (host, Vec::new(), t1, t2)
+                (host, Vec::new(), vec![None; jobs.len()], t1, t2)
             }
         };
         // Each job's outputs: (tensor, its bytes, whether it is checked as it is). The tensor of an
@@ -303,23 +312,25 @@ impl OnnxInstance {
         // small for one fails.
         let mut per_job: Vec<Vec<(Tensor, usize, bool)>> = vec![Vec::new(); jobs.len()];
         let mut written: Vec<Vec<String>> = vec![Vec::new(); jobs.len()];
-        let mut refused: Vec<Option<String>> = vec![None; jobs.len()];
         for out in in_place {
             for (j, (len, placed)) in out.jobs.into_iter().enumerate() {
-                match placed {
-                    gpu::Placed::Written => {
-                        let mut shape = out.shape.clone();
-                        if batching && let Some(rows) = shape.first_mut() {
-                            *rows = batch_sizes[j];
-                        }
-                        let tensor =
-                            Tensor { name: out.name.clone(), datatype: out.datatype, shape, data: Default::default() };
-                        per_job[j].push((tensor, len, true));
-                        written[j].push(out.name.clone());
-                    }
-                    gpu::Placed::TooSmall(message) => refused[j] = Some(message),
-                    gpu::Placed::Host => {}
+                if !matches!(placed, gpu::Placed::Written) {
+                    continue;
                 }
+                let mut shape = out.shape.clone();
+                if batching && let Some(rows) = shape.first_mut() {
+                    *rows = batch_sizes[j];
+                }
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    let id = &jobs[j].request.id;
+                    tracing::debug!(
+                        "[request id: {id}] output '{}' ({len} bytes) written in place on the GPU",
+                        out.name
+                    );
+                }
+                let tensor = Tensor { name: out.name.clone(), datatype: out.datatype, shape, data: Default::default() };
+                per_job[j].push((tensor, len, true));
+                written[j].push(out.name.clone());
             }
         }
         for tensor in outputs {
@@ -346,7 +357,7 @@ impl OnnxInstance {
                 continue;
             }
             if !in_place.is_empty() {
-                // In the model's order, as when none is written in place.
+                // In the model's order.
                 let session = &self.session;
                 outputs.sort_by_key(|(t, ..)| session.outputs().iter().position(|o| o.name() == t.name));
             }

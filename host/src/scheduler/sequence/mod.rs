@@ -37,6 +37,7 @@ use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
+use crate::device_io::DeviceInputs;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
@@ -378,9 +379,14 @@ impl Shared {
     fn form(&self, state: &mut State, i: usize, take: &[usize], span: usize) -> Next<Formed> {
         let direct = matches!(self.rules.strategy, Strategy::Direct { .. });
         let positions: Vec<usize> = if direct { (0..=span).collect() } else { take.to_vec() };
-        // Padding copies a real request's inputs (shared bytes); only direct batches with gaps need it.
+        // Padding copies a real request's inputs (shared bytes, and those still in GPU memory);
+        // only direct batches with gaps need it.
         let template = (positions.len() > take.len())
-            .then(|| take.first().and_then(|s| state.slots[i][*s].queue.front()).map(|j| j.request.inputs.clone()))
+            .then(|| {
+                take.first()
+                    .and_then(|s| state.slots[i][*s].queue.front())
+                    .map(|j| (j.request.inputs.clone(), j.request.device_inputs.clone()))
+            })
             .flatten();
         let mut jobs = Vec::with_capacity(positions.len());
         let mut entries = Vec::with_capacity(positions.len());
@@ -415,8 +421,8 @@ impl Shared {
         Next::Run((jobs, entries, ticket))
     }
 
-    fn padding(&self, inputs: Vec<Tensor>) -> Job {
-        let request = crate::request::InferenceRequest { inputs, ..Default::default() };
+    fn padding(&self, (inputs, device_inputs): (Vec<Tensor>, DeviceInputs)) -> Job {
+        let request = crate::request::InferenceRequest { inputs, device_inputs, ..Default::default() };
         Job { request, sender: ResponseSender::discard(self.padding_stats.clone()), enqueued: Instant::now() }
     }
 
