@@ -182,12 +182,11 @@ impl InstanceStream {
     /// parts (a client's CUDA shared memory) copied from device to device. Work enqueued on the
     /// stream afterwards sees the data.
     pub fn upload(&mut self, items: &[(DevicePtr, Vec<Part<'_>>)]) -> Result<(), String> {
-        let staged: usize =
-            items.iter().flat_map(|(_, parts)| parts).map(|p| if let Part::Host(b) = p { b.len() } else { 0 }).sum();
-        let any_device = items.iter().flat_map(|(_, parts)| parts).any(|p| matches!(p, Part::Device(..)));
-        if staged == 0 && !any_device {
+        if items.iter().flat_map(|(_, parts)| parts).all(Part::is_empty) {
             return Ok(());
         }
+        let staged: usize =
+            items.iter().flat_map(|(_, parts)| parts).map(|p| if let Part::Host(b) = p { b.len() } else { 0 }).sum();
         self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
         // An earlier execution that failed half-way may still be reading the staging buffer.
         self.stream.synchronize().map_err(|e| format!("CUDA stream: {e}"))?;

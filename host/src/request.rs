@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::call_chain::CallChain;
-use crate::device_io::{DeviceInputs, DeviceOutputs};
+use crate::device_io::DeviceTensors;
 use crate::error::InferError;
 use crate::shm::ShmInputs;
 use crate::stats::{ModelStats, ResponseKind};
@@ -134,9 +134,9 @@ pub struct InferenceRequest {
     /// (`api::infer`).
     pub shm_inputs: ShmInputs,
     /// Inputs still in a client's GPU memory (their tensors hold no bytes until settled).
-    pub device_inputs: DeviceInputs,
-    /// Outputs the client placed in its GPU memory.
-    pub device_outputs: DeviceOutputs,
+    pub device_inputs: DeviceTensors,
+    /// Where the outputs the client placed in its GPU memory go.
+    pub device_outputs: DeviceTensors,
 }
 
 impl InferenceRequest {
@@ -151,7 +151,7 @@ impl InferenceRequest {
         for (name, span) in self.device_inputs.take_all() {
             let Some(tensor) = self.inputs.iter_mut().find(|t| t.name == name) else { continue };
             if device == Some(span.device()) && tensor.datatype.goes_to_device_as_is() {
-                self.device_inputs.keep_span(name, span);
+                self.device_inputs.push(name, span);
             } else {
                 tensor.data = span.to_host()?;
             }

@@ -22,15 +22,6 @@ pub async fn run(
     endpoint: &str,
 ) -> Result<InferenceResponse, InferError> {
     let trace = request.trace.clone();
-    // Outputs placed in a client's GPU memory: an instance on that GPU writes them there itself
-    // (one asked for as classes is classified on the host first).
-    for (name, place) in shm_outputs {
-        if !classes.iter().any(|(n, _)| n == name)
-            && let Some(span) = server.shm().device_place(place)?
-        {
-            request.device_outputs.push(name, span);
-        }
-    }
     // Checked once the answer is in, when the backend is done with the inputs read in place.
     let shm_inputs = std::mem::take(&mut request.shm_inputs);
     let receiver = server.infer(request, endpoint)?;

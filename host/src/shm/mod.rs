@@ -50,13 +50,6 @@ impl Region {
             Region::Cuda(_) => ShmKind::Cuda,
         }
     }
-
-    fn byte_size(&self) -> u64 {
-        match self {
-            Region::System(r) => r.byte_size,
-            Region::Cuda(r) => r.byte_size,
-        }
-    }
 }
 
 /// A system region's status entry.
@@ -221,16 +214,19 @@ impl SharedMemory {
     }
 
     /// Checks that `place` (an output's) lies inside its region as registered, when the request
-    /// arrives, as tritonserver checks it then.
-    pub fn check(&self, place: &ShmPlace) -> Result<(), InferError> {
-        let region = self.region(&place.region)?;
-        end_of(&place.region, region.byte_size(), place.offset, place.byte_size).map(drop)
+    /// arrives, as tritonserver checks it then. Returns where it lies on a GPU when the region is
+    /// CUDA memory (a `KIND_GPU` instance on that GPU then writes the output there itself).
+    pub fn check(&self, place: &ShmPlace) -> Result<Option<DeviceSpan>, InferError> {
+        match self.region(&place.region)? {
+            Region::System(r) => end_of(&place.region, r.byte_size, place.offset, place.byte_size).map(|_| None),
+            Region::Cuda(r) => r.span(place.offset, place.byte_size).map(Some),
+        }
     }
 
     /// The `len` bytes at `offset` of region `name` (an input's data): a system region's read in
     /// place, with a lease added to `leases` (checked once the backend is done); a CUDA region's
     /// left on the device (the server copies it to the host only for a model that does not read
-    /// that GPU's memory, [`crate::request::DeviceInputs`]).
+    /// that GPU's memory, [`crate::device_io`]).
     pub fn read(&self, name: &str, offset: u64, len: u64, leases: &mut ShmInputs) -> Result<ShmData, InferError> {
         match self.region(name)? {
             Region::System(r) => {
@@ -239,15 +235,6 @@ impl SharedMemory {
                 Ok(ShmData::Host(data))
             }
             Region::Cuda(r) => Ok(ShmData::Device(r.span(offset, len)?)),
-        }
-    }
-
-    /// Where an output placed at `place` goes on a GPU, when its region is CUDA memory (a
-    /// `KIND_GPU` instance on that GPU then writes it there itself).
-    pub fn device_place(&self, place: &ShmPlace) -> Result<Option<DeviceSpan>, InferError> {
-        match self.region(&place.region)? {
-            Region::System(_) => Ok(None),
-            Region::Cuda(r) => r.span(place.offset, place.byte_size).map(Some),
         }
     }
 

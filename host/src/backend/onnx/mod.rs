@@ -281,10 +281,15 @@ impl OnnxInstance {
         let (outputs, in_place, refused, t1, t2) = match &mut self.gpu {
             Some(gpu) => {
                 let requests: &[Job] = jobs;
-                let device_inputs = names
-                    .iter()
-                    .map(|name| requests.iter().map(|j| j.request.device_inputs.get(name)).collect())
-                    .collect();
+                // For each input, each job's part of it still in GPU memory (none in the usual case).
+                let device_inputs = if requests.iter().all(|j| j.request.device_inputs.is_empty()) {
+                    Vec::new()
+                } else {
+                    names
+                        .iter()
+                        .map(|name| requests.iter().map(|j| j.request.device_inputs.get(name)).collect())
+                        .collect()
+                };
                 let (batch_io, states) = (&self.batch_io, &self.state_outputs);
                 let batch = gpu::Batch {
                     jobs: requests.len(),

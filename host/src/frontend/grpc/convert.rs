@@ -168,7 +168,9 @@ pub fn request(
             }
         }
         if let Some(place) = place {
-            shm.check(&place)?;
+            if let Some(span) = shm.check(&place)? {
+                request.device_outputs.push(output.name.clone(), span);
+            }
             shm_outputs.push((output.name.clone(), place));
         }
         request.requested_outputs.push(output.name);

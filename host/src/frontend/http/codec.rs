@@ -251,7 +251,9 @@ pub fn decode_request(
             }
         }
         if let Some(place) = place {
-            shm.check(&place)?;
+            if let Some(span) = shm.check(&place)? {
+                request.device_outputs.push(output.name.clone(), span);
+            }
             options.shm.push((output.name.clone(), place));
         }
         // A listed output is JSON unless its own `binary_data` says otherwise: as tritonserver,

@@ -37,7 +37,7 @@ use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::{Caller, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
-use crate::device_io::DeviceInputs;
+use crate::device_io::DeviceTensors;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
@@ -421,7 +421,7 @@ impl Shared {
         Next::Run((jobs, entries, ticket))
     }
 
-    fn padding(&self, (inputs, device_inputs): (Vec<Tensor>, DeviceInputs)) -> Job {
+    fn padding(&self, (inputs, device_inputs): (Vec<Tensor>, DeviceTensors)) -> Job {
         let request = crate::request::InferenceRequest { inputs, device_inputs, ..Default::default() };
         Job { request, sender: ResponseSender::discard(self.padding_stats.clone()), enqueued: Instant::now() }
     }
