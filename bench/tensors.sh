@@ -9,7 +9,7 @@
 #     in the way;
 # all driven by bench/tensors' tensor-load (one shared request buffer, answers checked as they stream in).
 #   bench/tensors.sh [NEREUS_BIN] [ROUNDS]      (defaults: $CARGO_TARGET_DIR/release/nereus, 3)
-#   SIZES="1 4 16 64" (MiB)  CONCS="1 4"  PATHS="http grpc shm"  KINDS="identity reduce"
+#   SIZES="1 4 16 64" (MiB)  CONCS="1 4"  PATHS="http grpc shm" (also grpc-stream: ModelStreamInfer)  KINDS="identity reduce"
 #   SECS=2 (window) WARM=0.5 (warm-up) per measurement;
 #   PERF_CHECK=1 also measures the ceiling with perf_analyzer once per point (is the client the limit?).
 #   Run by the suite (bench/suite.sh HOOKS=tensors): also appends its rows to SUITE_CSV in the suite's
@@ -92,6 +92,8 @@ for r in $(seq 1 "$rounds"); do
             esac
             proto=http shm=()
             [[ $path == grpc ]] && { proto=grpc; port=$((port + 1)); }
+            # The same messages on a ModelStreamInfer stream per connection (the ceiling serves no streams).
+            if [[ $path == grpc-stream ]]; then [[ $s == ceiling ]] && continue; proto=grpc-stream port=$((port + 1)); fi
             [[ $path == shm ]] && shm=(--shm)
             line=$("$load" --url "127.0.0.1:$port" --protocol "$proto" --model "$model" --bytes $((mib << 20)) \
               --concurrency "$c" --seconds "$secs" --warmup "$warm" --server-pid "$pids" "${shm[@]}" 2>&1) || {
@@ -107,7 +109,7 @@ for r in $(seq 1 "$rounds"); do
               [[ $s != nereus ]] && echo "tensor_${kind}_${mib}MiB_onnx,$row" >>"$SUITE_CSV"
             fi
           done
-          if [[ ${PERF_CHECK:-0} == 1 && $path != shm && $r == 1 ]]; then
+          if [[ ${PERF_CHECK:-0} == 1 && ($path == http || $path == grpc) && $r == 1 ]]; then
             port=$cport; [[ $path == grpc ]] && port=$((cport + 1))
             model=${kind/identity/identity_fp32}; model=${model/reduce/reduce_sum_fp32}
             line=$(PERF_INTERVAL_MS=$((${secs%.*} * 1000)) "$anchors/perf.sh" "localhost:$port" "$model" "$path" "$c" \

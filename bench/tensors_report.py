@@ -48,7 +48,7 @@ def ratio(a, b):
 
 
 kinds = sorted({k[0] for k in runs}, key=lambda k: k != "identity")
-paths = [p for p in ("http", "grpc", "shm") if any(k[1] == p for k in runs)]
+paths = [p for p in ("http", "grpc", "grpc-stream", "shm") if any(k[1] == p for k in runs)]
 sizes = sorted({k[2] for k in runs})
 concs = sorted({k[3] for k in runs})
 

@@ -687,6 +687,13 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
 /// way, so that the message may be malformed) and returns the call's `grpc-status` and
 /// `grpc-message`, from the headers of a trailers-only answer or from the trailers.
 async fn raw_model_infer(s: &Server, body: Vec<u8>) -> (String, String) {
+    let (_, status, message) = raw_call(s, "ModelInfer", body).await;
+    (status, message)
+}
+
+/// Sends `body` as one call of `method` over a bare HTTP/2 connection: the answer's body, and its
+/// `grpc-status` and `grpc-message` (see [`raw_model_infer`]).
+async fn raw_call(s: &Server, method: &str, body: Vec<u8>) -> (Bytes, String, String) {
     use http_body_util::BodyExt;
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc_port)).await.unwrap();
     let (mut sender, conn) =
@@ -695,7 +702,7 @@ async fn raw_model_infer(s: &Server, body: Vec<u8>) -> (String, String) {
             .unwrap();
     tokio::spawn(conn);
     let request =
-        hyper::Request::post(format!("http://127.0.0.1:{}/inference.GRPCInferenceService/ModelInfer", s.grpc_port))
+        hyper::Request::post(format!("http://127.0.0.1:{}/inference.GRPCInferenceService/{method}", s.grpc_port))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .body(http_body_util::Full::new(Bytes::from(body)))
@@ -703,12 +710,33 @@ async fn raw_model_infer(s: &Server, body: Vec<u8>) -> (String, String) {
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
     let (parts, body) = response.into_parts();
-    let trailers = body.collect().await.unwrap().trailers().cloned().unwrap_or_default();
+    let collected = body.collect().await.unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or_default();
     let get = |name: &str| {
         let value = parts.headers.get(name).or_else(|| trailers.get(name));
         value.map(|v| percent_decoded(v.to_str().unwrap())).unwrap_or_default()
     };
-    (get("grpc-status"), get("grpc-message"))
+    (collected.to_bytes(), get("grpc-status"), get("grpc-message"))
+}
+
+/// An `identity_fp32` request of 1.2 MB, whose answer's tensor is a frame of its own.
+fn large_identity_request() -> pb::ModelInferRequest {
+    let values: Vec<f32> = (0..300_000).map(|i| i as f32 * 0.5).collect();
+    pb::ModelInferRequest {
+        model_name: "identity_fp32".into(),
+        id: "large".into(),
+        inputs: vec![raw_input("INPUT0", "FP32", vec![1, values.len() as i64])],
+        raw_input_contents: vec![Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())],
+        ..Default::default()
+    }
+}
+
+/// A message with its gRPC prefix: the compressed flag and the length announced.
+fn grpc_framed(flag: u8, length: usize, message: &[u8]) -> Vec<u8> {
+    let mut body = vec![flag];
+    body.extend_from_slice(&(length as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    body
 }
 
 /// A `grpc-message` as sent (percent-encoded, gRPC's rule) made text again.
@@ -743,14 +771,7 @@ fn uncompressed_model_infer_answers_as_tonic_does() {
         let encoding = tonic::codec::CompressionEncoding::Gzip;
         let mut gzip = client(&s).await.send_compressed(encoding).max_decoding_message_size(usize::MAX);
         // A small answer (one frame) and a large one (its tensor a frame of its own).
-        let values: Vec<f32> = (0..300_000).map(|i| i as f32 * 0.5).collect();
-        let large = pb::ModelInferRequest {
-            model_name: "identity_fp32".into(),
-            id: "large".into(),
-            inputs: vec![raw_input("INPUT0", "FP32", vec![1, values.len() as i64])],
-            raw_input_contents: vec![Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())],
-            ..Default::default()
-        };
+        let large = large_identity_request();
         for request in [simple(3, "small"), large] {
             let direct = plain.model_infer(request.clone()).await.unwrap().into_inner();
             let through_tonic = gzip.model_infer(request.clone()).await.unwrap().into_inner();
@@ -764,12 +785,7 @@ fn uncompressed_model_infer_answers_as_tonic_does() {
         }
 
         let message = simple(2, "raw").encode_to_vec();
-        let framed = |flag: u8, length: usize, message: &[u8]| {
-            let mut body = vec![flag];
-            body.extend_from_slice(&(length as u32).to_be_bytes());
-            body.extend_from_slice(message);
-            body
-        };
+        let framed = grpc_framed;
         // Well formed: OK.
         assert_eq!(raw_model_infer(&s, framed(0, message.len(), &message)).await.0, "0");
         // The compressed flag without a grpc-encoding: INTERNAL (13), as gRPC core and tonic say.
@@ -787,5 +803,68 @@ fn uncompressed_model_infer_answers_as_tonic_does() {
         // Every failure was the call's own.
         let answer = plain.model_infer(simple(5, "after")).await.unwrap().into_inner();
         assert_eq!(i32s(&answer.raw_output_contents[0]), (5..21).collect::<Vec<_>>());
+    });
+}
+
+/// `ModelStreamInfer` calls that nothing compresses are read and answered past tonic's codec too.
+/// Each answer on such a stream is the one a compressed stream (served by tonic) gets for the same
+/// request, large outputs and errors included; messages that share a frame are each answered; a
+/// body that ends inside a message ends the stream with tonic's status, after the answers to the
+/// messages before it.
+#[test]
+fn uncompressed_model_stream_infer_answers_as_tonic_does() {
+    use prost::Message;
+    let (_repo, s) = examples();
+    runtime().block_on(async {
+        let large = large_identity_request();
+        let mut bad = simple(0, "bad");
+        bad.inputs[0].name = "NOPE".into();
+        let requests = [simple(3, "small"), large.clone(), bad];
+        let mut streams = Vec::new();
+        for compressed in [false, true] {
+            let mut c = client(&s).await.max_decoding_message_size(usize::MAX);
+            if compressed {
+                c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let mut responses =
+                c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+            let mut answers = Vec::new();
+            // One request at a time, so that both streams answer in the same order.
+            for request in &requests {
+                tx.send(request.clone()).await.unwrap();
+                answers.push(tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap());
+            }
+            drop(tx);
+            assert!(tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().is_none());
+            streams.push(answers);
+        }
+        assert_eq!(streams[0], streams[1]);
+        let answer = |i: usize| streams[0][i].infer_response.clone().unwrap();
+        assert_eq!(i32s(&answer(0).raw_output_contents[0]), (3..19).collect::<Vec<_>>());
+        assert_eq!(answer(1).raw_output_contents[0], large.raw_input_contents[0]);
+        assert!(streams[0][2].error_message.contains("unexpected inference input 'NOPE'"), "{:?}", streams[0][2]);
+        assert_eq!(answer(2).id, "bad");
+
+        // Three messages in one frame, the third cut short: two answers, then tonic's status.
+        let mut body = Vec::new();
+        for (value, id) in [(1, "one"), (2, "two")] {
+            let message = simple(value, id).encode_to_vec();
+            body.extend(grpc_framed(0, message.len(), &message));
+        }
+        let third = simple(3, "three").encode_to_vec();
+        body.extend(grpc_framed(0, third.len(), &third[..third.len() - 4]));
+        let (mut answers, code, text) = raw_call(&s, "ModelStreamInfer", body).await;
+        assert_eq!((code.as_str(), text.as_str()), ("13", "Unexpected EOF decoding stream."));
+        let mut ids = Vec::new();
+        while !answers.is_empty() {
+            let length = u32::from_be_bytes(answers[1..5].try_into().unwrap()) as usize;
+            let message = answers.split_to(5 + length).split_off(5);
+            let answer = pb::ModelStreamInferResponse::decode(message).unwrap().infer_response.unwrap();
+            let first = i32s(&answer.raw_output_contents[0])[0];
+            ids.push((answer.id, first));
+        }
+        ids.sort();
+        assert_eq!(ids, [("one".to_string(), 1), ("two".to_string(), 2)]);
     });
 }

@@ -37,6 +37,8 @@ struct Args {
     /// host:port of the HTTP or gRPC endpoint.
     #[arg(long)]
     url: String,
+    /// `http`, `grpc` (`ModelInfer`) or `grpc-stream` (`ModelStreamInfer`: a stream per
+    /// connection, one request in flight on each; the lean client's framing).
     #[arg(long, default_value = "http")]
     protocol: String,
     #[arg(long, default_value = "identity_fp32")]
@@ -326,12 +328,17 @@ async fn grpc_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, 
 
 // ---- gRPC, lean ----
 
-/// The ModelInfer path.
+/// The ModelInfer and ModelStreamInfer paths.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 /// `raw_input_contents` and `raw_output_contents`' field numbers (grpc_service.proto).
 const RAW_INPUT_FIELD: u64 = 7;
 const RAW_OUTPUT_FIELD: u64 = 6;
+
+/// `ModelStreamInferResponse`'s `error_message` and `infer_response` field numbers.
+const STREAM_ERROR_FIELD: u64 = 1;
+const STREAM_RESPONSE_FIELD: u64 = 2;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -377,8 +384,10 @@ fn copy_out(chunks: &[Bytes], mut at: usize, out: &mut [u8]) -> bool {
 }
 
 /// Where the first `raw_output_contents` lies in an answer's body (gRPC prefix included): offset
-/// and length, read from the fields' keys and lengths only; `None` until `chunks` reach it.
-fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
+/// and length, read from the fields' keys and lengths only; `None` until `chunks` reach it. A
+/// stream's answer (`streamed`) is a `ModelStreamInferResponse`: its `infer_response` (field 2) is
+/// walked into, and an `error_message` (field 1) is the error it says.
+fn raw_output(chunks: &[Bytes], streamed: bool) -> anyhow::Result<Option<(usize, usize)>> {
     let mut prefix = [0u8; 5];
     if !copy_out(chunks, 0, &mut prefix) {
         return Ok(None);
@@ -386,8 +395,9 @@ fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
     if prefix[0] != 0 {
         bail!("not an uncompressed gRPC message");
     }
-    let end = 5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    let mut end = 5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
     let mut at = 5;
+    let mut outer = streamed;
     // Ok(None): the bytes so far end inside a key or length.
     let varint = |at: &mut usize| -> anyhow::Result<Option<u64>> {
         let mut v = 0u64;
@@ -416,7 +426,18 @@ fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
             5 => at += 4,
             2 => {
                 let Some(n) = varint(&mut at)? else { return Ok(None) };
-                if key >> 3 == RAW_OUTPUT_FIELD {
+                if outer && key >> 3 == STREAM_ERROR_FIELD && n > 0 {
+                    let mut text = vec![0u8; n as usize];
+                    if !copy_out(chunks, at, &mut text) {
+                        return Ok(None);
+                    }
+                    bail!("the stream answered with an error: {}", String::from_utf8_lossy(&text));
+                }
+                if outer && key >> 3 == STREAM_RESPONSE_FIELD {
+                    (outer, end) = (false, at + n as usize);
+                    continue;
+                }
+                if !outer && key >> 3 == RAW_OUTPUT_FIELD {
                     return Ok(Some((at, n as usize)));
                 }
                 at += n as usize;
@@ -431,6 +452,8 @@ fn raw_output(chunks: &[Bytes]) -> anyhow::Result<Option<(usize, usize)>> {
 /// before the tensor's place is known, then its first and last bytes (all of it when `full`).
 struct GrpcCheck {
     full: bool,
+    /// A `ModelStreamInfer` answer (the tensor one message deeper).
+    streamed: bool,
     held: Vec<Bytes>,
     /// Body offset of the next frame's first byte.
     pos: usize,
@@ -443,8 +466,18 @@ struct GrpcCheck {
 }
 
 impl GrpcCheck {
-    fn new(full: bool) -> Self {
-        GrpcCheck { full, held: Vec::new(), pos: 0, place: None, head: vec![], tail: vec![], all: vec![], total: 0 }
+    fn new(full: bool, streamed: bool) -> Self {
+        GrpcCheck {
+            full,
+            streamed,
+            held: Vec::new(),
+            pos: 0,
+            place: None,
+            head: vec![],
+            tail: vec![],
+            all: vec![],
+            total: 0,
+        }
     }
 
     fn frame(&mut self, data: Bytes, work: &Work) -> anyhow::Result<()> {
@@ -455,7 +488,7 @@ impl GrpcCheck {
             return Ok(());
         }
         self.held.push(data);
-        if let Some((at, n)) = raw_output(&self.held)? {
+        if let Some((at, n)) = raw_output(&self.held, self.streamed)? {
             let k = work.expected.len().min(64).min(n);
             self.place = Some((at, n));
             (self.head, self.tail) = (vec![0; k], vec![0; k]);
@@ -505,28 +538,47 @@ impl GrpcCheck {
     }
 }
 
-async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+/// Checks a lean gRPC client's answer: in the output region, or as its frames were checked.
+fn answered(work: &Work, shm: Option<&Shm>, answer: GrpcCheck, full: bool) -> anyhow::Result<()> {
+    match shm {
+        Some(shm) => check(work, shm.output.bytes(), full),
+        None => answer.finish(work),
+    }
+}
+
+/// An HTTP/2 connection to the server for requests with bodies of type `B`.
+async fn h2_connect<B>(url: &str) -> anyhow::Result<hyper::client::conn::http2::SendRequest<B>>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     use hyper_util::rt::TokioExecutor;
-    let a = &work.args;
-    let tcp = tokio::net::TcpStream::connect(&a.url).await.with_context(|| format!("connecting to {}", a.url))?;
+    let tcp = tokio::net::TcpStream::connect(url).await.with_context(|| format!("connecting to {url}"))?;
     tcp.set_nodelay(true)?;
     // The windows of tonic's client above; frames of up to 1 MiB from the server (the server's own
     // setting for the other way).
-    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(8 << 20)
         .initial_connection_window_size(32 << 20)
         .max_frame_size(1 << 20)
         .handshake(TokioIo::new(tcp))
         .await?;
     tokio::spawn(conn);
-    let shm = if a.shm { Some(Shm::new(w, &work)?) } else { None };
+    Ok(sender)
+}
+
+/// The shared memory regions and the request's message for a lean client (registration is not
+/// measured: tonic's client does it, on a connection of its own).
+async fn lean_request(w: usize, work: &Work) -> anyhow::Result<(Option<Shm>, ModelInferRequest)> {
+    let a = &work.args;
+    let shm = if a.shm { Some(Shm::new(w, work)?) } else { None };
     let (input, output) = match &shm {
-        // Registration is not measured: tonic's client does it, on a connection of its own.
         Some(shm) => {
             let channel = Endpoint::from_shared(format!("http://{}", a.url))?.connect().await?;
-            grpc_tensors(&mut GrpcInferenceServiceClient::new(channel), Some(shm), &work).await?
+            grpc_tensors(&mut GrpcInferenceServiceClient::new(channel), Some(shm), work).await?
         }
-        None => grpc_tensors_inline(&work),
+        None => grpc_tensors_inline(work),
     };
     let message = ModelInferRequest {
         model_name: a.model.clone(),
@@ -534,6 +586,100 @@ async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Inst
         outputs: vec![output],
         ..Default::default()
     };
+    Ok((shm, message))
+}
+
+/// A request body fed message by message: a `ModelStreamInfer` call's.
+struct Sent(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Sent {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// `ModelStreamInfer`, one call per connection, one request in flight on it at a time: each
+/// answer is checked as its frames arrive, as the lean unary client does.
+async fn grpc_stream_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    let a = &work.args;
+    let mut sender = h2_connect::<Sent>(&a.url).await?;
+    let (shm, message) = lean_request(w, &work).await?;
+    let payload = if shm.is_some() { Bytes::new() } else { work.input.clone() };
+    let head = grpc_head(&message, payload.len());
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let req = hyper::Request::post(format!("http://{}{MODEL_STREAM_INFER}", a.url))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Sent(rx))?;
+    sender.ready().await?;
+    let resp = sender.send_request(req).await?;
+    let (parts, mut body) = resp.into_parts();
+    if !parts.status.is_success() || parts.headers.contains_key("grpc-status") {
+        bail!(
+            "{} grpc-status {:?}: {:?}",
+            parts.status,
+            parts.headers.get("grpc-status"),
+            parts.headers.get("grpc-message")
+        );
+    }
+    let mut done = Vec::new();
+    let mut first = true;
+    while Instant::now() < work.end {
+        let t0 = Instant::now();
+        tx.send(head.clone()).await?;
+        if !payload.is_empty() {
+            tx.send(payload.clone()).await?;
+        }
+        let mut answer = GrpcCheck::new(first, true);
+        // The answer's prefix (its first 5 bytes), then its length with the prefix.
+        let (mut prefix, mut seen, mut total) = (Vec::with_capacity(5), 0usize, None);
+        while total != Some(seen) {
+            let Some(frame) = body.frame().await else { bail!("the stream ended before its answer") };
+            let data = match frame?.into_data() {
+                Ok(data) => data,
+                Err(frame) => {
+                    let t = frame.into_trailers().unwrap_or_default();
+                    bail!("the stream ended: grpc-status {:?}: {:?}", t.get("grpc-status"), t.get("grpc-message"));
+                }
+            };
+            seen += data.len();
+            if prefix.len() < 5 {
+                prefix.extend_from_slice(&data[..data.len().min(5 - prefix.len())]);
+                if prefix.len() == 5 {
+                    total = Some(5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize);
+                }
+            }
+            if total.is_some_and(|t| seen > t) {
+                bail!("frames past the answer's end (one request in flight)");
+            }
+            answer.frame(data, &work)?;
+        }
+        answered(&work, shm.as_ref(), answer, first)?;
+        first = false;
+        let t1 = Instant::now();
+        done.push((t1, t1 - t0));
+    }
+    drop(tx);
+    while let Some(frame) = body.frame().await {
+        if let Ok(t) = frame?.into_trailers()
+            && t.get("grpc-status").is_none_or(|s| s != "0")
+        {
+            bail!("the stream ended: grpc-status {:?}: {:?}", t.get("grpc-status"), t.get("grpc-message"));
+        }
+    }
+    Ok(done)
+}
+
+async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    let a = &work.args;
+    let mut sender = h2_connect(&a.url).await?;
+    let (shm, message) = lean_request(w, &work).await?;
     let payload = if shm.is_some() { Bytes::new() } else { work.input.clone() };
     let head = grpc_head(&message, payload.len());
     let uri: hyper::Uri = format!("http://{}{MODEL_INFER}", a.url).parse()?;
@@ -548,7 +694,7 @@ async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Inst
         sender.ready().await?;
         let resp = sender.send_request(req).await?;
         let (parts, mut body) = resp.into_parts();
-        let mut answer = GrpcCheck::new(first);
+        let mut answer = GrpcCheck::new(first, false);
         let mut status = parts.headers.get("grpc-status").cloned();
         let mut message = parts.headers.get("grpc-message").cloned();
         while let Some(frame) = body.frame().await {
@@ -566,10 +712,7 @@ async fn grpc_lean_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(Inst
         if !parts.status.is_success() || status.as_ref().is_none_or(|s| s != "0") {
             bail!("{} grpc-status {status:?}: {message:?}", parts.status);
         }
-        match &shm {
-            Some(shm) => check(&work, shm.output.bytes(), first)?,
-            None => answer.finish(&work)?,
-        }
+        answered(&work, shm.as_ref(), answer, first)?;
         first = false;
         let t1 = Instant::now();
         done.push((t1, t1 - t0));
@@ -610,6 +753,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 match (work.args.protocol.as_str(), work.args.grpc_client.as_str()) {
                     ("grpc", "tonic") => grpc_worker(w, work).await,
                     ("grpc", _) => grpc_lean_worker(w, work).await,
+                    ("grpc-stream", _) => grpc_stream_worker(w, work).await,
                     _ => http_worker(w, work).await,
                 }
             }));

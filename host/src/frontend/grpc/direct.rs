@@ -1,9 +1,10 @@
-//! `ModelInfer` without tonic's codec, for calls neither side compresses.
+//! `ModelInfer` and `ModelStreamInfer` without tonic's codec, for calls neither side compresses.
 //!
 //! tonic reads a message into a buffer of its own and encodes the answer into another, so a
 //! tensor in `raw_output_contents` is copied once more on its way out than over HTTP, where the
 //! outputs go out behind the header as they are. For megabyte tensors that copy was a third of
-//! the server's CPU a request. This layer takes `ModelInfer` calls before tonic does:
+//! the server's CPU a request. This layer takes both inference calls before tonic does (a
+//! stream's messages one after the other, each as a unary call's):
 //! - **In:** the message is joined once, into a buffer of the size its gRPC prefix announces,
 //!   placed so that the first `raw_input_contents` lies on a 64-byte boundary (ONNX Runtime then
 //!   reads it where it is). prost decodes it from that buffer, the raw contents as slices of it.
@@ -33,8 +34,9 @@ use crate::frontend::restricted::{Api, Restrictions};
 use crate::proto::inference as pb;
 use crate::server::Server;
 
-/// The call this layer answers.
+/// The calls this layer answers.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 /// gRPC's message prefix: a compressed flag and a big-endian length.
 const PREFIX: usize = 5;
@@ -42,6 +44,10 @@ const PREFIX: usize = 5;
 /// `raw_input_contents` and `raw_output_contents`' field numbers (grpc_service.proto).
 const RAW_INPUT_FIELD: u64 = 7;
 const RAW_OUTPUT_FIELD: u32 = 6;
+
+/// `ModelStreamInferResponse`'s `error_message` and `infer_response` field numbers.
+const STREAM_ERROR_FIELD: u32 = 1;
+const STREAM_RESPONSE_FIELD: u32 = 2;
 
 /// Raw outputs smaller than this are copied behind the fields, so that a small answer is one data
 /// frame as tonic's is; larger ones are frames of their own.
@@ -55,8 +61,9 @@ pub struct Direct {
     pub max_message_size: usize,
 }
 
-/// The layer's service: `ModelInfer` calls without compression go to [`serve`], everything else
-/// to `inner` (tonic's routes). `direct` is `None` when responses are to be compressed.
+/// The layer's service: `ModelInfer` and `ModelStreamInfer` calls without compression go to
+/// [`serve`] and [`serve_stream`], everything else to `inner` (tonic's routes). `direct` is `None`
+/// when responses are to be compressed.
 #[derive(Clone)]
 pub struct DirectInfer<S> {
     pub direct: Option<Arc<Direct>>,
@@ -79,20 +86,34 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        match &self.direct {
-            Some(direct) if takes(&request) => {
+        match (&self.direct, takes(&request)) {
+            (Some(direct), Some(Call::Infer)) => {
                 let direct = direct.clone();
                 Box::pin(async move { Ok(serve(&direct, request).await) })
+            }
+            (Some(direct), Some(Call::StreamInfer)) => {
+                let response = serve_stream(direct, request);
+                Box::pin(async move { Ok(response) })
             }
             _ => Box::pin(self.inner.call(request)),
         }
     }
 }
 
-/// Whether a call is one this layer answers: a `ModelInfer` whose message is not compressed.
-fn takes(request: &Request<Body>) -> bool {
-    request.uri().path() == MODEL_INFER
-        && request.headers().get("grpc-encoding").is_none_or(|e| e.as_bytes() == b"identity")
+/// The calls this layer answers.
+enum Call {
+    Infer,
+    StreamInfer,
+}
+
+/// Which call of this layer's a request is, if its messages are not compressed.
+fn takes(request: &Request<Body>) -> Option<Call> {
+    let call = match request.uri().path() {
+        MODEL_INFER => Call::Infer,
+        MODEL_STREAM_INFER => Call::StreamInfer,
+        _ => return None,
+    };
+    request.headers().get("grpc-encoding").is_none_or(|e| e.as_bytes() == b"identity").then_some(call)
 }
 
 /// Answers one call: the answer's frames, or tonic's trailers-only error.
@@ -118,55 +139,136 @@ async fn answer(direct: &Direct, request: Request<Body>) -> Result<Frames, Statu
     encode(response, direct.max_message_size)
 }
 
-/// Reads a call's one message, joined once into a buffer of the length its prefix announces
-/// (tonic's limit and messages when it is longer than `limit` or cut short).
-async fn read_message(mut body: Body, limit: usize) -> Result<Bytes, Status> {
-    // Frames are held until the first raw input's place in the message is known (they are the
-    // connection's buffers: holding them copies nothing), then joined.
-    let mut held: Vec<Bytes> = Vec::new();
-    let mut seen = 0usize;
-    let mut len: Option<usize> = None;
-    let (mut buffer, len) = loop {
-        let data = next_data(&mut body, seen).await?;
-        seen += data.len();
-        held.push(data);
-        if len.is_none() && seen >= PREFIX {
-            len = Some(message_len(&held, limit)?);
-        }
-        let Some(n) = len else { continue };
-        match scan_raw_input(&held, seen.min(PREFIX + n), n) {
-            Scan::NeedMore if seen < PREFIX + n => {}
-            Scan::Found(at) => break (join(&held, n, Some(at)), n),
-            Scan::NeedMore | Scan::Absent => break (join(&held, n, None), n),
-        }
-    };
-    while buffer.len() < len {
-        let data = next_data(&mut body, seen).await?;
-        seen += data.len();
-        buffer.extend_from_slice(&data[..data.len().min(len - buffer.len())]);
+/// Answers one `ModelStreamInfer` call: its requests are read here, one message after the other,
+/// and served by [`stream`](super::stream) as tonic's are; its answers are encoded as
+/// [`encode`] does a unary call's, each large raw output a frame of its own.
+fn serve_stream(direct: &Direct, request: Request<Body>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    if let Err(status) = super::allow_headers(&direct.restricted, Api::Inference, &parts.headers) {
+        return status.into_http();
     }
-    // A unary call's body ends after its message; read it to the end as tonic does (its trailers
-    // would be metadata, which ModelInfer does not read).
-    while let Some(frame) = body.frame().await {
-        frame?;
-    }
-    Ok(buffer.freeze())
+    // The stream's headers are every one of its requests' trace context.
+    let context = super::trace_context(&parts.headers);
+    let requests = requests(Messages::new(body, direct.max_message_size));
+    let answers = super::stream::serve(direct.server.clone(), requests, context);
+    let frames = StreamFrames { answers, chunks: VecDeque::new(), ended: false, limit: direct.max_message_size };
+    let mut response = Response::new(Body::new(frames));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    response
 }
 
-/// The body's next data frame; tonic's message when it ends first (`seen` bytes into it).
-async fn next_data(body: &mut Body, seen: usize) -> Result<Bytes, Status> {
-    loop {
-        let Some(frame) = body.frame().await else {
-            return Err(Status::internal(if seen == 0 {
-                "Missing request message."
-            } else {
-                "Unexpected EOF decoding stream."
-            }));
-        };
-        if let Ok(data) = frame?.into_data() {
-            return Ok(data);
+/// A stream's requests, decoded as they are read; the stream ends after the first error, which
+/// is tonic's for the same bytes.
+fn requests(messages: Messages) -> impl super::stream::Incoming {
+    Box::pin(futures::stream::unfold(Some(messages), |messages| async move {
+        let mut messages = messages?;
+        match messages.next().await {
+            Ok(Some(message)) => {
+                let decoded = pb::ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()));
+                Some((decoded, Some(messages)))
+            }
+            Ok(None) => None,
+            Err(status) => Some((Err(status), None)),
         }
+    }))
+}
+
+/// Reads a call's one message (see [`Messages::next`]), then the body to its end, as tonic does
+/// (its trailers would be metadata, which ModelInfer does not read).
+async fn read_message(body: Body, limit: usize) -> Result<Bytes, Status> {
+    let mut messages = Messages::new(body, limit);
+    let message = messages.next().await?.ok_or_else(|| Status::internal("Missing request message."))?;
+    while let Some(frame) = messages.body.frame().await {
+        frame?;
     }
+    Ok(message)
+}
+
+/// A call's messages, read one after the other from its body.
+struct Messages {
+    body: Body,
+    /// Bytes read past the last message: the start of the next.
+    pending: Vec<Bytes>,
+    /// `--grpc-max-message-size`.
+    limit: usize,
+}
+
+impl Messages {
+    fn new(body: Body, limit: usize) -> Self {
+        Messages { body, pending: Vec::new(), limit }
+    }
+
+    /// The next message, joined once into a buffer of the length its prefix announces (tonic's
+    /// limit and messages when it is longer than the limit or cut short); `None` when the body
+    /// ends where a message would start.
+    async fn next(&mut self) -> Result<Option<Bytes>, Status> {
+        // Frames are held until the first raw input's place in the message is known (they are the
+        // connection's buffers: holding them copies nothing), then joined.
+        let mut held = std::mem::take(&mut self.pending);
+        let mut seen: usize = held.iter().map(Bytes::len).sum();
+        while seen == 0 {
+            let Some(data) = self.next_data().await? else { return Ok(None) };
+            seen += data.len();
+            held.push(data);
+        }
+        let mut len: Option<usize> = None;
+        let (mut buffer, len) = loop {
+            if len.is_none() && seen >= PREFIX {
+                len = Some(message_len(&held, self.limit)?);
+            }
+            if let Some(n) = len {
+                match scan_raw_input(&held, seen.min(PREFIX + n), n) {
+                    Scan::NeedMore if seen < PREFIX + n => {}
+                    Scan::Found(at) => break (join(&held, n, Some(at)), n),
+                    Scan::NeedMore | Scan::Absent => break (join(&held, n, None), n),
+                }
+            }
+            let data = self.next_data().await?.ok_or_else(unexpected_eof)?;
+            seen += data.len();
+            held.push(data);
+        };
+        if seen > PREFIX + len {
+            self.pending = tail(held, PREFIX + len);
+        }
+        while buffer.len() < len {
+            let data = self.next_data().await?.ok_or_else(unexpected_eof)?;
+            let take = data.len().min(len - buffer.len());
+            buffer.extend_from_slice(&data[..take]);
+            if take < data.len() {
+                self.pending.push(data.slice(take..));
+            }
+        }
+        Ok(Some(buffer.freeze()))
+    }
+
+    /// The body's next data frame; `None` when it ends.
+    async fn next_data(&mut self) -> Result<Option<Bytes>, Status> {
+        while let Some(frame) = self.body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// tonic's status for a body that ends inside a message.
+fn unexpected_eof() -> Status {
+    Status::internal("Unexpected EOF decoding stream.")
+}
+
+/// The chunks' bytes from offset `from` of their concatenation on (slices, not copies).
+fn tail(chunks: Vec<Bytes>, mut from: usize) -> Vec<Bytes> {
+    let mut rest = Vec::new();
+    for chunk in chunks {
+        if from >= chunk.len() {
+            from -= chunk.len();
+            continue;
+        }
+        rest.push(chunk.slice(from..));
+        from = 0;
+    }
+    rest
 }
 
 /// The message length its gRPC prefix (at the start of `held`) announces, with tonic's statuses
@@ -307,31 +409,61 @@ fn scan_raw_input(chunks: &[Bytes], available: usize, len: usize) -> Scan {
     }
 }
 
-/// Encodes an answer as tonic would (the same bytes: prost writes fields in number order and
-/// `raw_output_contents` is the last), the prefix and fields in one frame and each large raw output
-/// in a frame of its own.
-fn encode(mut response: pb::ModelInferResponse, limit: usize) -> Result<Frames, Status> {
-    let raw = std::mem::take(&mut response.raw_output_contents);
-    let key = prost::encoding::encoded_len_varint(u64::from(RAW_OUTPUT_FIELD << 3 | 2));
-    let fields = response.encoded_len();
-    let len =
-        fields + raw.iter().map(|r| key + prost::encoding::encoded_len_varint(r.len() as u64) + r.len()).sum::<usize>();
-    if len > limit {
-        return Err(Status::out_of_range(format!(
-            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
-        )));
+/// Encodes an answer as tonic would (see [`encode_message`]), then `grpc-status: 0`.
+fn encode(response: pb::ModelInferResponse, limit: usize) -> Result<Frames, Status> {
+    Ok(Frames { chunks: encode_message(response, None, limit)?, trailers: Some(ok_trailers()) })
+}
+
+/// A stream's answer encoded as tonic would; one that has no `infer_response` is small.
+fn encode_stream(mut answer: pb::ModelStreamInferResponse, limit: usize) -> Result<VecDeque<Bytes>, Status> {
+    match answer.infer_response.take() {
+        Some(response) => encode_message(response, Some(&answer.error_message), limit),
+        None => {
+            let mut head = BytesMut::with_capacity(PREFIX + answer.encoded_len());
+            head.put_u8(0);
+            head.put_u32(length(answer.encoded_len(), limit)?);
+            answer.encode_raw(&mut head);
+            Ok(VecDeque::from([head.freeze()]))
+        }
     }
-    let length = u32::try_from(len)
-        .map_err(|_| Status::out_of_range(format!("Error, encoded message length too large: found {len} bytes")))?;
+}
+
+/// Encodes an answer with its gRPC prefix as tonic would (the same bytes: prost writes fields in
+/// number order and `raw_output_contents` is the last), the prefix and fields in one chunk and
+/// each large raw output in a chunk of its own. `streamed`: the answer is a stream's, the
+/// `infer_response` of a `ModelStreamInferResponse` with that `error_message` (its field 1, then
+/// the answer as its field 2: the answer's raw outputs are still the message's last bytes).
+fn encode_message(
+    mut response: pb::ModelInferResponse,
+    streamed: Option<&String>,
+    limit: usize,
+) -> Result<VecDeque<Bytes>, Status> {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+    let raw = std::mem::take(&mut response.raw_output_contents);
+    let key = encoded_len_varint(u64::from(RAW_OUTPUT_FIELD << 3 | 2));
+    let fields = response.encoded_len();
+    let inner = fields + raw.iter().map(|r| key + encoded_len_varint(r.len() as u64) + r.len()).sum::<usize>();
+    let wrapper = streamed.map_or(0, |error| {
+        let error = if error.is_empty() { 0 } else { prost::encoding::string::encoded_len(STREAM_ERROR_FIELD, error) };
+        error + encoded_len_varint(u64::from(STREAM_RESPONSE_FIELD << 3 | 2)) + encoded_len_varint(inner as u64)
+    });
+    let length = length(wrapper + inner, limit)?;
     let inline: usize = raw.iter().filter(|r| r.len() < INLINE_BELOW).map(Bytes::len).sum();
-    let mut head = BytesMut::with_capacity(PREFIX + len.min(fields + inline + 16 * raw.len()));
+    let mut head = BytesMut::with_capacity(PREFIX + wrapper + inner.min(fields + inline + 16 * raw.len()));
     head.put_u8(0);
     head.put_u32(length);
+    if let Some(error) = streamed {
+        if !error.is_empty() {
+            prost::encoding::string::encode(STREAM_ERROR_FIELD, error, &mut head);
+        }
+        encode_key(STREAM_RESPONSE_FIELD, WireType::LengthDelimited, &mut head);
+        encode_varint(inner as u64, &mut head);
+    }
     response.encode_raw(&mut head);
     let mut chunks = VecDeque::new();
     for r in raw {
-        prost::encoding::encode_key(RAW_OUTPUT_FIELD, prost::encoding::WireType::LengthDelimited, &mut head);
-        prost::encoding::encode_varint(r.len() as u64, &mut head);
+        encode_key(RAW_OUTPUT_FIELD, WireType::LengthDelimited, &mut head);
+        encode_varint(r.len() as u64, &mut head);
         if r.len() < INLINE_BELOW {
             head.extend_from_slice(&r);
         } else {
@@ -342,7 +474,18 @@ fn encode(mut response: pb::ModelInferResponse, limit: usize) -> Result<Frames, 
     if !head.is_empty() {
         chunks.push_back(head.freeze());
     }
-    Ok(Frames { chunks, trailers: Some(ok_trailers()) })
+    Ok(chunks)
+}
+
+/// A message's length for its prefix, with tonic's status when it is over `limit`.
+fn length(len: usize, limit: usize) -> Result<u32, Status> {
+    if len > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    u32::try_from(len)
+        .map_err(|_| Status::out_of_range(format!("Error, encoded message length too large: found {len} bytes")))
 }
 
 /// `grpc-status: 0`, as tonic ends a call that succeeded.
@@ -376,6 +519,65 @@ impl hyper::body::Body for Frames {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
+/// A stream's answers as they come ([`super::stream::serve`]), then its status: `grpc-status: 0`
+/// once every request is answered, or the error that ended the stream (a message that did not
+/// read, an answer over the size limit), as tonic ends a stream.
+struct StreamFrames {
+    answers: tokio_stream::wrappers::ReceiverStream<Result<pb::ModelStreamInferResponse, Status>>,
+    /// The current answer's chunks not yet sent.
+    chunks: VecDeque<Bytes>,
+    /// The trailers are sent.
+    ended: bool,
+    limit: usize,
+}
+
+impl StreamFrames {
+    fn end(&mut self, status: Option<Status>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        self.ended = true;
+        let trailers = match status {
+            None => ok_trailers(),
+            Some(status) => {
+                let mut trailers = HeaderMap::new();
+                if let Err(e) = status.add_header(&mut trailers) {
+                    trailers.clear();
+                    let _ = Status::internal(e.message().to_string()).add_header(&mut trailers);
+                }
+                trailers
+            }
+        };
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+}
+
+impl hyper::body::Body for StreamFrames {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        use tokio_stream::Stream;
+        loop {
+            if let Some(chunk) = self.chunks.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(Pin::new(&mut self.answers).poll_next(cx)) {
+                Some(Ok(answer)) => match encode_stream(answer, self.limit) {
+                    Ok(chunks) => self.chunks = chunks,
+                    Err(status) => return self.end(Some(status)),
+                },
+                Some(Err(status)) => return self.end(Some(status)),
+                None => return self.end(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended && self.chunks.is_empty()
     }
 }
 
@@ -446,10 +648,79 @@ mod tests {
         }
     }
 
-    fn read(chunks: Vec<Bytes>, limit: usize) -> Result<Bytes, Status> {
+    /// A body of these frames, ending after the last.
+    fn body(chunks: Vec<Bytes>) -> Body {
         let frames: Vec<Result<Frame<Bytes>, Status>> = chunks.into_iter().map(|c| Ok(Frame::data(c))).collect();
-        let body = Body::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)));
-        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(read_message(body, limit))
+        Body::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)))
+    }
+
+    #[test]
+    fn a_streams_messages_are_read_one_after_another_however_the_frames_cut_them() {
+        let sent = [
+            request(vec![Bytes::from((0..4096u32).map(|i| i as u8).collect::<Vec<_>>())]),
+            request(vec![]),
+            pb::ModelInferRequest::default(),
+            request(vec![Bytes::from(vec![7u8; 100]), Bytes::from(vec![8u8; 3])]),
+        ];
+        let wire: Vec<u8> = sent.iter().flat_map(|m| framed(m, usize::MAX).concat()).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for frame in [1, 3, 5, 13, 64, 1000, 5000, 1 << 20] {
+            let mut messages =
+                Messages::new(body(wire.chunks(frame).map(Bytes::copy_from_slice).collect()), usize::MAX);
+            for m in &sent {
+                let got = rt.block_on(messages.next()).unwrap().expect("a message");
+                let decoded = pb::ModelInferRequest::decode(got).unwrap();
+                assert_eq!(&decoded, m, "frames of {frame}");
+                if let Some(raw) = decoded.raw_input_contents.first() {
+                    assert_eq!(raw.as_ptr() as usize % 64, 0, "frames of {frame}");
+                }
+            }
+            assert!(rt.block_on(messages.next()).unwrap().is_none(), "frames of {frame}: the body ended");
+        }
+        // A body that ends inside its second message: the first reads, then tonic's EOF status.
+        let first = framed(&sent[0], usize::MAX).concat().len();
+        let mut messages = Messages::new(body(vec![Bytes::copy_from_slice(&wire[..first + 10])]), usize::MAX);
+        assert!(rt.block_on(messages.next()).unwrap().is_some());
+        assert_eq!(rt.block_on(messages.next()).unwrap_err().message(), "Unexpected EOF decoding stream.");
+        // Empty frames at the end (a client closing its side) are not a message.
+        let mut messages = Messages::new(body(vec![framed(&sent[1], 10).concat().into(), Bytes::new()]), usize::MAX);
+        assert!(rt.block_on(messages.next()).unwrap().is_some());
+        assert!(rt.block_on(messages.next()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_stream_answer_is_the_bytes_tonic_would_send() {
+        let big = Bytes::from(vec![5u8; INLINE_BELOW * 2]);
+        let response = pb::ModelInferResponse {
+            model_name: "m".into(),
+            id: "x".into(),
+            outputs: vec![Default::default(), Default::default()],
+            raw_output_contents: vec![Bytes::from_static(b"ab"), big.clone()],
+            ..Default::default()
+        };
+        let answers = [
+            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response.clone()) },
+            pb::ModelStreamInferResponse { error_message: "failed".into(), infer_response: Some(Default::default()) },
+            pb::ModelStreamInferResponse { error_message: "no answer".into(), infer_response: None },
+            pb::ModelStreamInferResponse::default(),
+        ];
+        for answer in answers {
+            let mut want = vec![0u8];
+            want.extend_from_slice(&(answer.encoded_len() as u32).to_be_bytes());
+            answer.encode(&mut want).unwrap();
+            let chunks = encode_stream(answer.clone(), usize::MAX).unwrap();
+            assert_eq!(chunks.iter().flat_map(|c| c.iter().copied()).collect::<Vec<_>>(), want, "{answer:?}");
+            if answer.infer_response.as_ref().is_some_and(|r| r.raw_output_contents.len() == 2) {
+                // The large output goes out from the backend's buffer, not a copy.
+                assert!(chunks.iter().any(|c| c.as_ptr() == big.as_ptr() && c.len() == big.len()));
+            }
+        }
+        let too_large = pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) };
+        assert_eq!(encode_stream(too_large, 100).unwrap_err().code(), tonic::Code::OutOfRange);
+    }
+
+    fn read(chunks: Vec<Bytes>, limit: usize) -> Result<Bytes, Status> {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(read_message(body(chunks), limit))
     }
 
     #[test]

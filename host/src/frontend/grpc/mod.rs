@@ -137,7 +137,8 @@ impl GrpcInferenceService for GrpcFrontend {
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 
     /// Many requests on one stream; each response (or error, in `error_message`) is sent as soon
-    /// as it completes, in completion order (see [`stream`]).
+    /// as it completes, in completion order (see [`stream`]). Reached only by calls that compress
+    /// (others are read and answered by [`direct`] before tonic).
     async fn model_stream_infer(
         &self,
         r: Request<Streaming<pb::ModelInferRequest>>,
@@ -388,10 +389,10 @@ fn start_trace(server: &Server, message: &pb::ModelInferRequest, carrier: &dyn C
 /// A stream's trace context headers, kept for its requests (which tonic hands over without them).
 type TraceContext = Vec<(String, String)>;
 
-fn trace_context(metadata: &tonic::metadata::MetadataMap) -> TraceContext {
+fn trace_context(carrier: &dyn Carrier) -> TraceContext {
     let mut headers = Vec::new();
     for key in ["traceparent", "tracestate"] {
-        for value in Carrier::values(metadata, key) {
+        for value in carrier.values(key) {
             headers.push((key.to_string(), value.to_string()));
         }
     }

@@ -8,14 +8,17 @@
 //! tritonserver writes each response when its backend completes it: the requests of one batch in
 //! the batch's order, a sequence's in its requests' order. (A task per request, as before, sent
 //! a batch's answers in whatever order the tasks ran; Triton's own tests read them by position.)
+//! A message that cannot be read (it does not decode, or the body ends inside it) stops the
+//! reading; its status ends the stream once every request read before it has been answered, so
+//! that none of them loses its answer to a later message's fault.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Status, Streaming};
+use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
 
 use super::convert;
 use super::{TraceContext, start_trace};
@@ -31,17 +34,24 @@ use crate::trace::{FrontendEvent, Trace};
 
 type Outgoing = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
 
+/// The stream's requests as they are read: tonic's decoder, or [`super::direct`]'s.
+pub(super) trait Incoming:
+    Stream<Item = Result<pb::ModelInferRequest, Status>> + Send + Unpin + 'static
+{
+}
+impl<T: Stream<Item = Result<pb::ModelInferRequest, Status>> + Send + Unpin + 'static> Incoming for T {}
+
 /// Serves one stream: reads `incoming`, answers on the returned stream, which ends once the
 /// client has finished sending and every request has been answered.
 pub(super) fn serve(
     server: Arc<Server>,
-    incoming: Streaming<pb::ModelInferRequest>,
+    incoming: impl Incoming,
     context: TraceContext,
 ) -> ReceiverStream<Result<pb::ModelStreamInferResponse, Status>> {
     let (out, rx) = mpsc::channel(64);
     let (replies, answers) = request::stream_channel();
     let (register, registered) = mpsc::unbounded_channel();
-    tokio::spawn(read(server.clone(), incoming, context, replies, register, out.clone()));
+    tokio::spawn(read(server.clone(), incoming, context, replies, register));
     tokio::spawn(write(server, answers, registered, out));
     ReceiverStream::new(rx)
 }
@@ -61,15 +71,24 @@ struct Reply {
     trace: Option<Trace>,
 }
 
+/// What the reader tells the writer.
+enum Registered {
+    /// A request about to be queued, registered before it is so that the writer knows it before
+    /// its first answer arrives.
+    Request(u64, Reply),
+    /// The stream could not be read on (a message that does not decode, a body cut short): its
+    /// status, which ends the stream once every request read before it has been answered.
+    Failed(Status),
+}
+
 /// Decodes and queues each request in stream order. Each one's [`Reply`] is registered before it
 /// is queued, so the writer knows it before its first answer arrives.
 async fn read(
     server: Arc<Server>,
-    mut incoming: Streaming<pb::ModelInferRequest>,
+    mut incoming: impl Incoming,
     context: TraceContext,
     replies: StreamTx,
-    register: mpsc::UnboundedSender<(u64, Reply)>,
-    out: Outgoing,
+    register: mpsc::UnboundedSender<Registered>,
 ) {
     let mut tag = 0u64;
     loop {
@@ -83,7 +102,7 @@ async fn read(
         let message = match message {
             Ok(m) => m,
             Err(e) => {
-                let _ = out.send(Err(e)).await;
+                let _ = register.send(Registered::Failed(e));
                 return;
             }
         };
@@ -92,11 +111,11 @@ async fn read(
         let (reply, queued) = start(&server, message, &context, read);
         let started = match queued {
             Ok((request, model)) => {
-                let _ = register.send((tag, Reply { model: Some(model.clone()), ..reply }));
+                let _ = register.send(Registered::Request(tag, Reply { model: Some(model.clone()), ..reply }));
                 model.infer_into(request, Caller::IoThread, replies.for_request(tag))
             }
             Err(e) => {
-                let _ = register.send((tag, reply));
+                let _ = register.send(Registered::Request(tag, reply));
                 Err(e)
             }
         };
@@ -141,10 +160,11 @@ fn start(
 async fn write(
     server: Arc<Server>,
     mut answers: StreamReceiver,
-    mut registered: mpsc::UnboundedReceiver<(u64, Reply)>,
+    mut registered: mpsc::UnboundedReceiver<Registered>,
     out: Outgoing,
 ) {
     let mut replies: HashMap<u64, Reply> = HashMap::new();
+    let mut failed = None;
     loop {
         // A client that cancels the stream ends this loop at once, and dropping `answers` tells
         // every backend still working on one of its requests (`is-cancelled`).
@@ -152,11 +172,26 @@ async fn write(
             answer = answers.recv_tagged() => answer,
             () = out.closed() => return,
         };
-        let Some((tag, item)) = answer else { return };
+        let Some((tag, item)) = answer else {
+            // Every request is answered and the reader is done: the status it stopped at, if any,
+            // ends the stream (after those answers, so that each request read gets its own).
+            while let Ok(r) = registered.try_recv() {
+                if let Registered::Failed(status) = r {
+                    failed = Some(status);
+                }
+            }
+            if let Some(status) = failed {
+                let _ = out.send(Err(status)).await;
+            }
+            return;
+        };
         // Registered before the request was queued, so it is there by now.
         while !replies.contains_key(&tag) {
-            let Ok((t, reply)) = registered.try_recv() else { break };
-            replies.insert(t, reply);
+            match registered.try_recv() {
+                Ok(Registered::Request(t, reply)) => _ = replies.insert(t, reply),
+                Ok(Registered::Failed(status)) => failed = Some(status),
+                Err(_) => break,
+            }
         }
         let Some(reply) = replies.get(&tag) else {
             tracing::error!("a streamed answer for request {tag}, which the stream never registered");
