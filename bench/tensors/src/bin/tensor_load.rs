@@ -613,11 +613,22 @@ async fn grpc_stream_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(In
     let payload = if shm.is_some() { Bytes::new() } else { work.input.clone() };
     let head = grpc_head(&message, payload.len());
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let send = async |tx: &tokio::sync::mpsc::Sender<Bytes>| -> anyhow::Result<Instant> {
+        let t0 = Instant::now();
+        tx.send(head.clone()).await?;
+        if !payload.is_empty() {
+            tx.send(payload.clone()).await?;
+        }
+        Ok(t0)
+    };
     let req = hyper::Request::post(format!("http://{}{MODEL_STREAM_INFER}", a.url))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(Sent(rx))?;
     sender.ready().await?;
+    // The first request goes out with the call: a server may send the response's headers only with
+    // its first answer (tritonserver does).
+    let mut queued = Some(send(&tx).await?);
     let resp = sender.send_request(req).await?;
     let (parts, mut body) = resp.into_parts();
     if !parts.status.is_success() || parts.headers.contains_key("grpc-status") {
@@ -631,11 +642,10 @@ async fn grpc_stream_worker(w: usize, work: Arc<Work>) -> anyhow::Result<Vec<(In
     let mut done = Vec::new();
     let mut first = true;
     while Instant::now() < work.end {
-        let t0 = Instant::now();
-        tx.send(head.clone()).await?;
-        if !payload.is_empty() {
-            tx.send(payload.clone()).await?;
-        }
+        let t0 = match queued.take() {
+            Some(t0) => t0,
+            None => send(&tx).await?,
+        };
         let mut answer = GrpcCheck::new(first, true);
         // The answer's prefix (its first 5 bytes), then its length with the prefix.
         let (mut prefix, mut seen, mut total) = (Vec::with_capacity(5), 0usize, None);
