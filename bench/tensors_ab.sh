@@ -3,7 +3,7 @@
 #   bench/tensors_ab.sh BIN [BIN...]
 #   ROUNDS=3  SECS=4 (window per point)  SIZES="1 16 64" (MiB)  CONCS="1 4"
 #   MODELS="identity_fp32 identity_fp32_onnx" (bench/model_repository)  PROTOS="grpc grpc-stream" (tensor-load's
-#   --protocol: http, grpc, grpc-stream)
+#   --protocol: http, grpc, grpc-stream; or shm: HTTP with inputs and outputs in system shared memory)
 # Each round starts every build in turn and measures every point against it with tensor-load (answers checked),
 # recording the server's CPU per request. Prints one line per measurement, then a table of medians per point and
 # build/protocol with the per-round ratios to the first. Not a test.
@@ -27,14 +27,16 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
   for bin in "$@"; do
     "$bin" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port "$port" \
       --grpc-address 127.0.0.1 --grpc-port $((port + 1)) --metrics-port $((port + 2)) \
-      --http-max-input-size $((256 << 20)) >/dev/null 2>&1 &
+      --http-max-input-size $((256 << 20)) --allow-client-shm=true >/dev/null 2>&1 &
     pid=$!
     for _ in $(seq 1 300); do curl -sf "localhost:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
     for m in "${models[@]}"; do for mib in "${sizes[@]}"; do for c in "${concs[@]}"; do for p in "${protos[@]}"; do
-      url=127.0.0.1:$((port + 1)); [[ $p == http ]] && url=127.0.0.1:$port
-      line=$("$load" --url "$url" --protocol "$p" --model "$m" --bytes $((mib << 20)) --concurrency "$c" \
+      url=127.0.0.1:$((port + 1)); proto=(--protocol "$p")
+      [[ $p == http || $p == shm ]] && url=127.0.0.1:$port
+      [[ $p == shm ]] && proto=(--protocol http --shm)
+      line=$("$load" --url "$url" "${proto[@]}" --model "$m" --bytes $((mib << 20)) --concurrency "$c" \
         --seconds "${SECS:-4}" --warmup 1 --server-pid "$pid" 2>&1 | tail -1)
-      echo "round=$r bin=$bin $line" | tee -a "$out"
+      echo "round=$r bin=$bin path=$p $line" | tee -a "$out"
     done; done; done; done
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
   done
@@ -49,8 +51,8 @@ for line in open(sys.argv[1]):
     if "mb_per_sec" not in f:
         continue
     key = (f["model"], int(f["bytes"]) >> 20, int(f["c"]))
-    runs[key].setdefault((f["bin"], f["protocol"]), {})[int(f["round"])] = (float(f["mb_per_sec"]), float(f["server_cpu_ms_per_req"]))
-print("\n| model | MiB | c | build, protocol | MB/s (median) | per-round ratio to the first | server ms/req (median) |")
+    runs[key].setdefault((f["bin"], f["path"]), {})[int(f["round"])] = (float(f["mb_per_sec"]), float(f["server_cpu_ms_per_req"]))
+print("\n| model | MiB | c | build, path | MB/s (median) | per-round ratio to the first | server ms/req (median) |")
 print("|---|---|---|---|---|---|---|")
 for key, sides in runs.items():
     first = None

@@ -21,7 +21,7 @@ mod gpu;
 mod values;
 
 use gpu::GpuIo;
-use values::{from_value, to_input};
+use values::{from_output, to_input};
 
 use super::batch::{Gathered, gather, scatter};
 use super::ragged::{BatchIo, scatter_with_input_shape};
@@ -417,9 +417,9 @@ fn infer_on_cpu(
     .map_err(|e| e.to_string())?;
     let t2 = Instant::now();
     let mut host = Vec::new();
-    for (name, value) in outputs.iter() {
+    for (name, value) in outputs {
         if wanted(name) {
-            host.push(from_value(name, &value)?);
+            host.push(from_output(name, value)?);
         }
     }
     Ok((host, t1, t2))

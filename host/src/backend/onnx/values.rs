@@ -127,6 +127,72 @@ pub(crate) fn to_value(t: &Gathered) -> Result<DynValue, String> {
     value.map_err(|e| format!("input '{}': {e}", t.name))
 }
 
+/// An output a session handed over, as a host tensor: numeric elements are not copied, the tensor's
+/// bytes are ORT's buffer, kept alive by the value until the last slice of them is dropped (after the
+/// frontend has sent them or written them into a shared-memory region). A copy into a buffer of the
+/// server's was a whole pass over every output, a third of what an identity's megabyte request cost
+/// in memory traffic (docs/architecture.md, tensor bytes copy by copy). Booleans (normalised to 0 and 1
+/// on the wire) and strings (re-encoded with length prefixes) are converted as [`from_value`] does.
+pub(crate) fn from_output(name: &str, value: DynValue) -> Result<Tensor, String> {
+    let ValueType::Tensor { ty, .. } = value.dtype() else {
+        return Err(format!("output '{name}' is not a tensor"));
+    };
+    let err = |e: ort::Error| format!("output '{name}': {e}");
+    macro_rules! lent {
+        ($t:ty, $dt:expr) => {{
+            let (shape, data) = value.try_extract_tensor::<$t>().map_err(err)?;
+            let shape: Vec<i64> = shape.iter().copied().collect();
+            let len = std::mem::size_of_val(data);
+            let data = if len == 0 {
+                Bytes::new()
+            } else {
+                Bytes::from_owner(OrtBytes { start: data.as_ptr().cast(), len, _value: value })
+            };
+            ($dt, shape, data)
+        }};
+    }
+    let (datatype, shape, data) = match ty {
+        _ if cfg!(target_endian = "big") => return from_value(name, &value.view()),
+        TensorElementType::Uint8 => lent!(u8, DataType::Uint8),
+        TensorElementType::Int8 => lent!(i8, DataType::Int8),
+        TensorElementType::Uint16 => lent!(u16, DataType::Uint16),
+        TensorElementType::Int16 => lent!(i16, DataType::Int16),
+        TensorElementType::Uint32 => lent!(u32, DataType::Uint32),
+        TensorElementType::Int32 => lent!(i32, DataType::Int32),
+        TensorElementType::Uint64 => lent!(u64, DataType::Uint64),
+        TensorElementType::Int64 => lent!(i64, DataType::Int64),
+        TensorElementType::Float32 => lent!(f32, DataType::Fp32),
+        TensorElementType::Float64 => lent!(f64, DataType::Fp64),
+        TensorElementType::Float16 => lent!(half::f16, DataType::Fp16),
+        TensorElementType::Bfloat16 => lent!(half::bf16, DataType::Bf16),
+        _ => return from_value(name, &value.view()),
+    };
+    Ok(Tensor { name: name.to_string(), datatype, shape, data })
+}
+
+/// The element bytes of an ORT output on the host, owned by the value that holds them.
+struct OrtBytes {
+    start: *const u8,
+    len: usize,
+    /// Owns the buffer `start` points into (with the allocator that frees it, which outlives the session).
+    _value: DynValue,
+}
+
+// SAFETY: `start` points into the buffer `_value` owns, which nothing writes once the run that made
+// it has returned (the session hands the value over and keeps no reference to it); ORT values are
+// themselves Send and Sync, and freeing the buffer from another thread goes through ORT's
+// thread-safe allocator.
+unsafe impl Send for OrtBytes {}
+// SAFETY: as above; the bytes are only ever read.
+unsafe impl Sync for OrtBytes {}
+
+impl AsRef<[u8]> for OrtBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `start` are the tensor's elements, alive as long as `_value`.
+        unsafe { std::slice::from_raw_parts(self.start, self.len) }
+    }
+}
+
 /// An ORT output as a host tensor.
 pub(crate) fn from_value(name: &str, value: &ort::value::DynValueRef<'_>) -> Result<Tensor, String> {
     let ValueType::Tensor { ty, .. } = value.dtype() else {
@@ -258,6 +324,33 @@ mod tests {
             let value = to_value(&gathered).unwrap();
             let back = from_value("T", &value.view()).unwrap();
             assert_eq!(back, t, "{datatype}");
+            let lent = from_output("T", value).unwrap();
+            assert_eq!(lent, t, "{datatype}, lent");
         }
+    }
+
+    #[test]
+    fn a_numeric_output_is_lent_not_copied_and_outlives_its_value_s_handle() {
+        if environment().is_none() {
+            eprintln!("skipping: no ONNX Runtime library");
+            return;
+        }
+        let data: Vec<u8> = (0..64u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let g = Gathered {
+            name: "T".into(),
+            datatype: DataType::Fp32,
+            shape: vec![4, 16],
+            parts: vec![data.clone().into()],
+        };
+        let value = to_value(&g).unwrap();
+        let at = value.try_extract_tensor::<f32>().unwrap().1.as_ptr() as usize;
+        let t = from_output("T", value).unwrap();
+        assert_eq!(t.data.as_ptr() as usize, at, "the tensor's bytes are the value's buffer");
+        let slice = t.data.slice(64..128);
+        drop(t);
+        assert_eq!(&slice[..], &data[64..128], "a slice keeps the buffer alive");
+        let empty = Gathered { name: "E".into(), datatype: DataType::Fp32, shape: vec![0, 16], parts: vec![] };
+        let t = from_output("E", to_value(&empty).unwrap()).unwrap();
+        assert_eq!((t.shape, t.data.len()), (vec![0, 16], 0));
     }
 }
