@@ -168,6 +168,71 @@ fn http_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
     ok(&s);
 }
 
+/// A sandboxed model writes an output the client placed in a system region straight from its memory
+/// (`backend/wasm/lift.rs`): exactly the output's bytes land there, nothing around them; an output
+/// left in the body is still answered there; a place too small is refused as before, with nothing
+/// written; and the same over gRPC.
+#[test]
+fn outputs_placed_in_a_region_are_written_exactly_where_asked() {
+    let (_repo, s) = server();
+    let (input, output) = (Object::new("in_x", 128), Object::new("out_x", 256));
+    input.write_inputs();
+    register_http(&s, "in", &input);
+    let r = s.post_json(
+        "/v2/systemsharedmemory/region/out/register",
+        &json!({"key": output.key, "offset": 0, "byte_size": 256}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let filled = || output.file().write_all_at(&[0xA5; 256], 0).unwrap();
+    let untouched = |offset: u64| assert_eq!(output.read_i32(offset), vec![i32::from_le_bytes([0xA5; 4]); 16]);
+    let place = |offset: u64, size: u64| json!({"shared_memory_region": "out", "shared_memory_byte_size": size, "shared_memory_offset": offset});
+
+    // OUTPUT0 at 64, OUTPUT1 in the body.
+    filled();
+    let mut request = shm_request("in", "out");
+    request["outputs"] = json!([{"name": "OUTPUT0", "parameters": place(64, 100)}, {"name": "OUTPUT1"}]);
+    let r = s.post_json("/v2/models/simple/infer", &request);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let out0 = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == "OUTPUT0").unwrap().clone();
+    assert_eq!(out0["parameters"]["shared_memory_byte_size"], 64, "{body}");
+    assert!(out0.get("data").is_none(), "{body}");
+    let out1 = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == "OUTPUT1").unwrap().clone();
+    assert_eq!(out1["data"], json!((-3..13).collect::<Vec<i32>>()), "{body}");
+    assert_eq!(output.read_i32(64), (3..19).collect::<Vec<_>>());
+    untouched(0);
+    untouched(128);
+    untouched(192);
+
+    // A place too small: refused as the frontend refuses it, nothing written.
+    filled();
+    request["outputs"] = json!([{"name": "OUTPUT0", "parameters": place(0, 60)}]);
+    let r = s.post_json("/v2/models/simple/infer", &request);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "output of 64 bytes does not fit the 60 bytes given in shared memory region 'out'");
+    (0..4).for_each(|i| untouched(i * 64));
+
+    // Over gRPC: both outputs in the region, at 128 and 192.
+    filled();
+    let mut grpc = grpc_shm_request("in", "out");
+    for (o, at) in grpc.outputs.iter_mut().zip([128, 192]) {
+        o.parameters.insert("shared_memory_offset".into(), int64(at));
+    }
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { grpc_client(&s).await.model_infer(grpc).await })
+        .expect("answered")
+        .into_inner();
+    assert!(answer.raw_output_contents.iter().all(|c| c.is_empty()), "{answer:?}");
+    assert_eq!(output.read_i32(128), (3..19).collect::<Vec<_>>());
+    assert_eq!(output.read_i32(192), (-3..13).collect::<Vec<_>>());
+    untouched(0);
+    untouched(64);
+    still_serving(&s);
+}
+
 /// Requests keep arriving on several connections while the client shrinks the objects to nothing
 /// and back: every request gets a whole answer (200, or a 400 naming the region) and the server
 /// outlives it all.

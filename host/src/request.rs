@@ -11,7 +11,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::call_chain::CallChain;
 use crate::device_io::DeviceTensors;
 use crate::error::InferError;
-use crate::shm::ShmInputs;
+use crate::shm::{HostSpan, ShmInputs};
 use crate::stats::{ModelStats, ResponseKind};
 use crate::tensor::DataType;
 use crate::trace::{Trace, TraceNode};
@@ -137,6 +137,9 @@ pub struct InferenceRequest {
     pub device_inputs: DeviceTensors,
     /// Where the outputs the client placed in its GPU memory go.
     pub device_outputs: DeviceTensors,
+    /// Where the outputs the client placed in system shared memory go, by name: a backend may write
+    /// one there itself (and name it in its response's `in_place`); else the frontend writes it.
+    pub host_outputs: Vec<(String, HostSpan)>,
 }
 
 impl InferenceRequest {
@@ -178,14 +181,14 @@ pub struct InferenceResponse {
     pub id: String,
     pub parameters: Vec<(String, ParamValue)>,
     pub outputs: Vec<Tensor>,
-    /// The outputs a backend wrote straight into the client's GPU memory (CUDA shared memory):
-    /// their tensors carry the name, datatype and shape but no bytes.
+    /// The outputs a backend wrote straight into the client's shared memory (a GPU's, or a system
+    /// region's): their tensors carry the name, datatype and shape but no bytes.
     pub in_place: Vec<String>,
 }
 
 impl InferenceResponse {
-    /// How many bytes output `t` has: its data's, or for one written in place on a GPU, what its
-    /// shape and (fixed-size) datatype make.
+    /// How many bytes output `t` has: its data's, or for one written in place, what its shape and
+    /// (fixed-size) datatype make.
     pub fn output_len(&self, t: &Tensor) -> usize {
         if !self.in_place.contains(&t.name) {
             return t.data.len();

@@ -402,6 +402,7 @@ impl Ensemble {
                     shm_inputs: Default::default(),
                     device_inputs: Default::default(),
                     device_outputs: Default::default(),
+                    host_outputs: Vec::new(),
                 };
                 let answers = if self.decoupled && model.is_decoupled() {
                     model.infer_stream(step_request, caller).map(Answers::Stream)

@@ -218,6 +218,7 @@ fn zeros_for(name: &str, config: &ModelConfig) -> Result<InferenceRequest, Strin
         shm_inputs: Default::default(),
         device_inputs: Default::default(),
         device_outputs: Default::default(),
+        host_outputs: Vec::new(),
     })
 }
 

@@ -21,6 +21,7 @@ use parking_lot::RwLock;
 use cuda::CudaRegion;
 pub use cuda::DeviceSpan;
 pub use cuda::HANDLE_SIZE as CUDA_HANDLE_SIZE;
+pub use system::HostSpan;
 use system::{InputLease, SystemRegion};
 
 use crate::error::{ErrorKind, InferError};
@@ -214,12 +215,16 @@ impl SharedMemory {
     }
 
     /// Checks that `place` (an output's) lies inside its region as registered, when the request
-    /// arrives, as tritonserver checks it then. Returns where it lies on a GPU when the region is
-    /// CUDA memory (a `KIND_GPU` instance on that GPU then writes the output there itself).
-    pub fn check(&self, place: &ShmPlace) -> Result<Option<DeviceSpan>, InferError> {
+    /// arrives, as tritonserver checks it then. Returns where it lies: on a GPU when the region is
+    /// CUDA memory (a `KIND_GPU` instance on that GPU then writes the output there itself), or in a
+    /// system region (which a sandbox writes from its own memory).
+    pub fn check(&self, place: &ShmPlace) -> Result<OutputSpan, InferError> {
         match self.region(&place.region)? {
-            Region::System(r) => end_of(&place.region, r.byte_size, place.offset, place.byte_size).map(|_| None),
-            Region::Cuda(r) => r.span(place.offset, place.byte_size).map(Some),
+            Region::System(r) => {
+                end_of(&place.region, r.byte_size, place.offset, place.byte_size)?;
+                Ok(OutputSpan::Host(HostSpan::new(r, place.offset, place.byte_size)))
+            }
+            Region::Cuda(r) => r.span(place.offset, place.byte_size).map(OutputSpan::Device),
         }
     }
 
@@ -242,16 +247,25 @@ impl SharedMemory {
     pub fn write(&self, name: &str, offset: u64, limit: u64, data: &[u8]) -> Result<(), InferError> {
         let region = self.region(name)?;
         if data.len() as u64 > limit {
-            return Err(InferError::invalid(format!(
-                "output of {} bytes does not fit the {limit} bytes given in shared memory region '{name}'",
-                data.len()
-            )));
+            return Err(does_not_fit(data.len(), limit, name));
         }
         match region {
             Region::System(r) => r.write(offset, data),
             Region::Cuda(r) => r.write(offset, data),
         }
     }
+}
+
+fn does_not_fit(len: usize, limit: u64, region: &str) -> InferError {
+    InferError::invalid(format!(
+        "output of {len} bytes does not fit the {limit} bytes given in shared memory region '{region}'"
+    ))
+}
+
+/// Where an output placed in shared memory lies (see [`SharedMemory::check`]).
+pub enum OutputSpan {
+    Device(DeviceSpan),
+    Host(HostSpan),
 }
 
 /// An input's bytes in shared memory: host memory (a system region, read in place) or device memory

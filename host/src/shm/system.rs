@@ -231,6 +231,42 @@ impl SystemRegion {
     }
 }
 
+/// An output's place in a system region, held by the request from its arrival: a backend that
+/// can write an output there itself (a sandbox, straight from its memory: `backend/wasm/lift.rs`)
+/// saves the copy into a buffer of the server's that the frontend would then write. It holds the
+/// region, as a [`super::DeviceSpan`] holds a CUDA one.
+#[derive(Clone)]
+pub struct HostSpan {
+    region: Arc<SystemRegion>,
+    offset: u64,
+    limit: u64,
+}
+
+impl HostSpan {
+    pub(super) fn new(region: Arc<SystemRegion>, offset: u64, limit: u64) -> Self {
+        HostSpan { region, offset, limit }
+    }
+
+    /// The bytes the client gave the output.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Writes `data` at the place, as the frontend would have: the same checks and messages.
+    pub fn write(&self, data: &[u8]) -> Result<(), InferError> {
+        if data.len() as u64 > self.limit {
+            return Err(super::does_not_fit(data.len(), self.limit, &self.region.name));
+        }
+        self.region.write(self.offset, data)
+    }
+}
+
+impl std::fmt::Debug for HostSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostSpan({} at {}, {} bytes)", self.region.name, self.offset, self.limit)
+    }
+}
+
 /// `FileExt::read_exact_at` into memory not yet initialised: fills all of `buf` from `at` on, or
 /// fails (a short read past the object's end is `UnexpectedEof`).
 fn read_exact_at(file: &File, mut buf: &mut [std::mem::MaybeUninit<u8>], mut at: u64) -> std::io::Result<()> {

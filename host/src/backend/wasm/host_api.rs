@@ -8,7 +8,8 @@ use super::budget::LogAdmission;
 use super::state::SandboxState;
 use crate::error::InferError;
 use crate::request::{InferenceResponse, PartialRefused, ResponseSender, Tensor};
-use crate::validate::check_output;
+use crate::tensor::DataType as HostDataType;
+use crate::validate::check_output_of_len;
 use wasmtime_wasi::runtime::in_tokio;
 
 /// Longest log line a plugin may write; the rest is cut, so a plugin cannot flood the log.
@@ -64,12 +65,37 @@ fn parameter_bytes(parameters: &[Parameter]) -> u64 {
         .sum()
 }
 
+/// An output a plugin sent, out of the sandbox's memory (`lift.rs`).
+pub(super) struct Sent {
+    pub name: String,
+    pub datatype: HostDataType,
+    pub shape: Vec<i64>,
+    pub data: Lifted,
+}
+
+/// Where a sent output's bytes went.
+pub(super) enum Lifted {
+    /// Into a buffer of the host's, which the response carries.
+    Bytes(Bytes),
+    /// Straight into the client's system shared memory, where the request placed the output: this
+    /// many bytes (the response names the output in `in_place`).
+    Written(usize),
+    /// Writing them there failed (the client shrank its object): the request's error.
+    Failed(InferError),
+}
+
 impl types::Host for SandboxState {}
 
 impl SandboxState {
-    /// Converts and checks a response for request `index`, then sends it (as the final one or
-    /// not).
-    fn deliver(&mut self, index: u32, response: Response, final_: bool) -> Result<(), String> {
+    /// Checks a response for request `index`, its outputs already out of the sandbox's memory
+    /// ([`Sent`]), then sends it (as the final one or not).
+    pub(super) fn deliver(
+        &mut self,
+        index: u32,
+        sent: Vec<Sent>,
+        parameters: Vec<Parameter>,
+        final_: bool,
+    ) -> Result<(), String> {
         let label = self.label.clone();
         let deadline = self.deadline;
         let batch = self.batch.as_mut().ok_or("send-response called outside execute")?;
@@ -91,27 +117,45 @@ impl SandboxState {
                 return Err(problem);
             }
         }
+        // The client's object shrank while an output was written into it: the request's error, as
+        // the frontend would have given it.
+        if let Some(error) = sent.iter().find_map(|t| match &t.data {
+            Lifted::Failed(e) => Some(e.clone()),
+            _ => None,
+        }) {
+            let message = error.message.clone();
+            job.fail(error);
+            return Err(message);
+        }
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
         // Parameters count against the output limit as much as tensors do.
-        let mut total: u64 = parameter_bytes(&response.parameters);
-        let mut outputs = Vec::with_capacity(response.outputs.len());
+        let mut total: u64 = parameter_bytes(&parameters);
+        let mut outputs = Vec::with_capacity(sent.len());
+        let mut in_place = Vec::new();
         let mut problem = (total > batch.max_output_bytes).then(|| {
             format!(
                 "response parameters of {total} bytes exceed the model's output limit of {} bytes",
                 batch.max_output_bytes
             )
         });
-        let tensors = if problem.is_some() { Vec::new() } else { response.outputs };
+        let tensors = if problem.is_some() { Vec::new() } else { sent };
         for t in tensors {
-            total = total.saturating_add(t.data.len() as u64);
+            let (data, len, written) = match t.data {
+                Lifted::Bytes(data) => {
+                    let len = data.len();
+                    (data, len, false)
+                }
+                Lifted::Written(len) => (Bytes::new(), len, true),
+                Lifted::Failed(_) => unreachable!("answered above"),
+            };
+            total = total.saturating_add(len as u64);
             if total > batch.max_output_bytes {
                 problem =
                     Some(format!("response exceeds the model's output limit of {} bytes", batch.max_output_bytes));
                 break;
             }
-            let mut tensor =
-                Tensor { name: t.name, datatype: t.datatype.into(), shape: t.shape, data: Bytes::from(t.data) };
-            match check_output(io, &tensor, batch_size) {
+            let mut tensor = Tensor { name: t.name, datatype: t.datatype, shape: t.shape, data };
+            match check_output_of_len(io, &tensor, len, batch_size) {
                 Ok(reshaped) => {
                     if outputs.iter().any(|o: &Tensor| o.name == tensor.name) {
                         problem = Some(format!("output '{}' appears twice", tensor.name));
@@ -120,6 +164,9 @@ impl SandboxState {
                     if job.request.requested_outputs.contains(&tensor.name) || io.is_state_output(&tensor.name) {
                         if let Some(shape) = reshaped {
                             tensor.shape = shape;
+                        }
+                        if written {
+                            in_place.push(tensor.name.clone());
                         }
                         outputs.push(tensor);
                     }
@@ -145,11 +192,11 @@ impl SandboxState {
             return Err(problem);
         }
         let response = InferenceResponse {
-            in_place: Vec::new(),
+            in_place,
             model_name: io.model_name.clone(),
             model_version: batch.model_version,
             id: job.request.id.clone(),
-            parameters: response.parameters.into_iter().map(|p| (p.key, p.value.into())).collect(),
+            parameters: parameters.into_iter().map(|p| (p.key, p.value.into())).collect(),
             outputs,
         };
         if final_ {
@@ -225,8 +272,20 @@ impl host::Host for SandboxState {
         }
     }
 
+    /// Not called: `lift.rs` defines `send-response` over this (it reads the outputs in place
+    /// from the sandbox's memory); kept as the generated bindings require it.
     fn send_response(&mut self, request: u32, response: Response, final_: bool) -> Result<(), String> {
-        self.deliver(request, response, final_)
+        let sent = response
+            .outputs
+            .into_iter()
+            .map(|t| Sent {
+                name: t.name,
+                datatype: t.datatype.into(),
+                shape: t.shape,
+                data: Lifted::Bytes(Bytes::from(t.data)),
+            })
+            .collect();
+        self.deliver(request, sent, response.parameters, final_)
     }
 
     fn send_error(&mut self, request: u32, kind: ErrorKind, message: String) -> Result<(), String> {

@@ -8,6 +8,7 @@ mod host_api;
 pub mod inspect;
 mod io_guard;
 mod leases;
+mod lift;
 mod policy;
 mod runtime;
 mod sandbox;

@@ -335,6 +335,8 @@ impl Flavour {
         streams::add_to_linker::<SandboxState, GuardedIo>(&mut linker, SandboxState::io_guard)?;
         linker.allow_shadowing(false);
         Backend::add_to_linker::<SandboxState, HasSelf<SandboxState>>(&mut linker, |s| s)?;
+        // `send-response` again, reading outputs in place from the sandbox's memory.
+        super::lift::add_to_linker(&mut linker)?;
 
         {
             let engine = engine.clone();

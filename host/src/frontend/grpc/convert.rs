@@ -12,7 +12,7 @@ use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{SharedMemory, ShmPlace};
+use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
 use crate::tensor::DataType;
 
 /// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
@@ -168,8 +168,9 @@ pub fn request(
             }
         }
         if let Some(place) = place {
-            if let Some(span) = shm.check(&place)? {
-                request.device_outputs.push(output.name.clone(), span);
+            match shm.check(&place)? {
+                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span),
+                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span)),
             }
             shm_outputs.push((output.name.clone(), place));
         }

@@ -12,7 +12,7 @@ use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{SharedMemory, ShmPlace};
+use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
@@ -251,8 +251,9 @@ pub fn decode_request(
             }
         }
         if let Some(place) = place {
-            if let Some(span) = shm.check(&place)? {
-                request.device_outputs.push(output.name.clone(), span);
+            match shm.check(&place)? {
+                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span),
+                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span)),
             }
             options.shm.push((output.name.clone(), place));
         }

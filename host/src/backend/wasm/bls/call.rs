@@ -161,6 +161,7 @@ pub fn start(
         shm_inputs: Default::default(),
         device_inputs: Default::default(),
         device_outputs: Default::default(),
+        host_outputs: Vec::new(),
     };
     let deadline = core.calls.deadline;
     // A called ensemble spawns its steps on the server's runtime.
