@@ -201,6 +201,21 @@ impl Pool {
         }
     }
 
+    /// Lets an idle worker's instance give back what it holds (not while an I/O thread runs it
+    /// inline), then runs what was left meanwhile: holding the instance makes this worker its
+    /// holder, bound by the handoff's rule like any other ([`super::handoff`]). Without that look, a
+    /// request left while `idle` ran (which may rebuild a sandbox: milliseconds) stayed in the
+    /// handoff with the worker at rest, and so did every request after it that found the queue
+    /// empty: a burst of 256 clients on a fresh server hung that way, now and then.
+    fn idle(&self, instance: &SharedInstance) {
+        let Some(mut guard) = instance.try_lock() else { return };
+        if let Some(instance) = guard.as_mut() {
+            instance.idle();
+        }
+        drop(guard);
+        self.run_handoff_on_worker();
+    }
+
     /// Runs what was left while this worker held its instance. Nothing can come back: a worker may
     /// block, and it has no budget; what does (an instance finalised under it) fails.
     fn run_handoff_on_worker(&self) {
@@ -254,14 +269,9 @@ impl Worker for QueueWorker {
                     std::thread::yield_now()
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) if !gave_back => {
-                    // Idle: the instance may give back what it held (not while an I/O thread
-                    // runs it inline). Then look again.
+                    // Idle: the instance may give back what it held. Then look again.
                     gave_back = true;
-                    if let Some(mut guard) = self.instance.try_lock()
-                        && let Some(instance) = guard.as_mut()
-                    {
-                        instance.idle();
-                    }
+                    self.pool.idle(&self.instance);
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => {
                     // Register, then look a last time: a request sent before the registration is
@@ -428,6 +438,50 @@ mod tests {
     #[test]
     fn every_request_left_for_two_busy_instances_is_run_once() {
         every_request_is_run_once(2);
+    }
+
+    /// An instance whose `idle` waits until the test lets it go.
+    struct SlowIdle {
+        entered: std::sync::mpsc::Sender<()>,
+        release: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl BackendInstance for SlowIdle {
+        fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes {
+            Echo.execute(jobs, thread)
+        }
+
+        fn finalize(self: Box<Self>) {}
+
+        fn idle(&mut self) {
+            let _ = self.entered.send(());
+            let _ = self.release.recv();
+        }
+    }
+
+    #[test]
+    fn a_request_left_while_an_idle_worker_holds_the_instance_is_run_by_that_worker() {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let mut pool = pool(1);
+        let instance: SharedInstance =
+            Arc::new(Mutex::new(Some(Box::new(SlowIdle { entered: entered_tx, release: release_rx }))));
+        pool.instances = vec![instance.clone()];
+        let pool = Arc::new(pool);
+        let worker = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.idle(&instance))
+        };
+        entered.recv().unwrap();
+        // An I/O thread leaves a request: the instance is held, so it goes back to its connections.
+        let (sender, mut rx) = ResponseSender::unary(pool.ctx.stats.clone());
+        pool.handoff.push(Job { request: InferenceRequest::default(), sender, enqueued: Instant::now() });
+        assert!(pool.run_handoff(Runner::IoThread, INLINE_RUN, || true).is_empty());
+        assert!(rx.try_recv().is_err(), "not run yet: the instance is held");
+        release.send(()).unwrap();
+        worker.join().unwrap();
+        assert!(rx.try_recv().is_ok(), "the idle worker ran what was left for it");
+        assert!(pool.handoff.is_empty());
     }
 
     #[test]
