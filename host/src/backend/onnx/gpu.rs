@@ -14,7 +14,7 @@ use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, Memory
 use ort::session::Session;
 use ort::value::{DynTensor, DynTensorValueType, TensorElementType, ValueType};
 
-use super::values::{from_value, to_value};
+use super::values::{from_value, host_datatype, to_value};
 use crate::backend::batch::Gathered;
 use crate::config::ModelConfig;
 use crate::gpu::{DevicePtr, InstanceStream, Part};
@@ -131,26 +131,6 @@ fn device_element(datatype: DataType) -> Option<TensorElementType> {
         DataType::Fp32 => TensorElementType::Float32,
         DataType::Fp64 => TensorElementType::Float64,
         DataType::Bool | DataType::Bytes => return None,
-    })
-}
-
-/// The host datatype of an ORT output that is copied back as raw bytes (fixed-size elements).
-fn host_datatype(ty: TensorElementType) -> Option<DataType> {
-    Some(match ty {
-        TensorElementType::Bool => DataType::Bool,
-        TensorElementType::Uint8 => DataType::Uint8,
-        TensorElementType::Int8 => DataType::Int8,
-        TensorElementType::Uint16 => DataType::Uint16,
-        TensorElementType::Int16 => DataType::Int16,
-        TensorElementType::Float16 => DataType::Fp16,
-        TensorElementType::Bfloat16 => DataType::Bf16,
-        TensorElementType::Uint32 => DataType::Uint32,
-        TensorElementType::Int32 => DataType::Int32,
-        TensorElementType::Float32 => DataType::Fp32,
-        TensorElementType::Uint64 => DataType::Uint64,
-        TensorElementType::Int64 => DataType::Int64,
-        TensorElementType::Float64 => DataType::Fp64,
-        _ => return None,
     })
 }
 

@@ -2,7 +2,7 @@
 #![allow(unsafe_code)] // `view`: a request's bytes read as the elements they hold, checked first; it says why it is sound.
 use bytes::Bytes;
 use ort::session::SessionInputValue;
-use ort::value::{DynValue, TensorElementType, TensorRef, ValueType};
+use ort::value::{DynTensor, DynTensorValueType, DynValue, TensorElementType, TensorRef, ValueType};
 
 use crate::backend::batch::Gathered;
 use crate::request::Tensor;
@@ -131,41 +131,27 @@ pub(crate) fn to_value(t: &Gathered) -> Result<DynValue, String> {
 /// bytes are ORT's buffer, kept alive by the value until the last slice of them is dropped (after the
 /// frontend has sent them or written them into a shared-memory region). A copy into a buffer of the
 /// server's was a whole pass over every output, a third of what an identity's megabyte request cost
-/// in memory traffic (docs/architecture.md, tensor bytes copy by copy). Booleans (normalised to 0 and 1
-/// on the wire) and strings (re-encoded with length prefixes) are converted as [`from_value`] does.
+/// in memory traffic (docs/architecture.md, tensor bytes copy by copy). Fixed-size elements only
+/// ([`host_datatype`]; ORT's booleans are bytes of 0 or 1, as on the wire); strings (re-encoded with
+/// length prefixes) are converted as [`from_value`] does.
 pub(crate) fn from_output(name: &str, value: DynValue) -> Result<Tensor, String> {
-    let ValueType::Tensor { ty, .. } = value.dtype() else {
+    let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
         return Err(format!("output '{name}' is not a tensor"));
     };
-    let err = |e: ort::Error| format!("output '{name}': {e}");
-    macro_rules! lent {
-        ($t:ty, $dt:expr) => {{
-            let (shape, data) = value.try_extract_tensor::<$t>().map_err(err)?;
-            let shape: Vec<i64> = shape.iter().copied().collect();
-            let len = std::mem::size_of_val(data);
-            let data = if len == 0 {
-                Bytes::new()
-            } else {
-                Bytes::from_owner(OrtBytes { start: data.as_ptr().cast(), len, _value: value })
-            };
-            ($dt, shape, data)
-        }};
-    }
-    let (datatype, shape, data) = match ty {
-        _ if cfg!(target_endian = "big") => return from_value(name, &value.view()),
-        TensorElementType::Uint8 => lent!(u8, DataType::Uint8),
-        TensorElementType::Int8 => lent!(i8, DataType::Int8),
-        TensorElementType::Uint16 => lent!(u16, DataType::Uint16),
-        TensorElementType::Int16 => lent!(i16, DataType::Int16),
-        TensorElementType::Uint32 => lent!(u32, DataType::Uint32),
-        TensorElementType::Int32 => lent!(i32, DataType::Int32),
-        TensorElementType::Uint64 => lent!(u64, DataType::Uint64),
-        TensorElementType::Int64 => lent!(i64, DataType::Int64),
-        TensorElementType::Float32 => lent!(f32, DataType::Fp32),
-        TensorElementType::Float64 => lent!(f64, DataType::Fp64),
-        TensorElementType::Float16 => lent!(half::f16, DataType::Fp16),
-        TensorElementType::Bfloat16 => lent!(half::bf16, DataType::Bf16),
-        _ => return from_value(name, &value.view()),
+    let Some((datatype, size)) =
+        host_datatype(*ty).filter(|_| cfg!(target_endian = "little")).and_then(|d| Some((d, d.element_size()?)))
+    else {
+        return from_value(name, &value.view());
+    };
+    let shape: Vec<i64> = shape.iter().copied().collect();
+    let elements =
+        usize::try_from(shape.iter().product::<i64>()).map_err(|_| format!("output '{name}' has shape {shape:?}"))?;
+    let len = elements * size;
+    let tensor = value.downcast::<DynTensorValueType>().map_err(|e| format!("output '{name}': {e}"))?;
+    let data = if len == 0 {
+        Bytes::new()
+    } else {
+        Bytes::from_owner(OrtBytes { start: tensor.data_ptr().cast(), len, _value: tensor })
     };
     Ok(Tensor { name: name.to_string(), datatype, shape, data })
 }
@@ -175,7 +161,7 @@ struct OrtBytes {
     start: *const u8,
     len: usize,
     /// Owns the buffer `start` points into (with the allocator that frees it, which outlives the session).
-    _value: DynValue,
+    _value: DynTensor,
 }
 
 // SAFETY: `start` points into the buffer `_value` owns, which nothing writes once the run that made
@@ -191,6 +177,26 @@ impl AsRef<[u8]> for OrtBytes {
         // SAFETY: `len` bytes from `start` are the tensor's elements, alive as long as `_value`.
         unsafe { std::slice::from_raw_parts(self.start, self.len) }
     }
+}
+
+/// The host datatype of an ORT output that is copied back as raw bytes (fixed-size elements).
+pub(crate) fn host_datatype(ty: TensorElementType) -> Option<DataType> {
+    Some(match ty {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Bfloat16 => DataType::Bf16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float64 => DataType::Fp64,
+        _ => return None,
+    })
 }
 
 /// An ORT output as a host tensor.
