@@ -19,42 +19,8 @@ use crate::request::Job;
 
 /// The most requests an I/O thread runs in one go (its own and those left for it) before it hands
 /// the rest to the workers: an inline execution is short, but an I/O thread has connections of its
-/// own to serve. A run also ends once it has taken the model's inline limit (`--inline-execution-us`)
-/// in wall time ([`Budget`]), so it blocks its thread about as long as one slow inline execution may.
-///
-/// Until 2026-11-29 a run was 4 requests and had no time limit. At 256 connections (`conn-load`,
-/// HTTP, `simple`, alternated rounds) 32 requests within the limit measured p99 lower in 11 of 11
-/// rounds (8.6–12.5 against 11.0–15.8 ms) and throughput unchanged within the spread (0.92–1.19×,
-/// median 1.04×); at 4 and 16 connections no change. The time limit is what helps: on a loaded
-/// machine a preempted holder spills the handoff to the worker sooner, so the other I/O thread's
-/// clients do not wait behind it (inline executions fell from 38% to 17% of the total there).
-/// Without inline execution at all the tail is as low, but 4 and 16 connections lose what inline
-/// execution is for. 32 without the time limit changed neither (bench/README.md).
-const INLINE_RUN: usize = 32;
-
-/// What a thread may still run of the requests left in the handoff: a number, and for an I/O
-/// thread a moment to stop by.
-#[derive(Clone, Copy)]
-struct Budget {
-    left: usize,
-    until: Option<Instant>,
-}
-
-impl Budget {
-    /// An I/O thread's: [`INLINE_RUN`] requests within `time`.
-    fn inline(time: std::time::Duration) -> Self {
-        Budget { left: INLINE_RUN, until: Some(Instant::now() + time) }
-    }
-
-    /// A thread that may block (a worker): everything.
-    fn unlimited() -> Self {
-        Budget { left: usize::MAX, until: None }
-    }
-
-    fn spent(&self) -> bool {
-        self.left == 0 || self.until.is_some_and(|t| Instant::now() >= t)
-    }
-}
+/// own to serve.
+const INLINE_RUN: usize = 4;
 
 /// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
 /// it); `None` once finalised.
@@ -123,7 +89,7 @@ impl DefaultScheduler {
             Runner::Caller | Runner::Worker => None,
         };
         pool.handoff.push(job);
-        let leftover = pool.run_handoff(runner, Budget::inline(pool.ctx.inline_under), may_run);
+        let leftover = pool.run_handoff(runner, INLINE_RUN, may_run);
         if !leftover.is_empty() {
             // The receivers live as long as the workers, which outlive every admitted request.
             let _ = queue.send(Message::Batch(leftover));
@@ -187,16 +153,16 @@ impl Pool {
     /// Runs the requests left in the handoff, oldest first, on whichever instance is free, and looks
     /// again after letting go of it (the rule in [`super::handoff`]); stops when none is left, when
     /// every instance is held (its holder runs the rest), or when this thread may run no more:
-    /// `budget` spent or `may_run` false. Returns the requests the caller must give the
+    /// `budget` requests run or `may_run` false. Returns the requests the caller must give the
     /// workers: those left then, and any the backend could not run here (a blocking WASI call on an
     /// I/O thread, which bars the model from running inline).
-    fn run_handoff(&self, runner: Runner, mut budget: Budget, may_run: impl Fn() -> bool) -> Vec<Job> {
+    fn run_handoff(&self, runner: Runner, mut budget: usize, may_run: impl Fn() -> bool) -> Vec<Job> {
         let mut leftover = Vec::new();
         loop {
             if self.handoff.is_empty() {
                 return leftover;
             }
-            if budget.spent() || !may_run() {
+            if budget == 0 || !may_run() {
                 leftover.extend(self.handoff.take_all());
                 return leftover;
             }
@@ -205,11 +171,11 @@ impl Pool {
                 leftover.extend(self.handoff.take_all());
                 return leftover;
             };
-            while !budget.spent()
+            while budget > 0
                 && may_run()
                 && let Some(job) = self.handoff.pop()
             {
-                budget.left -= 1;
+                budget -= 1;
                 let mut batch = vec![job];
                 let thread = match runner {
                     Runner::IoThread => {
@@ -253,7 +219,7 @@ impl Pool {
     /// Runs what was left while this worker held its instance. Nothing can come back: a worker may
     /// block, and it has no budget; what does (an instance finalised under it) fails.
     fn run_handoff_on_worker(&self) {
-        for mut job in self.run_handoff(Runner::Worker, Budget::unlimited(), || true) {
+        for mut job in self.run_handoff(Runner::Worker, usize::MAX, || true) {
             job.fail(InferError::unavailable("the model's instances have stopped"));
         }
     }
@@ -425,8 +391,7 @@ mod tests {
                         let (sender, rx) = ResponseSender::unary(pool.ctx.stats.clone());
                         let request = InferenceRequest { id: id.clone(), ..Default::default() };
                         pool.handoff.push(Job { request, sender, enqueued: Instant::now() });
-                        let leftover =
-                            pool.run_handoff(Runner::IoThread, Budget::inline(Duration::from_secs(60)), || true);
+                        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, || true);
                         handed_to_workers.fetch_add(leftover.len(), std::sync::atomic::Ordering::Relaxed);
                         for mut job in leftover {
                             let mut batch = vec![job];
@@ -511,7 +476,7 @@ mod tests {
         // An I/O thread leaves a request: the instance is held, so it goes back to its connections.
         let (sender, mut rx) = ResponseSender::unary(pool.ctx.stats.clone());
         pool.handoff.push(Job { request: InferenceRequest::default(), sender, enqueued: Instant::now() });
-        assert!(pool.run_handoff(Runner::IoThread, Budget::inline(Duration::from_secs(60)), || true).is_empty());
+        assert!(pool.run_handoff(Runner::IoThread, INLINE_RUN, || true).is_empty());
         assert!(rx.try_recv().is_err(), "not run yet: the instance is held");
         release.send(()).unwrap();
         worker.join().unwrap();
@@ -529,7 +494,7 @@ mod tests {
             pool.handoff.push(Job { request, sender, enqueued: Instant::now() });
             receivers.push(rx);
         }
-        let leftover = pool.run_handoff(Runner::IoThread, Budget::inline(Duration::from_secs(60)), || true);
+        let leftover = pool.run_handoff(Runner::IoThread, INLINE_RUN, || true);
         let ids: Vec<_> = leftover.iter().map(|j| j.request.id.clone()).collect();
         assert_eq!(ids, (INLINE_RUN..INLINE_RUN + 3).map(|i| i.to_string()).collect::<Vec<_>>());
         for (i, rx) in receivers.iter_mut().enumerate() {
@@ -539,24 +504,6 @@ mod tests {
         // A thread that may not run inline (the gate closed) runs none.
         let (sender, _rx) = ResponseSender::unary(pool.ctx.stats.clone());
         pool.handoff.push(Job { request: InferenceRequest::default(), sender, enqueued: Instant::now() });
-        assert_eq!(pool.run_handoff(Runner::IoThread, Budget::inline(Duration::from_secs(60)), || false).len(), 1);
-    }
-
-    #[test]
-    fn a_thread_whose_time_is_spent_runs_nothing_more_and_hands_back_the_rest() {
-        let pool = pool(1);
-        let mut receivers = Vec::new();
-        for i in 0..3 {
-            let (sender, rx) = ResponseSender::unary(pool.ctx.stats.clone());
-            let request = InferenceRequest { id: i.to_string(), ..Default::default() };
-            pool.handoff.push(Job { request, sender, enqueued: Instant::now() });
-            receivers.push(rx);
-        }
-        let leftover = pool.run_handoff(Runner::IoThread, Budget::inline(Duration::ZERO), || true);
-        let ids: Vec<_> = leftover.iter().map(|j| j.request.id.clone()).collect();
-        assert_eq!(ids, ["0", "1", "2"]);
-        assert!(receivers.iter_mut().all(|rx| rx.try_recv().is_err()));
-        // A worker's budget is never spent.
-        assert!(!Budget::unlimited().spent());
+        assert_eq!(pool.run_handoff(Runner::IoThread, INLINE_RUN, || false).len(), 1);
     }
 }
