@@ -6,7 +6,7 @@ use ort::value::{DynTensor, DynTensorValueType, DynValue, TensorElementType, Ten
 
 use crate::backend::batch::Gathered;
 use crate::request::Tensor;
-use crate::tensor::{DataType, bytes_elements};
+use crate::tensor::{DataType, bytes_elements, element_count};
 
 /// Little-endian element bytes, in parts, as one typed vector. Sized up front and filled part by
 /// part with `chunks_exact`, which the compiler turns into plain copies: an iterator that hides its
@@ -144,9 +144,9 @@ pub(crate) fn from_output(name: &str, value: DynValue) -> Result<Tensor, String>
         return from_value(name, &value.view());
     };
     let shape: Vec<i64> = shape.iter().copied().collect();
-    let elements =
-        usize::try_from(shape.iter().product::<i64>()).map_err(|_| format!("output '{name}' has shape {shape:?}"))?;
-    let len = elements * size;
+    let len = element_count(&shape)
+        .and_then(|n| usize::try_from(n).ok()?.checked_mul(size))
+        .ok_or_else(|| format!("output '{name}' has shape {shape:?}"))?;
     let tensor = value.downcast::<DynTensorValueType>().map_err(|e| format!("output '{name}': {e}"))?;
     let data = if len == 0 {
         Bytes::new()
