@@ -8,7 +8,8 @@
 #   PROTO=grpc (default http), PERF_INTERVAL_MS (default 2000), NEREUS or NEREUS_BIN (default the release build)
 #   SUITE_CSV=file appends each throughput measurement to the suite's CSV (bench/csv.sh's columns; scenario
 #   lang_<language>, Triton's python `simple` repeated under each), as bench/suite.sh's HOOKS="languages" does.
-# Models: simple (Rust), simple_py, simple_js, and simple_c where model_repository has it; and the floor
+# Models: simple (Rust), simple_py, simple_js (QuickJS), simple_js_sm (the same plugin built with
+# StarlingMonkey), and simple_c where model_repository has it; and the floor
 # of each interpreter, echo_py and echo_js (bench/floor/: an execute with no SDK answering each request
 # with its inputs, what the toolchain's bindings cost before any plugin code runs). Builds the plugins
 # first (scripts/build-plugins.sh, and the floor's build.sh). Prints a markdown table. Not a test.
@@ -42,6 +43,12 @@ for m in "${floors[@]}"; do
   "$here/floor/$m/build.sh" "$work/repo/$m/$m.wasm" 2>/dev/null
 done
 models+=("${floors[@]}")
+# add_sub_js built with StarlingMonkey too (componentize-js; plugins/build.sh's NEREUS_JS_ENGINE), beside
+# the default QuickJS build that simple_js serves.
+mkdir -p "$work/repo/simple_js_sm/1"
+sed 's/^name: .*/name: "simple_js_sm"/' "$root/model_repository/simple_js/config.pbtxt" >"$work/repo/simple_js_sm/config.pbtxt"
+NEREUS_JS_ENGINE=starlingmonkey "$root/plugins/js/add_sub_js/build.sh" "$work/repo/simple_js_sm/add_sub_js.wasm" 2>/dev/null
+models+=(simple_js_sm)
 for m in "${models[@]}"; do
   [[ -d $work/repo/$m ]] || cp -r "$root/model_repository/$m" "$work/repo/"
   cp -r "$work/repo/$m" "$work/repo/${m}_x5"
@@ -111,7 +118,7 @@ if [[ -n ${SUITE_CSV:-} ]]; then  # the suite's rows: one scenario per language,
   # shellcheck source=SCRIPTDIR/csv.sh
   source "$here/csv.sh"
   declare -A lang=([simple]=rust [simple_py]=python [simple_js]=javascript [simple_c]=c
-    [echo_py]=python_floor [echo_js]=javascript_floor)
+    [echo_py]=python_floor [echo_js]=javascript_floor [simple_js_sm]=javascript_starlingmonkey)
   while read -r r m cc line; do
     [[ $cc =~ ^c([0-9]+)$ ]] || continue
     conc=${BASH_REMATCH[1]}

@@ -26,8 +26,9 @@ build_plugins() {
     models=$(models_of "$name")
     [[ -n $models ]] || continue
     wasm=$plugin/build/$name.wasm stamp=$plugin/build/$name.stamp
-    hash=$(find -L "plugins/$1/$name" "sdk/$1" wit -type f -not -path "plugins/$1/$name/build/*" 2>/dev/null |
-      LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+    # The sources, and the JavaScript engine chosen (plugins/build.sh's NEREUS_JS_ENGINE).
+    hash=$({ find -L "plugins/$1/$name" "sdk/$1" wit -type f -not -path "plugins/$1/$name/build/*" 2>/dev/null |
+      LC_ALL=C sort | xargs sha256sum; echo "engine ${NEREUS_JS_ENGINE:-}"; } | sha256sum | cut -d' ' -f1)
     if [[ -f $wasm && $(cat "$stamp" 2>/dev/null) == "$hash" ]]; then
       say "$1/$name: up to date"
     else

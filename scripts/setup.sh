@@ -6,7 +6,7 @@
 #   - ONNX Runtime's CPU library (scripts/setup-onnxruntime.sh: from its PyPI wheel, once, into
 #     ~/.cache/nereus/onnxruntime, where `nereus` looks), for the example repository's ONNX model;
 #   - the example backends written in Python and JavaScript (scripts/build-plugins.sh: their
-#     toolchains, componentize-py with pip and componentize-js with npm, once, into
+#     toolchains, componentize-py with pip and jco (QuickJS and StarlingMonkey) with npm, once, into
 #     ~/.cache/nereus/toolchains; each plugin rebuilt only when its sources changed), and in C
 #     (plugins/c, docs/authoring/c.md: zig, wit-bindgen and wasm-tools, once, into
 #     ~/.cache/nereus/toolchains/c), into the model folders that serve them (model_repository/simple_py,

@@ -154,7 +154,7 @@ scripts/build-plugins.sh "$languages"
 start_nereus "$languages"
 "$venv/bin/python" tests/python/test_languages.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "$languages"
 # A plugin's exception is logged with the guest's own trace: Python's traceback, JavaScript's stack.
-for frame in 'in fail_on_purpose' 'failOnPurpose@'; do
+for frame in 'in fail_on_purpose' 'failOnPurpose'; do
   grep -q "$frame" "${logs[-1]}" || { echo "no '$frame' in the server log:"; cat "${logs[-1]}"; exit 1; }
 done
 stop_nereus

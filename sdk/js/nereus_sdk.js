@@ -1,5 +1,6 @@
-// nereus_sdk: the JavaScript counterpart of the Rust `nereus-sdk`, for backends built with
-// componentize-js (StarlingMonkey). A backend module does
+// nereus_sdk: the JavaScript counterpart of the Rust `nereus-sdk`, for backends built by
+// plugins/build.sh with jco: QuickJS (componentize-qjs, the default) or StarlingMonkey
+// (componentize-js). A backend module does
 //
 //   import { backend } from './nereus_sdk.js';
 //   export const lifecycle = backend({ handle(request) { return [/* output tensors */]; } });
@@ -11,6 +12,12 @@
 // Optional hooks: `setupModel(model)` and `setupInstance(model, instance)`. Module state is per
 // instance: every instance is its own sandbox. See docs/authoring/javascript.md.
 import { isCancelled, log, sendError, sendResponse } from 'nereus:backend/host@1.2.0';
+// Staged beside this file by plugins/build.sh: the engine the component is built with.
+import { engine } from './nereus_engine.js';
+
+/** WIT's s64 and u64 as this engine's bindings carry them (shapes, int64 parameters): BigInt in
+ *  StarlingMonkey's (jco's), Number in QuickJS's (exact up to 2^53). Each refuses the other. */
+export const int64 = engine === 'starlingmonkey' ? BigInt : Number;
 
 // The typed array of each numeric datatype (WebAssembly is little-endian, as the wire is).
 const ARRAYS = {
@@ -50,7 +57,7 @@ export function values(tensor) {
 /** A numeric tensor from a typed array or an array of numbers, in row-major order. */
 export function tensor(name, shape, datatype, elements) {
   const array = elements instanceof ARRAYS[datatype] ? elements : ARRAYS[datatype].from(elements);
-  return { name, datatype, shape: Array.from(shape, BigInt), data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
+  return { name, datatype, shape: Array.from(shape, int64), data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
 }
 
 /** A BYTES tensor's elements, as Uint8Arrays (Triton's serialisation: a 4-byte length before each). */
@@ -67,11 +74,64 @@ export function bytesElements(tensor) {
   return elements;
 }
 
-const utf8 = new TextEncoder();
+/** A string's UTF-8 bytes: TextEncoder where the engine has one (StarlingMonkey), else the same
+ *  encoding written out (QuickJS has none). A lone surrogate becomes U+FFFD, as TextEncoder does. */
+export const utf8Encode = typeof TextEncoder === 'function'
+  ? ((encoder) => (text) => encoder.encode(text))(new TextEncoder())
+  : (text) => {
+    const out = [];
+    for (const ch of text) {
+      let c = ch.codePointAt(0);
+      if (c >= 0xd800 && c < 0xe000) c = 0xfffd;
+      if (c < 0x80) out.push(c);
+      else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+      else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+      else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+    }
+    return new Uint8Array(out);
+  };
+
+/** UTF-8 bytes as a string. Malformed UTF-8 (a bad or missing continuation byte, an overlong form,
+ *  a surrogate, past U+10FFFF) throws a TypeError, as TextDecoder's `fatal` mode does: TextDecoder
+ *  where the engine has one, else the same checks written out. */
+export const utf8Decode = typeof TextDecoder === 'function'
+  ? ((decoder) => (bytes) => decoder.decode(bytes))(new TextDecoder('utf-8', { fatal: true }))
+  : (bytes) => {
+    const bad = (at) => new TypeError(`The encoded data was not valid for encoding utf-8 (byte ${at})`);
+    const parts = [];
+    let points = [];
+    for (let at = 0; at < bytes.length;) {
+      const b = bytes[at];
+      let extra;
+      let min;
+      if (b < 0x80) [extra, min] = [0, 0];
+      else if (b >= 0xc2 && b < 0xe0) [extra, min] = [1, 0x80];
+      else if (b >= 0xe0 && b < 0xf0) [extra, min] = [2, 0x800];
+      else if (b >= 0xf0 && b < 0xf5) [extra, min] = [3, 0x10000];
+      else throw bad(at);
+      if (at + extra >= bytes.length) throw bad(at);
+      let c = extra === 0 ? b : b & (0x3f >> extra);
+      for (let k = 1; k <= extra; k++) {
+        const next = bytes[at + k];
+        if ((next & 0xc0) !== 0x80) throw bad(at + k);
+        c = (c << 6) | (next & 63);
+      }
+      if (c < min || c > 0x10ffff || (c >= 0xd800 && c < 0xe000)) throw bad(at);
+      points.push(c);
+      // In chunks: String.fromCodePoint takes its code points as arguments.
+      if (points.length === 4096) {
+        parts.push(String.fromCodePoint(...points));
+        points = [];
+      }
+      at += extra + 1;
+    }
+    parts.push(String.fromCodePoint(...points));
+    return parts.join('');
+  };
 
 /** A BYTES tensor from string (encoded as UTF-8) or Uint8Array elements. */
 export function bytesTensor(name, shape, elements) {
-  const raw = elements.map((e) => (typeof e === 'string' ? utf8.encode(e) : e));
+  const raw = elements.map((e) => (typeof e === 'string' ? utf8Encode(e) : e));
   const data = new Uint8Array(raw.reduce((n, e) => n + 4 + e.byteLength, 0));
   const view = new DataView(data.buffer);
   let at = 0;
@@ -80,16 +140,16 @@ export function bytesTensor(name, shape, elements) {
     data.set(e, at + 4);
     at += 4 + e.byteLength;
   }
-  return { name, datatype: 'bytes', shape: Array.from(shape, BigInt), data };
+  return { name, datatype: 'bytes', shape: Array.from(shape, int64), data };
 }
 
 /** A response parameter from a boolean, an integer (BigInt or safe integer), a number or a string. */
 export function parameter(key, value) {
   switch (typeof value) {
     case 'boolean': return { key, value: { tag: 'boolean', val: value } };
-    case 'bigint': return { key, value: { tag: 'int64', val: value } };
+    case 'bigint': return { key, value: { tag: 'int64', val: int64(value) } };
     case 'number':
-      return { key, value: Number.isInteger(value) ? { tag: 'int64', val: BigInt(value) } : { tag: 'double', val: value } };
+      return { key, value: Number.isInteger(value) ? { tag: 'int64', val: int64(value) } : { tag: 'double', val: value } };
     default: return { key, value: { tag: 'text', val: String(value) } };
   }
 }
@@ -137,6 +197,12 @@ function lifecycleCall(what, call) {
   }
 }
 
+/** Whether `e` is the engine running out of memory (the sandbox's cap), not the plugin's own error. */
+function outOfMemory(e) {
+  return e === 'out of memory' || (e instanceof RangeError && /allocation|memory/i.test(e.message))
+    || (e?.name === 'InternalError' && /out of memory/i.test(e.message));
+}
+
 /** The `lifecycle` export for a backend made of `hooks` (see the top of this file). */
 export function backend(hooks) {
   let model;
@@ -159,9 +225,9 @@ export function backend(hooks) {
         try {
           answer = hooks.handle(request);
         } catch (e) {
-          // The sandbox's memory cap (SpiderMonkey throws the string "out of memory"): the batch
-          // ends, and the host reports the limit and rebuilds the instance.
-          if (e === 'out of memory' || e instanceof RangeError && /allocation|memory/i.test(e.message)) throw e;
+          // The sandbox's memory cap (SpiderMonkey throws the string "out of memory", QuickJS an
+          // InternalError): the batch ends, and the host reports the limit and rebuilds the instance.
+          if (outOfMemory(e)) throw e;
           if (e instanceof RequestError) {
             request.fail(e.message, e.kind);
           } else {

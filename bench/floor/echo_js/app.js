@@ -1,7 +1,8 @@
 // echo_js: the least a JavaScript backend can do per request, for bench/languages.sh's floor row. No
 // SDK: `execute` answers each request with its two inputs as OUTPUT0 and OUTPUT1, so what it costs is
-// componentize-js's own (entering StarlingMonkey, the bindings building JS objects for the request's
-// records and reading the response's back), which no plugin code can go below.
+// the toolchain's own (entering the engine, QuickJS unless NEREUS_JS_ENGINE says otherwise, and the
+// bindings building JS objects for the request's records and reading the response's back), which no
+// plugin code can go below.
 import { sendResponse } from 'nereus:backend/host@1.2.0';
 
 export const lifecycle = {

@@ -1,8 +1,8 @@
 // add_sub_js: Triton's `simple` model in JavaScript, behaving as the Rust `add_sub` does.
 // OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1, element-wise, for INT32 (wrapping, as
 // Int32Array stores) or FP32 (rounded to single precision, as Float32Array stores) inputs of any
-// shape, each request of a batch on its own. Plain loops over typed arrays: StarlingMonkey interprets
-// (no JIT), and a callback per element (`map`) costs more than the arithmetic.
+// shape, each request of a batch on its own. Plain loops over typed arrays: the engines interpret
+// (no JIT in WebAssembly), and a callback per element (`map`) costs more than the arithmetic.
 import { backend, RequestError, tensor, values, verbose } from './nereus_sdk.js';
 
 function handle(request) {

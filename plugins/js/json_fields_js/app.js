@@ -6,9 +6,8 @@
 // parameter `field`, which the request parameter `field` overrides. The response parameter `missing`
 // counts the documents without it. A document that is not UTF-8 or not JSON fails its request only,
 // with the row and the parser's reason; the other requests of the batch are answered.
-import { backend, bytesElements, bytesTensor, configParameter, info, parameter, RequestError, tensor } from './nereus_sdk.js';
+import { backend, bytesElements, bytesTensor, configParameter, info, parameter, RequestError, tensor, utf8Decode } from './nereus_sdk.js';
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
 let defaultField;
 
 function lookup(document, path) {
@@ -31,7 +30,7 @@ function handle(request) {
   bytesElements(doc).forEach((raw, row) => {
     let document;
     try {
-      document = JSON.parse(utf8.decode(raw));
+      document = JSON.parse(utf8Decode(raw));
     } catch (e) {
       throw new RequestError(`DOC[${row}] is not a JSON document: ${e.message}`);
     }
