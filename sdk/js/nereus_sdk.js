@@ -160,7 +160,13 @@ export class Request {
     this.index = index;
     this.raw = raw;
     this.id = raw.id;
-    this.parameters = Object.fromEntries(raw.parameters.map((p) => [p.key, p.value.val]));
+  }
+
+  /** The request's parameters as JS values, made when first asked for (most plugins never ask). */
+  get parameters() {
+    const value = Object.fromEntries(this.raw.parameters.map((p) => [p.key, p.value.val]));
+    Object.defineProperty(this, 'parameters', { value });
+    return value;
   }
 
   input(name) {
