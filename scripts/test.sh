@@ -146,10 +146,14 @@ for m in tokenizer_py json_fields_js; do
   sed -e "s/^name: .*/name: \"${m}_batch\"/" -e 's/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: 60000000/' \
     "model_repository/$m/config.pbtxt" >"$languages/${m}_batch/config.pbtxt"
 done
-# bls_add_sub_py pointed at a model its sandbox.callable_models does not list: every call is refused.
-mkdir -p "$languages/bls_add_sub_py_denied/1"
-{ sed 's/^name: .*/name: "bls_add_sub_py_denied"/' model_repository/bls_add_sub_py/config.pbtxt
-  echo 'parameters { key: "bls.model" value: { string_value: "simple_py" } }'; } >"$languages/bls_add_sub_py_denied/config.pbtxt"
+# bls_add_sub_py and bls_add_sub_js pointed at a model their sandbox.callable_models does not list:
+# every call is refused.
+for lang in py js; do
+  mkdir -p "$languages/bls_add_sub_${lang}_denied/1"
+  { sed "s/^name: .*/name: \"bls_add_sub_${lang}_denied\"/" "model_repository/bls_add_sub_$lang/config.pbtxt"
+    echo "parameters { key: \"bls.model\" value: { string_value: \"simple_$lang\" } }"; } \
+    >"$languages/bls_add_sub_${lang}_denied/config.pbtxt"
+done
 scripts/build-plugins.sh "$languages"
 start_nereus "$languages"
 "$venv/bin/python" tests/python/test_languages.py "127.0.0.1:$port" "127.0.0.1:$grpc_port" "$languages"

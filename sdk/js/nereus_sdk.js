@@ -12,6 +12,7 @@
 // Optional hooks: `setupModel(model)` and `setupInstance(model, instance)`. Module state is per
 // instance: every instance is its own sandbox. See docs/authoring/javascript.md.
 import { isCancelled, log, sendError, sendResponse } from 'nereus:backend/host@1.2.0';
+import { infer as inferModel, PendingCall } from 'nereus:backend/models@1.2.0';
 // Staged beside this file by plugins/build.sh: the engine the component is built with.
 import { engine } from './nereus_engine.js';
 
@@ -154,6 +155,106 @@ export function parameter(key, value) {
   }
 }
 
+/** The same tensor under another name (to pass one model's output as another's input). */
+export const renamed = (tensor, name) => ({ ...tensor, name });
+
+/** A call to another model failed (`request.infer`, `call.wait()`): `kind` is the call error's kind
+ *  ('not-allowed', 'cycle', 'too-deep', 'timeout', 'cancelled', or the callee's own
+ *  'invalid-argument', 'not-found', 'unavailable', 'unsupported', 'internal') and the message names
+ *  the model. Thrown out of `handle`, it fails that request with the matching status. */
+export class CallFailed extends Error {
+  constructor(error) {
+    super(`${error.message} (${error.kind})`);
+    this.kind = error.kind;
+  }
+
+  /** The request's error kind this failure passes on: the callee's own where it has one; a call the
+   *  host refused (policy, cycle, depth) is internal; a deadline, a cancellation or a missing model
+   *  makes the model unavailable for this request. */
+  errorKind() {
+    switch (this.kind) {
+      case 'invalid-argument': return 'invalid-argument';
+      case 'unsupported': return 'unsupported';
+      case 'not-found': case 'unavailable': case 'timeout': case 'cancelled': return 'unavailable';
+      default: return 'internal';
+    }
+  }
+}
+
+// A call's error as the bindings throw it (both engines: an Error whose `payload` is the WIT
+// `call-error`); anything else (the engine out of memory) is thrown on as it is.
+function callFailed(e) {
+  if (typeof e?.payload?.kind === 'string') return new CallFailed(e.payload);
+  return e;
+}
+
+/** A called model's response: its output tensors by name and its parameters as JS values. */
+export class ModelResponse {
+  constructor(raw) {
+    this.raw = raw;
+    this.outputs = Object.fromEntries(raw.outputs.map((t) => [t.name, t]));
+    this.parameters = Object.fromEntries(raw.parameters.map((p) => [p.key, p.value.val]));
+  }
+
+  output(name) {
+    const found = this.outputs[name];
+    if (!found) throw new RequestError(`the called model's response has no output '${name}'`, 'internal');
+    return found;
+  }
+}
+
+/** A call in flight (`request.start`): `wait()` for a model's one response, or iterate
+ *  `responses()` for a decoupled model's. */
+export class Call {
+  constructor(pending) {
+    this.pending = pending;
+  }
+
+  wait() {
+    try {
+      return new ModelResponse(this.pending.wait());
+    } catch (e) {
+      throw callFailed(e);
+    }
+  }
+
+  /** A decoupled callee's responses, one by one, until it completes the request. */
+  *responses() {
+    for (;;) {
+      const answer = this.pending.next();
+      if (answer == null) return;
+      if (answer.tag === 'err') throw new CallFailed(answer.val);
+      yield new ModelResponse(answer.val);
+    }
+  }
+
+  isReady() {
+    return this.pending.isReady();
+  }
+}
+
+// The WIT request of a call: `request.infer`'s and `request.start`'s arguments.
+function modelRequest(model, inputs, options = {}) {
+  const { outputs = [], parameters = {}, version = 0, sequenceId, sequenceStart = false, sequenceEnd = false,
+    timeoutMs = 0 } = options;
+  let correlationId = { tag: 'none' };
+  if (typeof sequenceId === 'number' || typeof sequenceId === 'bigint') {
+    correlationId = { tag: 'numeric', val: int64(sequenceId) };
+  } else if (sequenceId != null) {
+    correlationId = { tag: 'text', val: String(sequenceId) };
+  }
+  return {
+    model,
+    version: int64(version),
+    inputs,
+    requestedOutputs: [...outputs],
+    parameters: Object.entries(parameters).map(([key, value]) => parameter(key, value)),
+    correlationId,
+    flags: { start: sequenceStart, end: sequenceEnd },
+    timeoutMs: int64(timeoutMs),
+  };
+}
+
 /** One request of a batch: its inputs by name, its parameters as JS values, and its sender. */
 export class Request {
   constructor(index, raw) {
@@ -190,6 +291,31 @@ export class Request {
 
   isCancelled() {
     return isCancelled(this.index);
+  }
+
+  /** Runs another model on behalf of this request and waits for its response (business logic
+   *  scripting): `inputs` are tensors named as the callee names them. Options: `outputs` (the
+   *  names wanted; default all), `parameters` (an object), `version`, `sequenceId`,
+   *  `sequenceStart`, `sequenceEnd`, `timeoutMs`. The model must be listed in this model's
+   *  `sandbox.callable_models`. Returns a `ModelResponse`; throws `CallFailed`. */
+  infer(model, inputs, options) {
+    const request = modelRequest(model, inputs, options);
+    try {
+      return new ModelResponse(inferModel(this.index, request));
+    } catch (e) {
+      throw callFailed(e);
+    }
+  }
+
+  /** Starts a call as `infer` does without waiting for it (start several, then wait for each: a
+   *  fan-out). Returns a `Call`; throws `CallFailed` when the call cannot start. */
+  start(model, inputs, options) {
+    const request = modelRequest(model, inputs, options);
+    try {
+      return new Call(PendingCall.start(this.index, request));
+    } catch (e) {
+      throw callFailed(e);
+    }
   }
 }
 
@@ -236,6 +362,8 @@ export function backend(hooks) {
           if (outOfMemory(e)) throw e;
           if (e instanceof RequestError) {
             request.fail(e.message, e.kind);
+          } else if (e instanceof CallFailed) {
+            request.fail(e.message, e.errorKind());
           } else {
             error(`request ${index} (${request.id || 'no id'}) threw ${e}\n${e?.stack ?? ''}`);
             request.fail(`${e}`, 'internal');

@@ -12,9 +12,9 @@ and the fault models faulty_py, faulty_js, hog_py and hog_js (test_faults_py, te
   with Python's own unicodedata and re and the model's vocab.txt; json_fields_js's values are those
   of Python's json; each fails a malformed request alone, also among concurrent ones and within one
   batch of eight requests (their `_batch` twins, whose batcher waits for eight);
-- bls_add_sub_py, calling `simple` twice through the SDK's `Request.infer`, answers what the Rust
-  bls_add_sub answers; its twin bls_add_sub_py_denied, pointed at a model its policy does not list,
-  fails with the host's not-allowed error;
+- bls_add_sub_py and bls_add_sub_js, calling `simple` twice through their SDK's `infer`, answer what
+  the Rust bls_add_sub answers; their twins bls_add_sub_py_denied and bls_add_sub_js_denied, pointed
+  at a model their policy does not list, fail with the host's not-allowed error;
 - a plugin in either language that loops forever or allocates without bound is stopped by the
   deadline or the memory cap with the sandbox's messages, and the server keeps serving.
 
@@ -269,26 +269,28 @@ def check_one_batch(c, stats):
 
 
 def check_bls(c, rng, stats):
-    """bls_add_sub_py (Python calling `simple` twice through the SDK) answers what the Rust
-    bls_add_sub answers, (2A, 2B) wrapping; each call is a request of simple's own; a call its
-    policy does not allow fails the request with the host's not-allowed error."""
-    for rows in (1, 3):
-        a = rng.integers(-2**31, 2**31, size=(rows, 16), dtype=np.int64).astype(np.int32)
-        b = rng.integers(-2**31, 2**31, size=(rows, 16), dtype=np.int64).astype(np.int32)
-        before = stats("simple")["inference_stats"]["success"]["count"]
-        ours = c.infer("bls_add_sub_py", {"A": a, "B": b})
-        after = stats("simple")["inference_stats"]["success"]["count"]
-        assert after == before + 2, (before, after)
-        rust = c.infer("bls_add_sub", {"A": a, "B": b})
-        with np.errstate(over="ignore"):
-            expected = {"SUM2": a + a, "DIFF2": b + b}
-        for out, want in expected.items():
-            np.testing.assert_array_equal(ours.as_numpy(out), want)
-            np.testing.assert_array_equal(ours.as_numpy(out), rust.as_numpy(out))
-    one = {"A": np.ones((1, 16), np.int32), "B": np.ones((1, 16), np.int32)}
-    error = c.error("bls_add_sub_py_denied", one)
-    assert error == ("model 'bls_add_sub_py_denied' may not call model 'simple_py': "
-                     "sandbox.callable_models does not list it (not-allowed)"), error
+    """bls_add_sub_py and bls_add_sub_js (Python and JavaScript calling `simple` twice through their
+    SDK) answer what the Rust bls_add_sub answers, (2A, 2B) wrapping; each call is a request of
+    simple's own; a call its policy does not allow fails the request with the host's not-allowed
+    error, passed on by the SDK."""
+    for lang in LANGUAGES:
+        for rows in (1, 3):
+            a = rng.integers(-2**31, 2**31, size=(rows, 16), dtype=np.int64).astype(np.int32)
+            b = rng.integers(-2**31, 2**31, size=(rows, 16), dtype=np.int64).astype(np.int32)
+            before = stats("simple")["inference_stats"]["success"]["count"]
+            ours = c.infer(f"bls_add_sub_{lang}", {"A": a, "B": b})
+            after = stats("simple")["inference_stats"]["success"]["count"]
+            assert after == before + 2, (lang, before, after)
+            rust = c.infer("bls_add_sub", {"A": a, "B": b})
+            with np.errstate(over="ignore"):
+                expected = {"SUM2": a + a, "DIFF2": b + b}
+            for out, want in expected.items():
+                np.testing.assert_array_equal(ours.as_numpy(out), want)
+                np.testing.assert_array_equal(ours.as_numpy(out), rust.as_numpy(out))
+        one = {"A": np.ones((1, 16), np.int32), "B": np.ones((1, 16), np.int32)}
+        error = c.error(f"bls_add_sub_{lang}_denied", one)
+        assert error == (f"model 'bls_add_sub_{lang}_denied' may not call model 'simple_{lang}': "
+                         "sandbox.callable_models does not list it (not-allowed)"), error
 
 
 def check_faults(c):
@@ -328,7 +330,7 @@ def main(http_url, grpc_url, repository):
         check_faults(client)
         check_bls(client, rng, stats)
         print(f"languages ({client.name}): add_sub, tokenizer_py, json_fields_js (also one batch of eight requests), "
-              "bls_add_sub_py and the faults of both languages: ok")
+              "bls_add_sub_py, bls_add_sub_js and the faults of both languages: ok")
 
 
 if __name__ == "__main__":
