@@ -246,7 +246,7 @@ function modelRequest(model, inputs, options = {}) {
   return {
     model,
     version: int64(version),
-    inputs,
+    inputs: inputs.map((t) => wireTensor(t, 'input')),
     requestedOutputs: [...outputs],
     parameters: Object.entries(parameters).map(([key, value]) => parameter(key, value)),
     correlationId,
@@ -286,7 +286,7 @@ export class Request {
   }
 
   fail(message, kind = 'invalid-argument') {
-    sendError(this.index, kind, message);
+    sendError(this.index, ERROR_KINDS.has(kind) ? kind : 'internal', `${message}`);
   }
 
   isCancelled() {
@@ -335,6 +335,34 @@ function outOfMemory(e) {
     || (e?.name === 'InternalError' && /out of memory/i.test(e.message));
 }
 
+// Every datatype name of the WIT `data-type` enum.
+const DATATYPES = new Set([...Object.keys(ARRAYS), 'fp16', 'bf16', 'bytes']);
+
+// `handle`'s answer as the response the bindings take, checked first: a value of the wrong shape
+// would make QuickJS's bindings trap (the instance rebuilt, the request failed with a trap), where
+// this fails the request alone with what is wrong. Shapes are converted to the engine's integers.
+function response(answer) {
+  if (typeof answer?.then === 'function') throw new TypeError('handle returned a Promise: it must answer synchronously');
+  const { outputs, parameters = [] } = Array.isArray(answer) ? { outputs: answer } : (answer ?? {});
+  if (!Array.isArray(outputs)) {
+    throw new TypeError('handle must return an array of output tensors or { outputs, parameters }');
+  }
+  if (!Array.isArray(parameters)) throw new TypeError('response parameters must be an array of parameter(key, value)');
+  return { outputs: outputs.map((t) => wireTensor(t, 'output')), parameters };
+}
+
+// A tensor as the bindings take it, checked (see `response`), its shape in the engine's integers.
+function wireTensor(t, what) {
+  if (typeof t?.name !== 'string' || !DATATYPES.has(t.datatype) || !(t.data instanceof Uint8Array)
+    || !Array.isArray(t.shape) || !t.shape.every((d) => Number.isInteger(Number(d)))) {
+    throw new TypeError(`${what} ${JSON.stringify(t?.name)} is not a tensor { name, datatype, shape, data: Uint8Array }`);
+  }
+  return { name: t.name, datatype: t.datatype, shape: t.shape.map(int64), data: t.data };
+}
+
+// The error kinds of the WIT `error-kind` enum; any other kind a plugin names fails as internal.
+const ERROR_KINDS = new Set(['invalid-argument', 'internal', 'unavailable', 'unsupported']);
+
 /** The `lifecycle` export for a backend made of `hooks` (see the top of this file). */
 export function backend(hooks) {
   let model;
@@ -355,7 +383,7 @@ export function backend(hooks) {
         const request = new Request(index, raw);
         let answer;
         try {
-          answer = hooks.handle(request);
+          answer = response(hooks.handle(request));
         } catch (e) {
           // The sandbox's memory cap (SpiderMonkey throws the string "out of memory", QuickJS an
           // InternalError): the batch ends, and the host reports the limit and rebuilds the instance.
@@ -370,9 +398,8 @@ export function backend(hooks) {
           }
           return;
         }
-        const { outputs, parameters } = Array.isArray(answer) ? { outputs: answer } : answer;
         try {
-          request.respond(outputs, parameters);
+          request.respond(answer.outputs, answer.parameters);
         } catch (e) {
           // The host refused the response (an invalid output); it has failed the request.
           warn(`request ${index}: response refused: ${e?.payload ?? e}`);

@@ -312,6 +312,12 @@ def check_faults(c):
             assert error == message, (model, fault, error)
             healthy(model)
             assert c.client.is_model_ready(model)
+    # Answers the JavaScript bindings cannot take fail their request with the SDK's words, not a trap.
+    for fault, message in (("promise", "TypeError: handle returned a Promise: it must answer synchronously"),
+                           ("not_a_tensor", 'TypeError: output "OUTPUT0" is not a tensor { name, datatype, shape, data: Uint8Array }')):
+        error = c.error("faulty_js", ints, parameters={"fault": fault})
+        assert error == message, (fault, error)
+        healthy("faulty_js")
 
 
 def main(http_url, grpc_url, repository):
