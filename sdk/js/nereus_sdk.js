@@ -58,7 +58,7 @@ export function values(tensor) {
 /** A numeric tensor from a typed array or an array of numbers, in row-major order. */
 export function tensor(name, shape, datatype, elements) {
   const array = elements instanceof ARRAYS[datatype] ? elements : ARRAYS[datatype].from(elements);
-  return { name, datatype, shape: Array.from(shape, int64), data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
+  return { name, datatype, shape, data: new Uint8Array(array.buffer, array.byteOffset, array.byteLength) };
 }
 
 /** A BYTES tensor's elements, as Uint8Arrays (Triton's serialisation: a 4-byte length before each). */
@@ -141,7 +141,7 @@ export function bytesTensor(name, shape, elements) {
     data.set(e, at + 4);
     at += 4 + e.byteLength;
   }
-  return { name, datatype: 'bytes', shape: Array.from(shape, int64), data };
+  return { name, datatype: 'bytes', shape, data };
 }
 
 /** A response parameter from a boolean, an integer (BigInt or safe integer), a number or a string. */
@@ -281,8 +281,10 @@ export class Request {
     return this.raw.requestedOutputs.length === 0 || this.raw.requestedOutputs.includes(name);
   }
 
+  /** Sends the request's one response. The outputs are checked and their shapes converted to the
+   *  engine's integers first (see `wireTensor`); a TypeError says what is wrong. */
   respond(outputs, parameters = []) {
-    sendResponse(this.index, { outputs, parameters }, true);
+    sendResponse(this.index, { outputs: outputs.map((t) => wireTensor(t, 'output')), parameters }, true);
   }
 
   fail(message, kind = 'invalid-argument') {
@@ -338,9 +340,9 @@ function outOfMemory(e) {
 // Every datatype name of the WIT `data-type` enum.
 const DATATYPES = new Set([...Object.keys(ARRAYS), 'fp16', 'bf16', 'bytes']);
 
-// `handle`'s answer as the response the bindings take, checked first: a value of the wrong shape
-// would make QuickJS's bindings trap (the instance rebuilt, the request failed with a trap), where
-// this fails the request alone with what is wrong. Shapes are converted to the engine's integers.
+// `handle`'s answer as `{ outputs, parameters }`, its form checked (each tensor is checked by
+// `respond`): a value of the wrong shape would make QuickJS's bindings trap (the instance rebuilt,
+// the request failed with a trap), where this fails the request alone with what is wrong.
 function response(answer) {
   if (typeof answer?.then === 'function') throw new TypeError('handle returned a Promise: it must answer synchronously');
   const { outputs, parameters = [] } = Array.isArray(answer) ? { outputs: answer } : (answer ?? {});
@@ -348,16 +350,23 @@ function response(answer) {
     throw new TypeError('handle must return an array of output tensors or { outputs, parameters }');
   }
   if (!Array.isArray(parameters)) throw new TypeError('response parameters must be an array of parameter(key, value)');
-  return { outputs: outputs.map((t) => wireTensor(t, 'output')), parameters };
+  return { outputs, parameters };
 }
 
-// A tensor as the bindings take it, checked (see `response`), its shape in the engine's integers.
+// A tensor as the bindings take it, checked, its shape in the engine's integers: the one place every
+// tensor leaving the plugin (a response's outputs, a call's inputs) passes, so that no malformed
+// value reaches bindings that would trap on it. A shape may be an array or a typed array, and the data any view of the bytes: StarlingMonkey's
+// bindings give a request's shapes as a BigInt64Array and its data as a view that is not this
+// realm's Uint8Array.
 function wireTensor(t, what) {
-  if (typeof t?.name !== 'string' || !DATATYPES.has(t.datatype) || !(t.data instanceof Uint8Array)
-    || !Array.isArray(t.shape) || !t.shape.every((d) => Number.isInteger(Number(d)))) {
+  const shape = Array.isArray(t?.shape) || ArrayBuffer.isView(t?.shape) ? Array.from(t.shape) : undefined;
+  const data = t?.data instanceof Uint8Array ? t.data
+    : ArrayBuffer.isView(t?.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : undefined;
+  if (typeof t?.name !== 'string' || !DATATYPES.has(t.datatype) || !data
+    || !shape?.every((d) => Number.isInteger(Number(d)))) {
     throw new TypeError(`${what} ${JSON.stringify(t?.name)} is not a tensor { name, datatype, shape, data: Uint8Array }`);
   }
-  return { name: t.name, datatype: t.datatype, shape: t.shape.map(int64), data: t.data };
+  return { name: t.name, datatype: t.datatype, shape: shape.map(int64), data };
 }
 
 // The error kinds of the WIT `error-kind` enum; any other kind a plugin names fails as internal.
@@ -401,8 +410,13 @@ export function backend(hooks) {
         try {
           request.respond(answer.outputs, answer.parameters);
         } catch (e) {
-          // The host refused the response (an invalid output); it has failed the request.
-          warn(`request ${index}: response refused: ${e?.payload ?? e}`);
+          if (e?.payload !== undefined) {
+            // The host refused the response (an invalid output); it has failed the request.
+            warn(`request ${index}: response refused: ${e.payload}`);
+          } else {
+            // An output the SDK's check refused: the host never saw it.
+            request.fail(`${e}`, 'internal');
+          }
         }
       });
     },
