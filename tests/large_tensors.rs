@@ -6,7 +6,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -42,33 +41,6 @@ fn check(model: &str, input: &[u8], out: &[u8]) {
     } else {
         assert_eq!(out.len(), input.len(), "{model}: the answer's length");
         assert!(out == input, "{model}: the answer differs from the input");
-    }
-}
-
-struct Shm {
-    key: String,
-    path: PathBuf,
-}
-
-impl Shm {
-    fn new(tag: &str, data: &[u8], size: usize) -> Shm {
-        let key = format!("/nereus_large_{tag}_{}", std::process::id());
-        let path = PathBuf::from("/dev/shm").join(&key[1..]);
-        let f = std::fs::File::create(&path).unwrap();
-        f.set_len(size as u64).unwrap();
-        f.write_all_at(data, 0).unwrap();
-        Shm { key, path }
-    }
-    fn read(&self, len: usize) -> Vec<u8> {
-        let mut buf = vec![0u8; len];
-        std::fs::File::open(&self.path).unwrap().read_exact_at(&mut buf, 0).unwrap();
-        buf
-    }
-}
-
-impl Drop for Shm {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -118,8 +90,8 @@ async fn a_64_mib_tensor_through_every_path_and_backend() {
     }
     let s = Server::start(repo.path(), &args);
     let (identity_data, reduce_data) = (input(), reduce_input());
-    let shm_in = Shm::new("in", &identity_data, BYTES);
-    let shm_out = Shm::new("out", &[], BYTES);
+    let shm_in = ShmObject::new("large_in", &identity_data, BYTES);
+    let shm_out = ShmObject::new("large_out", &[], BYTES);
     for (name, shm) in [("in", &shm_in), ("out", &shm_out)] {
         let r = s.post_json(
             &format!("/v2/systemsharedmemory/region/{name}/register"),
@@ -133,7 +105,7 @@ async fn a_64_mib_tensor_through_every_path_and_backend() {
         let reduce = model.starts_with("reduce");
         let out_bytes = if reduce { 4 } else { BYTES };
         let data = if reduce { &reduce_data } else { &identity_data };
-        std::fs::File::options().write(true).open(&shm_in.path).unwrap().write_all_at(data, 0).unwrap();
+        shm_in.write(data);
 
         // HTTP, the binary extension.
         let header = json!({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": "FP32",
@@ -159,7 +131,9 @@ async fn a_64_mib_tensor_through_every_path_and_backend() {
         let resp = client.model_infer(req).await.unwrap_or_else(|e| panic!("{model} over gRPC: {e}")).into_inner();
         check(model, data, &resp.raw_output_contents[0]);
 
-        // System shared memory: the input read from one region, the output written to another.
+        // System shared memory: the input read from one region, the output written to another
+        // (cleared first, so that an answer not written shows).
+        shm_out.zero(out_bytes);
         let place =
             |region: &str, size: usize| json!({"shared_memory_region": region, "shared_memory_byte_size": size});
         let r = s.post_json(
@@ -178,7 +152,7 @@ async fn a_64_mib_tensor_through_every_path_and_backend() {
                 .into_iter()
                 .collect()
         };
-        std::fs::File::options().write(true).open(&shm_out.path).unwrap().write_all_at(&vec![0; out_bytes], 0).unwrap();
+        shm_out.zero(out_bytes);
         let mut req = grpc_request(model, shm_params("in"));
         req.outputs = vec![InferRequestedOutputTensor { name: "OUTPUT0".into(), parameters: shm_params("out") }];
         client.model_infer(req).await.unwrap_or_else(|e| panic!("{model} over gRPC through shared memory: {e}"));

@@ -416,3 +416,90 @@ fn gpu_instances_run_the_cuda_provider_on_their_own_streams() {
     };
     assert_eq!([seq(5, true, false), seq(5, false, false), seq(2, false, true)], [6, 5, 2]);
 }
+
+/// An output the client puts in system shared memory is written there by ONNX Runtime itself where
+/// its shape follows from the model (host/src/backend/onnx/placed.rs); a model whose declared output
+/// shape is wrong is answered rightly all the same, and a place too small is the client's error.
+#[test]
+fn outputs_in_shared_memory_are_right_whether_onnx_runtime_writes_them_or_not() {
+    let Some(lib) = onnxruntime_library() else { return };
+    let repo = Repo::new();
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/model_repository/identity_fp32_onnx");
+    let config = std::fs::read_to_string(bench.join("config.pbtxt")).unwrap();
+    let dir = repo.model("identity_fp32_onnx", &config, &["1"]);
+    std::fs::copy(bench.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
+    example(&repo, "misdeclared", "");
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap(), "--allow-client-shm=true"]);
+
+    // 256 KiB of values that differ along the tensor (above the size placed outputs start at).
+    let n = 65_536usize;
+    let values: Vec<f32> = (0..n).map(|i| (i % 1021) as f32 * 0.5 - 7.0).collect();
+    let input: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shm_in = ShmObject::new("onnx_in", &input, input.len());
+    let shm_out = ShmObject::new("onnx_out", &[], 2 * input.len());
+    for (name, shm, size) in [("in", &shm_in, input.len()), ("out", &shm_out, 2 * input.len())] {
+        let r = s.post_json(
+            &format!("/v2/systemsharedmemory/region/{name}/register"),
+            &json!({"key": shm.key, "offset": 0, "byte_size": size}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let request = |input_name: &str, output_name: &str, out_size: usize| {
+        json!({"inputs": [{"name": input_name, "shape": [1, n], "datatype": "FP32",
+                "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": input.len()}}],
+               "outputs": [{"name": output_name,
+                "parameters": {"shared_memory_region": "out", "shared_memory_byte_size": out_size}}]})
+    };
+    let shm_output = |r: &Resp| {
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.json();
+        let out = &body["outputs"][0];
+        assert!(out.get("data").is_none(), "the output is in shared memory, not in the answer: {out}");
+        (out["shape"].clone(), out["parameters"]["shared_memory_byte_size"].clone())
+    };
+
+    // The identity: its output [batch, n] follows from the input's symbols.
+    for round in 0..3 {
+        shm_out.zero(2 * input.len());
+        let r = s.post_json("/v2/models/identity_fp32_onnx/infer", &request("INPUT0", "OUTPUT0", 2 * input.len()));
+        assert_eq!(shm_output(&r), (json!([1, n]), json!(input.len())), "round {round}");
+        assert!(shm_out.read(input.len()) == input, "round {round}: the identity's output differs from its input");
+    }
+
+    // The misdeclared model computes [batch, 2n] where it declares [batch, n]: the right bytes and
+    // shape all the same, every time.
+    let twice: Vec<u8> = [input.clone(), input.clone()].concat();
+    for round in 0..3 {
+        shm_out.zero(2 * input.len());
+        let r = s.post_json("/v2/models/misdeclared/infer", &request("INPUT", "OUTPUT", 2 * input.len()));
+        assert_eq!(shm_output(&r), (json!([1, 2 * n]), json!(twice.len())), "round {round}");
+        assert!(shm_out.read(twice.len()) == twice, "round {round}: the output is not the input twice");
+    }
+    s.wait_until("the misdeclared model's instance to stop placing outputs", || {
+        s.log().contains("ONNX Runtime refused outputs of the shapes the model declares")
+    });
+    let log = s.log();
+    let refused = |model: &str| log.lines().any(|l| l.contains(model) && l.contains("refused outputs of the shapes"));
+    assert!(refused("'misdeclared'") && !refused("'identity_fp32_onnx'"), "{log}");
+
+    // A place smaller than the output: the client's error, as with any backend, and nothing
+    // written past the place.
+    shm_out.zero(2 * input.len());
+    let small = input.len() - 4;
+    let r = s.post_json("/v2/models/identity_fp32_onnx/infer", &request("INPUT0", "OUTPUT0", small));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.error().contains(&format!("does not fit the {small} bytes given in shared memory region 'out'")),
+        "{}",
+        r.error()
+    );
+    assert!(shm_out.read(2 * input.len())[small..].iter().all(|b| *b == 0), "written past the place");
+
+    // The server serves on, the plain way too.
+    let r = s.post_json(
+        "/v2/models/misdeclared/infer",
+        &json!({"inputs": [{"name": "INPUT", "shape": [1, 2], "datatype": "FP32", "data": [1.5, -2.0]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["data"], json!([1.5, -2.0, 1.5, -2.0]));
+}

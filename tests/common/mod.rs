@@ -552,3 +552,47 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// A POSIX shared-memory object in /dev/shm of `size` bytes holding `data`, removed when dropped;
+/// `tag` tells the tests' objects apart (tests run in parallel in one process).
+pub struct ShmObject {
+    pub key: String,
+    pub path: PathBuf,
+}
+
+impl ShmObject {
+    pub fn new(tag: &str, data: &[u8], size: usize) -> ShmObject {
+        use std::os::unix::fs::FileExt;
+        let key = format!("/nereus_test_{tag}_{}", std::process::id());
+        let path = PathBuf::from("/dev/shm").join(&key[1..]);
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(size as u64).unwrap();
+        f.write_all_at(data, 0).unwrap();
+        ShmObject { key, path }
+    }
+
+    /// The object's first `len` bytes.
+    pub fn read(&self, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        std::fs::File::open(&self.path).unwrap().read_exact_at(&mut buf, 0).unwrap();
+        buf
+    }
+
+    /// Writes `data` at the object's start.
+    pub fn write(&self, data: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        std::fs::File::options().write(true).open(&self.path).unwrap().write_all_at(data, 0).unwrap();
+    }
+
+    /// Zeroes the object's first `len` bytes.
+    pub fn zero(&self, len: usize) {
+        self.write(&vec![0; len]);
+    }
+}
+
+impl Drop for ShmObject {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -11,6 +11,10 @@ that:
 - initializer/1: OUTPUT = INPUT + INITIALIZER, INITIALIZER an initializer of ones that is also a
   graph input, so a request may override it (qa/L0_initializer_as_input's model, made the same way).
 - scalar/1: OUTPUT = INPUT, both rank 0 (served with dims [ 1 ]).
+- misdeclared/1: OUTPUT = INPUT concatenated with itself along the last axis, [batch, 2n], while
+  the model declares OUTPUT [batch, n] like INPUT: a model whose declared shapes are wrong, which
+  the server must still answer rightly when the client puts OUTPUT in shared memory (ONNX Runtime
+  is handed a buffer of the declared shape first: host/src/backend/onnx/placed.rs).
 """
 import os
 
@@ -83,4 +87,10 @@ save(
     [helper.make_node("Identity", ["INPUT"], ["OUTPUT"])],
     [helper.make_tensor_value_info("INPUT", fp32, [])],
     [helper.make_tensor_value_info("OUTPUT", fp32, [])],
+)
+save(
+    "misdeclared",
+    [helper.make_node("Concat", ["INPUT", "INPUT"], ["OUTPUT"], axis=-1)],
+    [helper.make_tensor_value_info("INPUT", fp32, ["batch", "n"])],
+    [helper.make_tensor_value_info("OUTPUT", fp32, ["batch", "n"])],
 )

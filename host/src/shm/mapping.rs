@@ -133,6 +133,15 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.base.add(self.skip + offset), len) }
     }
 
+    /// The start of the `len` bytes at `offset` of the mapped range (`offset + len` within it), for
+    /// a writer outside Rust (ONNX Runtime writing an output there): valid while `self` lives, and a
+    /// page the client shrinks away becomes a zero page under the writer, as for [`Mapping::write`].
+    pub fn as_mut_ptr(&self, offset: usize, len: usize) -> *mut u8 {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "range outside the mapping");
+        // SAFETY: within the mapping (asserted above); computing the address reads nothing.
+        unsafe { self.base.add(self.skip + offset) }
+    }
+
     /// Copies `data` to `offset` of the mapped range (`offset + data.len()` within it).
     pub fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len), "range outside the mapping");

@@ -21,7 +21,7 @@ use parking_lot::RwLock;
 use cuda::CudaRegion;
 pub use cuda::DeviceSpan;
 pub use cuda::HANDLE_SIZE as CUDA_HANDLE_SIZE;
-pub use system::HostSpan;
+pub use system::{HostSpan, OutputPlace};
 use system::{InputLease, SystemRegion};
 
 use crate::error::{ErrorKind, InferError};

@@ -261,6 +261,57 @@ impl HostSpan {
     }
 }
 
+impl HostSpan {
+    /// The first `len` bytes of the place, lent to a backend that writes the output there itself
+    /// (ONNX Runtime, as the output's buffer), with the lease to check once it is written. `None`
+    /// when `len` exceeds the place, the object no longer holds it, or the region has no mapping:
+    /// the backend then answers with a buffer of its own and the frontend writes it (with its
+    /// messages for each of these).
+    pub fn lend(&self, len: usize) -> Option<OutputPlace> {
+        if len == 0 || len as u64 > self.limit {
+            return None;
+        }
+        let at = self.region.place(self.offset, len as u64).ok()?;
+        let mapping = self.region.mapping()?;
+        let offset = usize::try_from(self.offset).ok()?;
+        Some(OutputPlace { mapping, region: self.region.clone(), offset, len, end: at + len as u64 })
+    }
+}
+
+/// An output's bytes in a region's mapping, lent for writing ([`HostSpan::lend`]).
+pub struct OutputPlace {
+    /// Keeps the pages mapped while the place is lent.
+    mapping: Arc<Mapping>,
+    region: Arc<SystemRegion>,
+    /// Where the place starts in the region (and its mapping).
+    offset: usize,
+    len: usize,
+    /// The end of the place in the object.
+    end: u64,
+}
+
+impl OutputPlace {
+    /// Where the output's bytes go: `len` writable bytes, valid while the place lives.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.mapping.as_mut_ptr(self.offset, self.len)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// An error naming the region when the client shrank its object while the output was being
+    /// written: a write faulted (it landed on a zero page no one reads), or the object now ends
+    /// before the output does.
+    pub fn check(&self) -> Result<(), InferError> {
+        self.region.check_mapped(&self.mapping, self.end)
+    }
+}
+
 impl std::fmt::Debug for HostSpan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "HostSpan({} at {}, {} bytes)", self.region.name, self.offset, self.limit)

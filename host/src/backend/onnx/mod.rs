@@ -18,6 +18,7 @@ use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
 pub mod autocomplete;
 mod check;
 mod gpu;
+mod placed;
 mod values;
 
 use gpu::GpuIo;
@@ -208,6 +209,7 @@ fn load_instances(
             ragged: ragged.clone(),
             batch_io: batch_io.clone(),
             state_outputs: state_outputs.clone(),
+            place_outputs: true,
             label: format!("model '{}' instance '{}'", config.name, desc.name),
         }));
     }
@@ -232,6 +234,9 @@ struct OnnxInstance {
     batch_io: BatchIo,
     /// The sequence batcher's state outputs (configured outputs too): never written in place.
     state_outputs: Vec<String>,
+    /// Whether ORT is handed the client's shared memory as a CPU run's output buffers (`placed.rs`);
+    /// off once the model's outputs turned out not to have the shapes it declares.
+    place_outputs: bool,
     label: String,
 }
 
@@ -278,7 +283,8 @@ impl OnnxInstance {
         let wanted = |name: &str| {
             io.is_state_output(name) || jobs.iter().any(|j| j.request.requested_outputs.iter().any(|o| o == name))
         };
-        let (outputs, in_place, refused, t1, t2) = match &mut self.gpu {
+        let mut placed_here: Vec<placed::Placed> = Vec::new();
+        let (outputs, in_place, mut refused, t1, t2) = match &mut self.gpu {
             Some(gpu) => {
                 let requests: &[Job] = jobs;
                 // For each input, each job's part of it still in GPU memory (none in the usual case).
@@ -308,7 +314,26 @@ impl OnnxInstance {
                 (run.host, run.in_place, run.refused, run.enqueued, run.ran)
             }
             None => {
-                let (host, t1, t2) = infer_on_cpu(&mut self.session, &inputs, &wanted)?;
+                // One request's outputs the client placed in system shared memory: ORT writes
+                // them there itself (`placed.rs`).
+                let (batch_io, states) = (&self.batch_io, &self.state_outputs);
+                let skip = |name: &str| batch_io.scatter_source(name).is_some() || states.iter().any(|s| s == name);
+                let plan = match &jobs[..] {
+                    [job] if self.place_outputs => placed::plan(&self.session, &inputs, job, &wanted, &skip),
+                    _ => Vec::new(),
+                };
+                let (host, t1, t2, placing) = infer_on_cpu(&mut self.session, &inputs, &wanted, &plan)?;
+                match placing {
+                    Placing::Written => placed_here = plan,
+                    Placing::None => {}
+                    Placing::Refused => {
+                        tracing::warn!(
+                            "{}: ONNX Runtime refused outputs of the shapes the model declares; its outputs in shared memory are copied there from now on",
+                            self.label
+                        );
+                        self.place_outputs = false;
+                    }
+                }
                 (host, Vec::new(), vec![None; jobs.len()], t1, t2)
             }
         };
@@ -337,6 +362,26 @@ impl OnnxInstance {
                 per_job[j].push((tensor, len, true));
                 written[j].push(out.name.clone());
             }
+        }
+        for p in placed_here {
+            // The client shrank its object while ORT wrote the output: the request's error, as the
+            // frontend would have given it.
+            if let Err(e) = p.place.check() {
+                refused[0] = Some(e.message);
+                continue;
+            }
+            let len = p.place.len();
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let id = &jobs[0].request.id;
+                tracing::debug!(
+                    "[request id: {id}] output '{}' ({len} bytes) written in place in shared memory",
+                    p.name
+                );
+            }
+            let tensor =
+                Tensor { name: p.name.clone(), datatype: p.datatype, shape: p.shape, data: Default::default() };
+            per_job[0].push((tensor, len, true));
+            written[0].push(p.name);
         }
         for tensor in outputs {
             let name = tensor.name.clone();
@@ -389,24 +434,63 @@ impl OnnxInstance {
     }
 }
 
-/// Runs a CPU session once: inputs copied into ORT values, the wanted outputs copied out.
-/// Returns them with the instants the inputs were ready and the run ended.
+/// What became of the outputs a CPU run was to write into the client's shared memory.
+enum Placing {
+    /// None were to be.
+    None,
+    /// ORT wrote them there.
+    Written,
+    /// The run failed with them and succeeded without: the model's outputs do not have the shapes
+    /// it declares, so its instance stops placing them.
+    Refused,
+}
+
+/// Runs a CPU session once: inputs read in place or copied into ORT values, the outputs in
+/// `placed` written into the client's shared memory, the other wanted outputs lent out. Returns
+/// those with the instants the inputs were ready and the run ended, and what became of `placed`: a
+/// run that fails with them is run again without, so their places are then not to be trusted.
 fn infer_on_cpu(
     session: &mut Session,
     inputs: &[Gathered],
     wanted: &dyn Fn(&str) -> bool,
+    placed: &[placed::Placed],
+) -> Result<(Vec<Tensor>, Instant, Instant, Placing), String> {
+    if placed.is_empty() {
+        return run_cpu(session, inputs, wanted, &[]).map(|(host, t1, t2)| (host, t1, t2, Placing::None));
+    }
+    match run_cpu(session, inputs, wanted, placed) {
+        Ok((host, t1, t2)) => Ok((host, t1, t2, Placing::Written)),
+        Err(e) => {
+            tracing::debug!("a run with outputs written in shared memory failed ({e}); running it again without");
+            let (host, t1, t2) = run_cpu(session, inputs, wanted, &[])?;
+            Ok((host, t1, t2, Placing::Refused))
+        }
+    }
+}
+
+fn run_cpu(
+    session: &mut Session,
+    inputs: &[Gathered],
+    wanted: &dyn Fn(&str) -> bool,
+    placed: &[placed::Placed],
 ) -> Result<(Vec<Tensor>, Instant, Instant), String> {
     let values: Vec<(String, SessionInputValue<'_>)> =
         inputs.iter().map(|g| Ok((g.name.clone(), to_input(g)?))).collect::<Result<_, String>>()?;
-    // When every output is wanted, the plain run saves creating run options for every execution.
-    let options = if session.outputs().iter().all(|o| wanted(o.name())) {
+    // When every output is wanted and none placed, the plain run saves creating run options for
+    // every execution. The options hold the placed outputs' ORT tensors, which do not own their
+    // buffers; they are dropped here, before the caller drops the places.
+    let options = if placed.is_empty() && session.outputs().iter().all(|o| wanted(o.name())) {
         None
     } else {
-        let selector = session
+        let mut selector = session
             .outputs()
             .iter()
             .filter(|o| wanted(o.name()))
             .fold(OutputSelector::no_default(), |s, o| s.with(o.name()));
+        for p in placed {
+            let ty = placed::element_type(session, &p.name).ok_or_else(|| format!("no output '{}'", p.name))?;
+            selector = selector.preallocate(p.name.clone(), placed::value(p, ty)?);
+        }
         Some(RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector))
     };
     let t1 = Instant::now();
@@ -418,7 +502,7 @@ fn infer_on_cpu(
     let t2 = Instant::now();
     let mut host = Vec::new();
     for (name, value) in outputs {
-        if wanted(name) {
+        if wanted(name) && !placed.iter().any(|p| p.name == name) {
             host.push(from_output(name, value)?);
         }
     }
