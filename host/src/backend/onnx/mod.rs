@@ -488,8 +488,7 @@ fn run_cpu(
             .filter(|o| wanted(o.name()))
             .fold(OutputSelector::no_default(), |s, o| s.with(o.name()));
         for p in placed {
-            let ty = placed::element_type(session, &p.name).ok_or_else(|| format!("no output '{}'", p.name))?;
-            selector = selector.preallocate(p.name.clone(), placed::value(p, ty)?);
+            selector = selector.preallocate(p.name.clone(), placed::value(p)?);
         }
         Some(RunOptions::new().map_err(|e| e.to_string())?.with_outputs(selector))
     };

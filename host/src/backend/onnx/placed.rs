@@ -30,7 +30,7 @@ use super::values::host_datatype;
 use crate::backend::batch::Gathered;
 use crate::request::Job;
 use crate::shm::OutputPlace;
-use crate::tensor::DataType;
+use crate::tensor::{DataType, element_count};
 
 /// The smallest output placed. Placing costs run options and a tensor of ORT's per execution, and a
 /// run that cannot take the place runs twice; below this a copy into the region is cheaper (64 KiB
@@ -41,6 +41,8 @@ const MIN_PLACED_BYTES: usize = 64 << 10;
 pub(super) struct Placed {
     pub name: String,
     pub datatype: DataType,
+    /// ORT's element type of the output, for the tensor over the place.
+    ty: TensorElementType,
     pub shape: Vec<i64>,
     pub place: OutputPlace,
 }
@@ -66,7 +68,7 @@ pub(super) fn plan(
         }
         let Some(outlet) = session.outputs().iter().find(|o| o.name() == name) else { continue };
         let ValueType::Tensor { ty, shape, dimension_symbols } = outlet.dtype() else { continue };
-        let (Some(element), Some(datatype)) = (element_size(*ty), host_datatype(*ty)) else { continue };
+        let Some((datatype, element)) = placeable(*ty) else { continue };
         let Some(shape) = resolve(shape, dimension_symbols, &sizes) else { continue };
         let Some(len) = byte_len(&shape, element).filter(|&len| len >= MIN_PLACED_BYTES) else { continue };
         let Some(place) = span.lend(len) else { continue };
@@ -76,7 +78,7 @@ pub(super) fn plan(
             at < start + len && start < at + p.len()
         });
         if start.is_multiple_of(element) && !overlaps {
-            placed.push(Placed { name: name.clone(), datatype, shape, place });
+            placed.push(Placed { name: name.clone(), datatype, ty: *ty, shape, place });
         }
     }
     placed
@@ -119,25 +121,20 @@ fn resolve(shape: &[i64], symbols: &[String], sizes: &HashMap<String, i64>) -> O
 }
 
 fn byte_len(shape: &[i64], element: usize) -> Option<usize> {
-    shape.iter().try_fold(element, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+    usize::try_from(element_count(shape)?).ok()?.checked_mul(element)
 }
 
-/// The bytes an element of a fixed-size number type takes; `None` for the types not placed.
-fn element_size(ty: TensorElementType) -> Option<usize> {
-    Some(match ty {
-        TensorElementType::Uint8 | TensorElementType::Int8 => 1,
-        TensorElementType::Uint16 | TensorElementType::Int16 | TensorElementType::Float16 => 2,
-        TensorElementType::Bfloat16 => 2,
-        TensorElementType::Uint32 | TensorElementType::Int32 | TensorElementType::Float32 => 4,
-        TensorElementType::Uint64 | TensorElementType::Int64 | TensorElementType::Float64 => 8,
-        _ => return None,
-    })
+/// The host datatype and element size of an ORT element type that is placed: a fixed-size number
+/// (not a bool, whose ORT bytes the server converts, nor a string).
+fn placeable(ty: TensorElementType) -> Option<(DataType, usize)> {
+    let datatype = host_datatype(ty).filter(|d| *d != DataType::Bool)?;
+    Some((datatype, datatype.element_size()?))
 }
 
 /// An ORT tensor of `p`'s type and shape whose buffer is `p`'s place, to preallocate the output
 /// with. The tensor does not own the buffer (ORT frees only its handle) and must not outlive the
 /// place: the caller drops it, and the run's outputs, before it drops the place.
-pub(super) fn value(p: &Placed, ty: TensorElementType) -> Result<DynValue, String> {
+pub(super) fn value(p: &Placed) -> Result<DynValue, String> {
     let info = MemoryInfo::default();
     let mut value: *mut ort::sys::OrtValue = std::ptr::null_mut();
     // SAFETY: the place is `p.place.len()` writable bytes, exactly the shape's (`plan` sized it so),
@@ -150,7 +147,7 @@ pub(super) fn value(p: &Placed, ty: TensorElementType) -> Result<DynValue, Strin
             p.place.len(),
             p.shape.as_ptr(),
             p.shape.len(),
-            ty.into(),
+            p.ty.into(),
             &mut value,
         )
     };
@@ -160,14 +157,6 @@ pub(super) fn value(p: &Placed, ty: TensorElementType) -> Result<DynValue, Strin
     // SAFETY: a tensor value just created, which the returned value now owns (and releases); the
     // allocator is only kept alive beside it, never asked to free the buffer (ORT does not own it).
     Ok(unsafe { DynValue::from_ptr(value, Some(&Allocator::default())) })
-}
-
-/// The element type of output `name` in `session`.
-pub(super) fn element_type(session: &Session, name: &str) -> Option<TensorElementType> {
-    match session.outputs().iter().find(|o| o.name() == name)?.dtype() {
-        ValueType::Tensor { ty, .. } => Some(*ty),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -202,10 +191,11 @@ mod tests {
 
     #[test]
     fn only_fixed_size_numbers_are_placed() {
-        assert_eq!(element_size(TensorElementType::Float32), Some(4));
-        assert_eq!(element_size(TensorElementType::Bfloat16), Some(2));
-        assert_eq!(element_size(TensorElementType::Int64), Some(8));
-        assert_eq!(element_size(TensorElementType::Bool), None);
-        assert_eq!(element_size(TensorElementType::String), None);
+        let size = |ty| placeable(ty).map(|(_, size)| size);
+        assert_eq!(size(TensorElementType::Float32), Some(4));
+        assert_eq!(size(TensorElementType::Bfloat16), Some(2));
+        assert_eq!(size(TensorElementType::Int64), Some(8));
+        assert_eq!(size(TensorElementType::Bool), None);
+        assert_eq!(size(TensorElementType::String), None);
     }
 }
