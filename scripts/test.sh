@@ -28,17 +28,17 @@ scripts/check-test-features.sh
 phase "cargo test (unit + integration)"
 cargo test --release --locked
 
-phase "image_classify_preprocess's own tests (its vendored jpeg-decoder: region decode, as upstream), natively and in the sandbox"
+phase "image_classify_preprocess's own tests (its vendored jpeg-decoder and fdeflate: region decode, as upstream, inflate), natively and in the sandbox"
 cargo test --release --locked -p image_classify_preprocess
 # The same tests built for wasm32-wasip2 with Wasm SIMD, as the plugin is (a target directory of its own, as
 # plugins/artifacts has), run by the server's engine settings (host/examples/wasm_command.rs, built above).
 plugin_tests=$(RUSTFLAGS="-Ctarget-feature=+simd128" cargo test --locked --profile plugin --target wasm32-wasip2 \
   --target-dir "$target/plugin-tests" -p image_classify_preprocess --no-default-features --test region \
-  --test upstream --no-run --message-format=json | python3 -c 'import json, sys
+  --test upstream --test inflate --no-run --message-format=json | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable"): print(m["executable"])')
-[[ $(wc -l <<<"$plugin_tests") == 2 ]] || { echo "expected the region and upstream tests, got: $plugin_tests" >&2; exit 1; }
+[[ $(wc -l <<<"$plugin_tests") == 3 ]] || { echo "expected the region, upstream and inflate tests, got: $plugin_tests" >&2; exit 1; }
 while read -r plugin_test; do "$target/release/examples/wasm_command" "$plugin_test" </dev/null; done <<<"$plugin_tests"
 
 phase "docs/cli.md is what \`nereus serve --help\` prints"

@@ -5,6 +5,11 @@
 //!
 //!   cargo build --release -p nereus --example wasm_command
 //!   target/release/examples/wasm_command COMMAND.wasm [ARGS…]
+//!
+//! `NEREUS_WASM_PRECOMPILE=OUT.cwasm wasm_command COMMAND.wasm` writes the compiled component instead
+//! of running it, and `wasm_command OUT.cwasm [ARGS…]` runs that: for tools that would otherwise count
+//! or slow down the compilation too (`bench/preprocess_instructions.sh` runs it under valgrind, which
+//! must also compile it, since valgrind shows the code fewer CPU features than the machine has).
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::p2::bindings::sync::Command;
@@ -31,7 +36,17 @@ fn main() -> anyhow::Result<()> {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     let engine = Engine::new(&config)?;
-    let component = Component::from_file(&engine, file)?;
+    if let Some(out) = std::env::var_os("NEREUS_WASM_PRECOMPILE") {
+        std::fs::write(out, engine.precompile_component(&std::fs::read(file)?)?)?;
+        return Ok(());
+    }
+    let component = if file.ends_with(".cwasm") {
+        // SAFETY: a file NEREUS_WASM_PRECOMPILE wrote with this engine's settings (for tools
+        // such as valgrind, which would otherwise count the compilation too).
+        unsafe { Component::deserialize_file(&engine, file)? }
+    } else {
+        Component::from_file(&engine, file)?
+    };
     let mut linker = Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     let wasi = WasiCtx::builder().inherit_stdio().args(&args).preopened_dir("/", "/", FsPerms::ReadOnly)?.build();
