@@ -429,7 +429,17 @@ fn outputs_in_shared_memory_are_right_whether_onnx_runtime_writes_them_or_not() 
     let dir = repo.model("identity_fp32_onnx", &config, &["1"]);
     std::fs::copy(bench.join("1/model.onnx"), dir.join("1/model.onnx")).unwrap();
     example(&repo, "misdeclared", "");
-    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap(), "--allow-client-shm=true"]);
+    // The backend's debug lines say which outputs ONNX Runtime wrote in place (the harness's
+    // NEREUS_LOG=info would hide them): right answers alone would not show placing stopped working.
+    let s = Server::start_with_env(
+        repo.path(),
+        &["--onnxruntime-library", lib.to_str().unwrap(), "--allow-client-shm=true"],
+        &[("NEREUS_LOG", "info,nereus::backend::onnx=debug")],
+    );
+    let placed = |output: &str| {
+        let name = format!("output '{output}' (");
+        s.log().lines().filter(|l| l.contains(&name) && l.contains("bytes) written in place in shared memory")).count()
+    };
 
     // 256 KiB of values that differ along the tensor (above the size placed outputs start at).
     let n = 65_536usize;
@@ -465,6 +475,7 @@ fn outputs_in_shared_memory_are_right_whether_onnx_runtime_writes_them_or_not() 
         assert_eq!(shm_output(&r), (json!([1, n]), json!(input.len())), "round {round}");
         assert!(shm_out.read(input.len()) == input, "round {round}: the identity's output differs from its input");
     }
+    s.wait_until("three outputs written in place", || placed("OUTPUT0") == 3);
 
     // The misdeclared model computes [batch, 2n] where it declares [batch, n]: the right bytes and
     // shape all the same, every time.
@@ -481,6 +492,7 @@ fn outputs_in_shared_memory_are_right_whether_onnx_runtime_writes_them_or_not() 
     let log = s.log();
     let refused = |model: &str| log.lines().any(|l| l.contains(model) && l.contains("refused outputs of the shapes"));
     assert!(refused("'misdeclared'") && !refused("'identity_fp32_onnx'"), "{log}");
+    assert_eq!(placed("OUTPUT"), 0, "the misdeclared model's outputs were never ORT's to place: {log}");
 
     // A place smaller than the output: the client's error, as with any backend, and nothing
     // written past the place.

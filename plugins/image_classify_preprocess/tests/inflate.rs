@@ -3,8 +3,10 @@
 //! pieces, on data shaped to reach every path of the fast loop the changes touch: literals one and two
 //! to a table entry, runs of one byte (distance 1) in the middle and at the end of the output,
 //! overlapping copies at short distances, codes too long for the primary tables, and stored blocks.
-//! Corrupted streams must fail or give miniz_oxide's answer, never panic (a panic in the sandbox is a
-//! trap); upstream's own regression streams give upstream's answers. Runs natively and in the sandbox
+//! Corrupted streams must be refused where miniz_oxide refuses them and give its answer where it
+//! does not, never panic (a panic in the sandbox is a trap); upstream's own regression streams and
+//! unit tests of the public API give upstream's answers (its tests of private items, such as the fixed
+//! tables, are covered by inflating fixed-code streams here). Runs natively and in the sandbox
 //! (`scripts/test.sh`).
 
 use fdeflate::{DecompressionError, Decompressor, decompress_to_vec};
@@ -104,6 +106,34 @@ fn inputs() -> Vec<(&'static str, Vec<u8>)> {
 
 const LEVELS: [u8; 5] = [0, 1, 6, 9, 10];
 
+/// miniz_oxide's deflate with fixed Huffman codes only (deflate's static blocks, which it otherwise
+/// writes only for inputs under 48 bytes): the fast loop over the fixed literal table.
+fn deflate_fixed(data: &[u8]) -> Vec<u8> {
+    use miniz_oxide::deflate::core::{
+        CompressionStrategy, CompressorOxide, TDEFLFlush, TDEFLStatus, compress_to_output,
+        create_comp_flags_from_zip_params,
+    };
+    let flags = create_comp_flags_from_zip_params(6, 15, CompressionStrategy::Fixed as i32);
+    let mut compressor = CompressorOxide::new(flags);
+    let mut out = Vec::new();
+    let (status, _) = compress_to_output(&mut compressor, data, TDEFLFlush::Finish, |chunk| {
+        out.extend_from_slice(chunk);
+        true
+    });
+    assert_eq!(status, TDEFLStatus::Done);
+    out
+}
+
+/// Every way the tests deflate: miniz_oxide's levels, and fixed codes only.
+fn deflated(data: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut all: Vec<_> = LEVELS
+        .iter()
+        .map(|&level| (format!("level {level}"), miniz_oxide::deflate::compress_to_vec_zlib(data, level)))
+        .collect();
+    all.push(("fixed codes".to_string(), deflate_fixed(data)));
+    all
+}
+
 /// Inflates `stream` feeding at most `chunk` input bytes a call into an output window that grows
 /// by at most `grow` bytes a call: the careful loop's paths and the queued runs and copies.
 fn streamed(stream: &[u8], chunk: usize, grow: usize) -> Result<Vec<u8>, DecompressionError> {
@@ -135,14 +165,14 @@ fn streamed(stream: &[u8], chunk: usize, grow: usize) -> Result<Vec<u8>, Decompr
 #[test]
 fn inflates_what_miniz_oxide_deflates_whole_and_streamed() {
     for (name, data) in inputs() {
-        for level in LEVELS {
-            let stream = miniz_oxide::deflate::compress_to_vec_zlib(&data, level);
-            let whole = decompress_to_vec(&stream).unwrap_or_else(|e| panic!("{name} level {level}: {e:?}"));
-            assert!(whole == data, "{name} level {level}: whole inflate differs");
-            for (chunk, grow) in [(1, 1 << 20), (7, 1000), (64, 17), (4096, 300_000)] {
+        for (how, stream) in deflated(&data) {
+            let whole = decompress_to_vec(&stream).unwrap_or_else(|e| panic!("{name} {how}: {e:?}"));
+            assert!(whole == data, "{name} {how}: whole inflate differs");
+            // Windows of 17 bytes leave the fast loop's 16-byte run writes no room; 300 and more do.
+            for (chunk, grow) in [(1, 1 << 20), (7, 1000), (64, 17), (3, 300), (4096, 300_000)] {
                 let out = streamed(&stream, chunk, grow)
-                    .unwrap_or_else(|e| panic!("{name} level {level} chunk {chunk} grow {grow}: {e:?}"));
-                assert!(out == data, "{name} level {level} chunk {chunk} grow {grow}: differs");
+                    .unwrap_or_else(|e| panic!("{name} {how} chunk {chunk} grow {grow}: {e:?}"));
+                assert!(out == data, "{name} {how} chunk {chunk} grow {grow}: differs");
             }
         }
     }
@@ -173,7 +203,8 @@ fn corrupted_streams_fail_or_agree_with_miniz_oxide_and_never_panic() {
             match (&ours, &theirs) {
                 (Ok(a), Ok(b)) => assert!(a == b, "{name} round {round}: both accept, outputs differ"),
                 (Ok(_), Err(e)) => panic!("{name} round {round}: accepted what miniz_oxide refuses ({e:?})"),
-                (Err(_), _) => failed += 1,
+                (Err(e), Ok(_)) => panic!("{name} round {round}: refused ({e:?}) what miniz_oxide accepts"),
+                (Err(_), Err(_)) => failed += 1,
             }
         }
     }
@@ -201,5 +232,42 @@ fn upstreams_chunking_regressions_answer_as_upstream() {
     assert_eq!((first.len(), simd_adler32::adler32(&first.as_slice())), (281, 751299));
     for n in [2, 3] {
         assert_eq!(both(example(n)), Err(DecompressionError::BadLiteralLengthHuffmanTree), "example {n}");
+    }
+}
+
+/// Upstream's unit tests of the public API (`src/decompress.rs`'s, not vendored): the checksum
+/// checked or ignored, the checksum's last byte arriving after the data, empty stored blocks.
+#[test]
+fn upstreams_public_api_tests() {
+    let mut compressed = fdeflate::compress_to_vec(b"Hello world!");
+    let last = compressed.len() - 1;
+    compressed[last] = compressed[last].wrapping_add(1);
+    assert_eq!(decompress_to_vec(&compressed), Err(DecompressionError::WrongChecksum));
+    let mut d = Decompressor::new();
+    d.ignore_adler32();
+    let mut out = vec![0; 1024];
+    let written = d.read(&compressed, &mut out, 0, true).expect("checksum ignored").1;
+    assert_eq!(&out[..written], b"Hello world!");
+
+    let input = b"Hello world!";
+    let compressed = fdeflate::compress_to_vec(input);
+    let mut d = Decompressor::new();
+    let mut out = vec![0; 1024];
+    let (consumed, written) = d.read(&compressed[..compressed.len() - 1], &mut out, 0, false).expect("all but one");
+    assert_eq!((consumed, written), (compressed.len() - 1, input.len()));
+    let (consumed, written) = d.read(&compressed[consumed..], &mut out[..written], written, true).expect("the last");
+    assert!(d.is_done());
+    assert_eq!((consumed, written), (1, 0));
+    assert_eq!(&out[..input.len()], input);
+
+    let mut compressed = fdeflate::compress_to_vec(b"");
+    for _ in 0..10 {
+        compressed.splice(2..2, [0u8, 0, 0, 0xff, 0xff]);
+    }
+    for end_of_input in [true, false] {
+        let mut d = Decompressor::new();
+        let (consumed, written) = d.read(&compressed, &mut [], 0, end_of_input).expect("empty blocks");
+        assert!(d.is_done());
+        assert_eq!((consumed, written), (compressed.len(), 0));
     }
 }
