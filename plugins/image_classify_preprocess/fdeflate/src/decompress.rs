@@ -115,7 +115,7 @@ impl Default for Decompressor {
     }
 }
 
-/// nereus: `Decompressor`'s bit buffer as a value, for the fast loop (`read_compressed`).
+/// nereus: `Decompressor`'s bit buffer as a value: the fast loop (`fast_loop`) keeps it in locals.
 #[derive(Clone, Copy)]
 struct BitBuffer {
     buffer: u64,
@@ -188,21 +188,20 @@ impl Decompressor {
         self.ignore_adler32 = true;
     }
 
+    // nereus: upstream's bodies are `BitBuffer`'s now, shared with the fast loop.
     fn fill_buffer(&mut self, input: &mut &[u8]) {
-        if input.len() >= 8 {
-            self.buffer |= u64::from_le_bytes(input[..8].try_into().unwrap()) << self.nbits;
-            *input = &input[(63 - self.nbits as usize) / 8..];
-            self.nbits |= 56;
-        } else {
-            let nbytes = input.len().min((63 - self.nbits as usize) / 8);
-            let mut input_data = [0; 8];
-            input_data[..nbytes].copy_from_slice(&input[..nbytes]);
-            self.buffer |= u64::from_le_bytes(input_data)
-                .checked_shl(self.nbits as u32)
-                .unwrap_or(0);
-            self.nbits += nbytes as u8 * 8;
-            *input = &input[nbytes..];
-        }
+        let mut bits = self.bits();
+        bits.fill(input);
+        self.set_bits(bits);
+    }
+
+    fn bits(&self) -> BitBuffer {
+        BitBuffer { buffer: self.buffer, nbits: self.nbits }
+    }
+
+    fn set_bits(&mut self, bits: BitBuffer) {
+        self.buffer = bits.buffer;
+        self.nbits = bits.nbits;
     }
 
     fn peak_bits(&mut self, nbits: u8) -> u64 {
@@ -210,9 +209,9 @@ impl Decompressor {
         self.buffer & ((1u64 << nbits) - 1)
     }
     fn consume_bits(&mut self, nbits: u8) {
-        debug_assert!(self.nbits >= nbits);
-        self.buffer >>= nbits;
-        self.nbits -= nbits;
+        let mut bits = self.bits();
+        bits.consume(nbits);
+        self.set_bits(bits);
     }
 
     fn read_block_header(&mut self, remaining_input: &mut &[u8]) -> Result<(), DecompressionError> {
@@ -484,12 +483,11 @@ impl Decompressor {
     #[inline(never)]
     fn fast_loop(
         &mut self,
-        bits_in: &mut BitBuffer,
         remaining_input: &mut &[u8],
         output: &mut [u8],
         mut output_index: usize,
     ) -> Result<usize, DecompressionError> {
-        let mut bb = *bits_in;
+        let mut bb = self.bits();
         let mut input = *remaining_input;
         let result = 'fast: {
             bb.fill(&mut input);
@@ -707,7 +705,7 @@ impl Decompressor {
             }
             Ok(output_index)
         };
-        *bits_in = bb;
+        self.set_bits(bb);
         *remaining_input = input;
         result
     }
@@ -732,11 +730,7 @@ impl Decompressor {
         //   has 64-bits of valid data (even though nbits will be in 56..=63).
         // nereus: the fast loop is a function of its own, with the bit buffer and the input as
         // values, written back when it ends: so that they stay in registers (README.md).
-        let mut bb = BitBuffer { buffer: self.buffer, nbits: self.nbits };
-        let result = self.fast_loop(&mut bb, remaining_input, output, output_index);
-        self.buffer = bb.buffer;
-        self.nbits = bb.nbits;
-        let mut output_index = result?;
+        let mut output_index = self.fast_loop(remaining_input, output, output_index)?;
 
         // Careful decoding loop.
         //
