@@ -146,6 +146,46 @@ fn wasm_memory_is_held_within_the_total_and_each_models_share() {
     assert!(total <= (160u64 << 20) as f64, "every sandbox together within the total: {total}");
 }
 
+/// A response is counted before it is copied: a plugin that names the same 64 KiB of its memory as
+/// 100,000 outputs or parameter keys (6.5 GB, had the host copied each to count it) is refused
+/// with what the host read, and the server keeps serving.
+#[test]
+fn an_aliased_response_is_refused_before_it_is_copied() {
+    let repo = Repo::new();
+    repo.example("simple");
+    faults_model(&repo, "faults", &sandbox_parameter("sandbox.max_output_bytes", "1048576"));
+    let s = Server::start(repo.path(), &[]);
+    for (fault, expected) in [
+        ("aliased_outputs", "sent an invalid response: 100000 outputs in one response; the model has 1"),
+        (
+            "aliased_parameters",
+            "sent an invalid response: response parameters of 1114112 bytes or more exceed the model's output \
+             limit of 1048576 bytes",
+        ),
+    ] {
+        let answer = s.post_json("/v2/models/faults/infer", &faults_request(fault));
+        assert_eq!(answer.status, 500, "{fault}: {}", answer.text());
+        assert!(answer.error().contains(expected), "{fault}: {}", answer.error());
+    }
+    // One output whose 1 MiB of data fits the limit, but not with its name and shape: counted too.
+    let mut r = faults_request("aliased_outputs");
+    r["parameters"]["copies"] = json!(1);
+    r["parameters"]["count"] = json!(1 << 20);
+    let answer = s.post_json("/v2/models/faults/infer", &r);
+    assert_eq!(answer.status, 500, "{}", answer.text());
+    assert!(
+        answer.error().contains("response exceeds the model's output limit of 1048576 bytes"),
+        "{}",
+        answer.error()
+    );
+    // Within the limit, the same call is an ordinary response.
+    r["parameters"]["count"] = json!(12);
+    let answer = s.post_json("/v2/models/faults/infer", &r);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["outputs"][0]["data"], json!([0x6161_6161, 0x6161_6161, 0x6161_6161]));
+    assert_simple_answers(&s);
+}
+
 #[test]
 fn everything_a_plugin_returns_counts_against_its_output_limit() {
     let repo = Repo::new();

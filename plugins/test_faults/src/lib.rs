@@ -12,7 +12,9 @@
 //! models "flood" (`count` responses, then the final flag) and "never_final" (one response, no
 //! final); "until_cancelled" (waits until the client is gone, then fails the request); "nap" (sleeps
 //! 1 ms, a blocking WASI call, then echoes); "huge_parameters", "huge_error" (`count` bytes of
-//! response parameters or of error message), "log" (`count` log lines of the parameter `text`)
+//! response parameters or of error message), "aliased_outputs" and "aliased_parameters" (`copies`
+//! outputs or parameters all pointing at the same `count` bytes, sent past the SDK; the request
+//! then fails with the host's refusal), "log" (`count` log lines of the parameter `text`)
 //! and "sleep" (a blocking sleep of `sleep_ms`, default ten minutes). The model parameter `init_fault` = "model" makes model
 //! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`); "sleep"
 //! makes it sleep ten minutes.
@@ -193,6 +195,21 @@ impl Backend for Faults {
                         }
                     }
                 }
+                // What the SDK would never send, a hostile plugin might: `copies` outputs, or
+                // `copies` parameters, whose data or key are all the same `count` bytes of its
+                // memory. Cheap for the plugin; the host must not copy them all to find out.
+                "aliased_outputs" | "aliased_parameters" => {
+                    let count = match request.parameter("count") {
+                        Some(ParameterValue::Int64(n)) => *n as usize,
+                        _ => 1 << 16,
+                    };
+                    let copies = match request.parameter("copies") {
+                        Some(ParameterValue::Int64(n)) => *n as usize,
+                        _ => 100_000,
+                    };
+                    // A refusal has failed the request already, with the host's reason.
+                    let _ = aliased::send(request.index(), fault == "aliased_outputs", count, copies);
+                }
                 "sleep" => {
                     // A blocking WASI sleep of `sleep_ms` (a monotonic-clock subscription the guest
                     // blocks on), then echoes: only the host's deadline or a cancellation cuts it.
@@ -245,6 +262,117 @@ impl Backend for Faults {
             }
         }
         Ok(())
+    }
+}
+
+/// `send-response` called past the SDK, through the import's canonical ABI, with one buffer
+/// aliased many times over: something the SDK's owned types cannot express.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+mod aliased {
+    /// WIT's `tensor` in the canonical ABI's memory layout (wasm32: 28 bytes, align 4).
+    #[repr(C)]
+    struct RawTensor {
+        name: *const u8,
+        name_len: usize,
+        datatype: u8,
+        shape: *const i64,
+        shape_len: usize,
+        data: *const u8,
+        data_len: usize,
+    }
+
+    /// WIT's `parameter` with a `text` value (24 bytes, align 8: the value's payload at 16).
+    #[repr(C, align(8))]
+    struct RawParameter {
+        key: *const u8,
+        key_len: usize,
+        case: u8,
+        _padding: [u8; 7],
+        text: *const u8,
+        text_len: usize,
+    }
+
+    /// The `text` case of `parameter-value`; INT32 of `data-type`.
+    const TEXT: u8 = 4;
+    const INT32: u8 = 7;
+
+    #[cfg(target_arch = "wasm32")]
+    #[link(wasm_import_module = "nereus:backend/host@1.2.0")]
+    unsafe extern "C" {
+        /// `send-response(request, response, final) -> result<_, string>`, flattened: the
+        /// response's two lists as (pointer, length) pairs, the result through a return area.
+        #[link_name = "send-response"]
+        fn send_response(
+            request: u32,
+            outputs: *const RawTensor,
+            outputs_len: usize,
+            parameters: *const RawParameter,
+            parameters_len: usize,
+            final_: u32,
+            result: *mut u8,
+        );
+    }
+
+    /// Sends `copies` outputs named OUTPUT0 (`outputs`) or `copies` parameters (`!outputs`), all
+    /// pointing at the same `count` bytes; returns what the host answered.
+    #[cfg(target_arch = "wasm32")]
+    pub fn send(request: u32, outputs: bool, count: usize, copies: usize) -> Result<(), String> {
+        let bytes = vec![b'a'; count];
+        let shape = [(count / 4) as i64];
+        let name = b"OUTPUT0";
+        let tensors: Vec<RawTensor> = (0..if outputs { copies } else { 0 })
+            .map(|_| RawTensor {
+                name: name.as_ptr(),
+                name_len: name.len(),
+                datatype: INT32,
+                shape: shape.as_ptr(),
+                shape_len: 1,
+                data: bytes.as_ptr(),
+                data_len: count / 4 * 4,
+            })
+            .collect();
+        let parameters: Vec<RawParameter> = (0..if outputs { 0 } else { copies })
+            .map(|_| RawParameter {
+                key: bytes.as_ptr(),
+                key_len: count,
+                case: TEXT,
+                _padding: [0; 7],
+                text: bytes.as_ptr(),
+                text_len: 0,
+            })
+            .collect();
+        // The result: a discriminant byte, then the error string's (pointer, length) at 4.
+        #[repr(C, align(4))]
+        struct ResultArea([u8; 12]);
+        let mut result = ResultArea([0; 12]);
+        // SAFETY: every pointer is to memory that lives across the call, with the layouts the
+        // canonical ABI gives these types; the host reads them and writes only the result area
+        // (and, for an error, a string it allocates through this module's `cabi_realloc`).
+        unsafe {
+            send_response(
+                request,
+                tensors.as_ptr(),
+                tensors.len(),
+                parameters.as_ptr(),
+                parameters.len(),
+                1,
+                result.0.as_mut_ptr(),
+            );
+        }
+        if result.0[0] == 0 {
+            return Ok(());
+        }
+        let pointer = u32::from_le_bytes([result.0[4], result.0[5], result.0[6], result.0[7]]) as usize;
+        let len = u32::from_le_bytes([result.0[8], result.0[9], result.0[10], result.0[11]]) as usize;
+        // SAFETY: the host wrote a string of `len` bytes at `pointer`, allocated for this module.
+        let message = unsafe { std::slice::from_raw_parts(pointer as *const u8, len) };
+        Err(String::from_utf8_lossy(message).into_owned())
+    }
+
+    /// Natively (the plugin's unit builds) there is no host to call.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn send(_request: u32, _outputs: bool, _count: usize, _copies: usize) -> Result<(), String> {
+        Err("not in a sandbox".into())
     }
 }
 

@@ -73,6 +73,17 @@ pub(super) struct Sent {
     pub data: Lifted,
 }
 
+/// A response out of the sandbox's memory (`lift.rs`): as much of it as fits the model's output
+/// limit, and why the rest was not copied.
+#[derive(Default)]
+pub(super) struct Lent {
+    pub outputs: Vec<Sent>,
+    pub parameters: Vec<Parameter>,
+    /// Set when the response did not fit (or could not be right): what is wrong with it, the
+    /// request's error. `outputs` and `parameters` then hold only what was copied before.
+    pub refused: Option<String>,
+}
+
 /// Where a sent output's bytes went.
 pub(super) enum Lifted {
     /// Into a buffer of the host's, which the response carries.
@@ -87,15 +98,10 @@ pub(super) enum Lifted {
 impl types::Host for SandboxState {}
 
 impl SandboxState {
-    /// Checks a response for request `index`, its outputs already out of the sandbox's memory
-    /// ([`Sent`]), then sends it (as the final one or not).
-    pub(super) fn deliver(
-        &mut self,
-        index: u32,
-        sent: Vec<Sent>,
-        parameters: Vec<Parameter>,
-        final_: bool,
-    ) -> Result<(), String> {
+    /// Checks a response for request `index`, out of the sandbox's memory as far as it fit
+    /// ([`Lent`]), then sends it (as the final one or not).
+    pub(super) fn deliver(&mut self, index: u32, lent: Lent, final_: bool) -> Result<(), String> {
+        let Lent { outputs: sent, parameters, refused } = lent;
         let label = self.label.clone();
         let deadline = self.deadline;
         let batch = self.batch.as_mut().ok_or("send-response called outside execute")?;
@@ -126,6 +132,10 @@ impl SandboxState {
             let message = error.message.clone();
             job.fail(error);
             return Err(message);
+        }
+        if let Some(problem) = refused {
+            job.fail(InferError::internal(format!("{label} sent an invalid response: {problem}")));
+            return Err(problem);
         }
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
         // Parameters count against the output limit as much as tensors do.
@@ -285,7 +295,7 @@ impl host::Host for SandboxState {
                 data: Lifted::Bytes(Bytes::from(t.data)),
             })
             .collect();
-        self.deliver(request, sent, response.parameters, final_)
+        self.deliver(request, Lent { outputs: sent, parameters: response.parameters, refused: None }, final_)
     }
 
     fn send_error(&mut self, request: u32, kind: ErrorKind, message: String) -> Result<(), String> {

@@ -1,20 +1,27 @@
-//! `send-response` as the host defines it: each output read in place from the sandbox's memory and
-//! copied once, to where it goes.
+//! `send-response` as the host defines it: nothing of a response leaves the sandbox's memory until
+//! the host has counted it against the model's output limit, and each output is then copied once,
+//! to where it goes.
 //!
-//! The generated bindings lift a response whole, each tensor's `data` into a `Vec` of the host's,
-//! before the host function sees it. For an output the client placed in system shared memory that
-//! buffer was only a stop on the way: the frontend then copied it into the client's object, a second
-//! pass over every byte. Here the response's tensors are lifted with their `data` as a `WasmList` (a
-//! checked range of the guest's memory), and each is copied either straight into the client's
-//! mapping (`HostSpan`, when the request placed it there) or into a buffer of the host's; the rest
-//! of `send-response` is the generated one's (`SandboxState::deliver`). Defined over the generated
+//! The generated bindings lift a response whole, every string and list into a buffer of the host's,
+//! before the host function sees it. That is a copy the plugin decides the size of: a response may
+//! name the same 100 MiB of the guest's memory as the data (or the name) of 100,000 outputs, and the
+//! host would copy each before it could count them, whatever the plugin's memory limit — the
+//! process's memory, not the plugin's. Here the response is lifted as handles on the guest's memory
+//! (`WasmList`, `WasmStr`: checked ranges, nothing copied), counted against
+//! `sandbox.max_output_bytes` entry by entry, and copied only while it fits: each output's data
+//! straight into the client's mapping (`HostSpan`, when the request placed it there) or into a buffer
+//! of the host's. For an output the client placed in system shared memory, that also saves the
+//! copy into a host buffer that the frontend would then copy into the client's object. The rest of
+//! `send-response` is the generated one's (`SandboxState::deliver`). Defined over the generated
 //! function in the linker, under the same name and type (wasmtime checks them against each
 //! component's import at instantiation).
-use wasmtime::component::{ComponentType, Lift, Linker, WasmList};
+use std::borrow::Cow;
+
+use wasmtime::component::{ComponentType, Lift, Linker, WasmList, WasmStr};
 use wasmtime::{AsContext, StoreContextMut};
 
-use super::bindings::{DataType, Parameter};
-use super::host_api::{Lifted, Sent};
+use super::bindings::{DataType, Parameter, ParameterValue};
+use super::host_api::{Lent, Lifted, Sent};
 use super::state::SandboxState;
 use crate::tensor::DataType as HostDataType;
 
@@ -23,22 +30,50 @@ use crate::tensor::DataType as HostDataType;
 /// this one.
 const HOST_INTERFACE: &str = "nereus:backend/host@1.2.0";
 
-/// WIT's `tensor` with its `data` left in the guest's memory.
+/// What a parameter of any kind other than text counts against the output limit (its value's
+/// bytes on the wire).
+const SCALAR_PARAMETER_BYTES: u64 = 8;
+
+/// WIT's `tensor`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 struct LentTensor {
-    name: String,
+    name: WasmStr,
     datatype: DataType,
-    shape: Vec<i64>,
+    shape: WasmList<i64>,
     data: WasmList<u8>,
 }
 
-/// WIT's `response`, its tensors' data left in the guest's memory.
+/// WIT's `parameter-value`, its text left in the guest's memory.
+#[derive(ComponentType, Lift)]
+#[component(variant)]
+enum LentValue {
+    #[component(name = "boolean")]
+    Boolean(bool),
+    #[component(name = "int64")]
+    Int64(i64),
+    #[component(name = "uint64")]
+    Uint64(u64),
+    #[component(name = "double")]
+    Double(f64),
+    #[component(name = "text")]
+    Text(WasmStr),
+}
+
+/// WIT's `parameter`, left in the guest's memory.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct LentParameter {
+    key: WasmStr,
+    value: LentValue,
+}
+
+/// WIT's `response`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 struct LentResponse {
-    outputs: Vec<LentTensor>,
-    parameters: Vec<Parameter>,
+    outputs: WasmList<LentTensor>,
+    parameters: WasmList<LentParameter>,
 }
 
 /// Defines `send-response` over the generated bindings' (added to `linker` before this).
@@ -47,55 +82,123 @@ pub(super) fn add_to_linker(linker: &mut Linker<SandboxState>) -> wasmtime::Resu
     let defined = linker.instance(HOST_INTERFACE)?.func_wrap(
         "send-response",
         |mut store: StoreContextMut<'_, SandboxState>, (request, response, final_): (u32, LentResponse, bool)| {
-            let LentResponse { outputs, parameters } = response;
-            let sent = lift(&store, request, final_, outputs);
-            Ok((store.data_mut().deliver(request, sent, parameters, final_),))
+            let lent = lift(&mut store, request, final_, response)?;
+            Ok((store.data_mut().deliver(request, lent, final_),))
         },
     );
     linker.allow_shadowing(false);
     defined.map(|_| ())
 }
 
-/// Each output's bytes out of the guest's memory: into the client's shared memory where request
-/// `index` placed it there and may be written to now, else into a buffer of the host's.
-fn lift(store: &StoreContextMut<'_, SandboxState>, index: u32, final_: bool, outputs: Vec<LentTensor>) -> Vec<Sent> {
-    let state = store.data();
+/// A response out of the guest's memory, as far as it fits the model's output limit: its
+/// parameters, then its outputs, each output's bytes into the client's shared memory where request
+/// `index` placed it there and may be written to now, else into a buffer of the host's. What does
+/// not fit is not copied: the response is refused (`Lent::refused`). An error here is a range or
+/// string the guest's memory does not hold, which traps the plugin as the generated lift would.
+fn lift(
+    store: &mut StoreContextMut<'_, SandboxState>,
+    index: u32,
+    final_: bool,
+    response: LentResponse,
+) -> wasmtime::Result<Lent> {
+    // Outside `execute` nothing may be sent, so nothing is copied (`deliver` says why).
+    let (limit, outputs_known) = store
+        .data()
+        .batch
+        .as_ref()
+        .map_or((0, 0), |b| (b.max_output_bytes, b.io.outputs.len() + b.io.state_outputs.len()));
+    let mut lent = Lent::default();
+    let mut total: u64 = 0;
+
+    let count = response.parameters.len();
+    for i in 0..count {
+        let Some(parameter) = response.parameters.get(&mut *store, i) else { break };
+        let LentParameter { key, value } = parameter?;
+        let key = key.to_str(&*store)?;
+        let text = match &value {
+            LentValue::Text(text) => Some(text.to_str(&*store)?),
+            _ => None,
+        };
+        total = total
+            .saturating_add(key.len() as u64)
+            .saturating_add(text.as_ref().map_or(SCALAR_PARAMETER_BYTES, |t| t.len() as u64));
+        if total > limit {
+            let more = if i + 1 < count { " or more" } else { "" };
+            lent.refused = Some(format!(
+                "response parameters of {total} bytes{more} exceed the model's output limit of {limit} bytes"
+            ));
+            return Ok(lent);
+        }
+        let value = match (value, text) {
+            (_, Some(text)) => ParameterValue::Text(text.into_owned()),
+            (LentValue::Boolean(b), None) => ParameterValue::Boolean(b),
+            (LentValue::Int64(v), None) => ParameterValue::Int64(v),
+            (LentValue::Uint64(v), None) => ParameterValue::Uint64(v),
+            (LentValue::Double(v), None) => ParameterValue::Double(v),
+            (LentValue::Text(_), None) => unreachable!("a text parameter's text was read above"),
+        };
+        lent.parameters.push(Parameter { key: key.into_owned(), value });
+    }
+
+    // More outputs than the model has cannot all be right (each is named once, and only the
+    // model's outputs and state may be named): refused before any is looked at, so that a list of
+    // millions costs nothing.
+    if response.outputs.len() > outputs_known {
+        lent.refused =
+            Some(format!("{} outputs in one response; the model has {outputs_known}", response.outputs.len()));
+        return Ok(lent);
+    }
+    for i in 0..response.outputs.len() {
+        let Some(tensor) = response.outputs.get(&mut *store, i) else { break };
+        let LentTensor { name, datatype, shape, data } = tensor?;
+        let name: Cow<'_, str> = name.to_str(&*store)?;
+        // The name and shape count as much as the data: all three are the plugin's to size.
+        total = total
+            .saturating_add(name.len() as u64)
+            .saturating_add(shape.len() as u64 * 8)
+            .saturating_add(data.len() as u64);
+        if total > limit {
+            lent.refused = Some(format!("response exceeds the model's output limit of {limit} bytes"));
+            return Ok(lent);
+        }
+        let name = name.into_owned();
+        let shape = shape.as_le_slice(&*store).to_vec();
+        let datatype = HostDataType::from(datatype);
+        let bytes = data.as_le_slice(store.as_context());
+        let data = match placed(store.data(), index, final_, &name, datatype, bytes.len()) {
+            Some(span) => match span.write(bytes) {
+                Ok(()) => Lifted::Written(bytes.len()),
+                Err(e) => Lifted::Failed(e),
+            },
+            None => Lifted::Bytes(bytes::Bytes::copy_from_slice(bytes)),
+        };
+        lent.outputs.push(Sent { name, datatype, shape, data });
+    }
+    Ok(lent)
+}
+
+/// Where output `name` of `len` bytes goes when request `index` placed it in the client's system
+/// shared memory and it may be written there now; `None` sends it in the response.
+fn placed<'a>(
+    state: &'a SandboxState,
+    index: u32,
+    final_: bool,
+    name: &str,
+    datatype: HostDataType,
+    len: usize,
+) -> Option<&'a crate::shm::HostSpan> {
     // Only a final response to a request still open, of a model that sends one response a request:
     // a write for a request already answered could land on bytes its client is reading, or on
     // those of its next request in the same place; `deliver` refuses such a response anyway.
-    let places = state
-        .batch
-        .as_ref()
-        .filter(|batch| final_ && !batch.decoupled)
-        .and_then(|batch| batch.jobs.get(index as usize).map(|job| (batch, job)))
-        .filter(|(_, job)| !job.sender.is_complete() && !job.request.host_outputs.is_empty());
-    outputs
-        .into_iter()
-        .map(|t| {
-            let datatype = HostDataType::from(t.datatype);
-            let bytes = t.data.as_le_slice(store.as_context());
-            let place = places.and_then(|(batch, job)| {
-                let (_, span) = job.request.host_outputs.iter().find(|(name, _)| *name == t.name)?;
-                // A fixed-size datatype (the response states a written output's size by its
-                // shape), not a sequence's state (which the server keeps), and room for it (else
-                // the frontend says it does not fit, as ever).
-                let fits = datatype.element_size().is_some()
-                    && !batch.io.is_state_output(&t.name)
-                    && bytes.len() as u64 <= span.limit();
-                fits.then_some(span)
-            });
-            let data = match place {
-                Some(span) => match span.write(bytes) {
-                    Ok(()) => Lifted::Written(bytes.len()),
-                    Err(e) => Lifted::Failed(e),
-                },
-                None => Lifted::Bytes(bytes::Bytes::copy_from_slice(bytes)),
-            };
-            Sent { name: t.name, datatype, shape: t.shape, data }
-        })
-        .collect()
+    let batch = state.batch.as_ref().filter(|batch| final_ && !batch.decoupled)?;
+    let job = batch.jobs.get(index as usize).filter(|job| !job.sender.is_complete())?;
+    let (_, span) = job.request.host_outputs.iter().find(|(output, _)| output == name)?;
+    // A fixed-size datatype (the response states a written output's size by its shape), not a
+    // sequence's state (which the server keeps), and room for it (else the frontend says it does
+    // not fit, as ever).
+    let fits = datatype.element_size().is_some() && !batch.io.is_state_output(name) && len as u64 <= span.limit();
+    fits.then_some(span)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
