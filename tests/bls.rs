@@ -425,3 +425,43 @@ fn the_digit_cascade_defers_to_the_expensive_model_only_when_unsure() {
     assert_eq!(count(&s, "digit_classifier_tta", "success"), 2, "once directly, once for the unsure request");
     assert_eq!(count(&s, "digit_classifier", "success"), 3, "once directly, once per cascade request");
 }
+
+/// A call is counted before its request is copied out of the caller's memory: 100,000 inputs that
+/// all name the same 1 MiB (100 GB, had the host copied each first) fail the call with
+/// `invalid-argument`, not the server; within the sandbox's memory limit the same call is served,
+/// and a caller without permission to call is told so only once its request is counted.
+#[test]
+fn an_aliased_call_is_refused_before_it_is_copied() {
+    let repo = Repo::new();
+    probe(
+        &repo,
+        "caller",
+        &format!("{CALLS_ANY}\nparameters {{ key: \"sandbox.memory_limit_mb\" value: {{ string_value: \"64\" }} }}"),
+    );
+    probe(&repo, "denied", "");
+    install_faults_component(&repo.model("echo", &faults_config("echo", ""), &["1"]));
+    let s = Server::start(repo.path(), &[]);
+    let aliased = |model: &str, count: i64, copies: i64| {
+        infer(&s, model, &request(&[1], json!({"route": "echo", "mode": "aliased", "count": count, "copies": copies})))
+    };
+    let r = aliased("caller", 1 << 20, 100_000);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.error().contains(&format!(
+            "0: the request to model 'echo' comes to {} bytes or more, past the calling sandbox's memory limit of {} \
+             bytes",
+            4 + 64 * ((1 << 20) + 32 + 6 + 8),
+            64u64 << 20
+        )),
+        "{}",
+        r.error()
+    );
+    let r = aliased("caller", 12, 1);
+    assert_eq!(ints(&r, "OUTPUT0"), vec![0x6161_6161; 3]);
+    let r = aliased("denied", 12, 1);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("may not call other models"), "{}", r.error());
+    let r = aliased("denied", 1 << 20, 100_000);
+    assert!(r.error().contains("past the calling sandbox's memory limit"), "{}", r.error());
+    assert_eq!(ints(&infer(&s, "caller", &request(&[1, 2], json!({"route": "echo"}))), "OUTPUT0"), vec![2, 3]);
+}

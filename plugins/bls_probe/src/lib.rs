@@ -19,6 +19,10 @@
 //!     is the model's OUTPUT after each.
 //!   - "leave": starts the call and answers INPUT0 without waiting for it (the host cancels it).
 //!   - "trap_after_start": starts the call, then traps.
+//!   - "aliased": calls the model past the SDK with `copies` inputs named INPUT0 whose data are all
+//!     the same `count` bytes (0x61) of this plugin's memory, something the SDK cannot express;
+//!     OUTPUT0 is the callee's OUTPUT0 unchanged, and a failed call fails the request with the call
+//!     error's kind number and message (`3: …`).
 use nereus_sdk::{
     Backend, CallError, CorrelationId, InstanceInfo, ModelInfo, ModelRequest, ModelResponse, Parameter, ParameterValue,
     Request, Response, SequenceFlags, Tensor,
@@ -172,10 +176,144 @@ fn handle(request: &Request) -> Result<(), String> {
             let _started = call(request, &next, &rest).input(input.clone()).start();
             panic!("bls_probe: trapping with a call in flight");
         }
+        "aliased" => {
+            let count = int(request, "count").unwrap_or(1 << 20) as usize;
+            let copies = int(request, "copies").unwrap_or(100_000) as usize;
+            match aliased::infer(request.index(), &next, count, copies) {
+                Ok(out) => request.respond(Response::new().output(Tensor::from_raw(
+                    "OUTPUT0",
+                    nereus_sdk::DataType::Int32,
+                    vec![out.len() as i64 / 4],
+                    out,
+                ))),
+                Err((kind, message)) => request.fail(&format!("{kind}: {message}")),
+            }
+        }
         _ => match call(request, &next, &rest).input(input.clone()).infer() {
             Ok(r) => request.respond(Response::new().output(output(&plus_one(&r)?))),
             Err(e) => fail(request, &e),
         },
+    }
+}
+
+/// `models.infer` called through the import's canonical ABI, as a hostile guest could.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+mod aliased {
+    /// WIT's `tensor` in the canonical ABI's layout (wasm32: 28 bytes, align 4).
+    #[repr(C)]
+    struct RawTensor {
+        name: *const u8,
+        name_len: usize,
+        datatype: u8,
+        shape: *const i64,
+        shape_len: usize,
+        data: *const u8,
+        data_len: usize,
+    }
+
+    /// INT32 of `data-type`.
+    const INT32: u8 = 7;
+
+    #[cfg(target_arch = "wasm32")]
+    #[link(wasm_import_module = "nereus:backend/models@1.2.0")]
+    unsafe extern "C" {
+        /// `infer(parent, request) -> result<inference-response, call-error>`, the request
+        /// flattened (15 values: its strings and lists as pointer and length, `correlation-id` as
+        /// its case and joined payload), the result through a return area.
+        #[link_name = "infer"]
+        fn infer_raw(
+            parent: u32,
+            model: *const u8,
+            model_len: usize,
+            version: i64,
+            inputs: *const RawTensor,
+            inputs_len: usize,
+            requested_outputs: *const u8,
+            requested_outputs_len: usize,
+            parameters: *const u8,
+            parameters_len: usize,
+            correlation_case: u32,
+            correlation_first: i64,
+            correlation_second: u32,
+            flags: u32,
+            timeout_ms: i64,
+            result: *mut u8,
+        );
+    }
+
+    fn word(area: &[u8], at: usize) -> usize {
+        u32::from_le_bytes([area[at], area[at + 1], area[at + 2], area[at + 3]]) as usize
+    }
+
+    /// Calls `model` with `copies` INT32 inputs named INPUT0, all the same `count` bytes; the
+    /// callee's first output's bytes, or the call error's kind (its case number) and message.
+    #[cfg(target_arch = "wasm32")]
+    pub fn infer(parent: u32, model: &str, count: usize, copies: usize) -> Result<Vec<u8>, (u8, String)> {
+        let bytes = vec![b'a'; count];
+        let shape = [(count / 4) as i64];
+        let name = b"INPUT0";
+        let inputs: Vec<RawTensor> = (0..copies)
+            .map(|_| RawTensor {
+                name: name.as_ptr(),
+                name_len: name.len(),
+                datatype: INT32,
+                shape: shape.as_ptr(),
+                shape_len: 1,
+                data: bytes.as_ptr(),
+                data_len: count / 4 * 4,
+            })
+            .collect();
+        // The result: a case byte, then at 4 the response's outputs (pointer, length) or the
+        // error's kind byte and, at 8, its message (pointer, length).
+        #[repr(C, align(4))]
+        struct ResultArea([u8; 20]);
+        let mut result = ResultArea([0; 20]);
+        // An empty list's place must still be aligned for its elements (8 for a parameter).
+        let none = std::ptr::NonNull::<u64>::dangling().as_ptr() as *const u8;
+        // SAFETY: every pointer is to memory that lives across the call, with the layouts the
+        // canonical ABI gives these types; the host writes only the result area and what it
+        // allocates through this module's `cabi_realloc`.
+        unsafe {
+            infer_raw(
+                parent,
+                model.as_ptr(),
+                model.len(),
+                -1,
+                inputs.as_ptr(),
+                inputs.len(),
+                none,
+                0,
+                none,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                result.0.as_mut_ptr(),
+            );
+        }
+        let area = &result.0;
+        if area[0] != 0 {
+            // SAFETY: the host wrote the message's place and length, allocated for this module.
+            let message = unsafe { std::slice::from_raw_parts(word(area, 8) as *const u8, word(area, 12)) };
+            return Err((area[4], String::from_utf8_lossy(message).into_owned()));
+        }
+        let (outputs, len) = (word(area, 4), word(area, 8));
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the host wrote `len` tensors at `outputs`; the first one's data is at 20 and 24.
+        let first = unsafe { std::slice::from_raw_parts(outputs as *const u8, 28) };
+        // SAFETY: as above: the data the host wrote for that tensor.
+        let data = unsafe { std::slice::from_raw_parts(word(first, 20) as *const u8, word(first, 24)) };
+        Ok(data.to_vec())
+    }
+
+    /// Natively (the plugin's unit builds) there is no host to call.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn infer(_parent: u32, _model: &str, _count: usize, _copies: usize) -> Result<Vec<u8>, (u8, String)> {
+        Err((0, "not in a sandbox".into()))
     }
 }
 

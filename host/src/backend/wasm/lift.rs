@@ -32,22 +32,22 @@ const HOST_INTERFACE: &str = "nereus:backend/host@1.2.0";
 
 /// What a parameter of any kind other than text counts against the output limit (its value's
 /// bytes on the wire).
-const SCALAR_PARAMETER_BYTES: u64 = 8;
+pub(super) const SCALAR_PARAMETER_BYTES: u64 = 8;
 
 /// WIT's `tensor`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
-struct LentTensor {
-    name: WasmStr,
-    datatype: DataType,
-    shape: WasmList<i64>,
-    data: WasmList<u8>,
+pub(super) struct LentTensor {
+    pub name: WasmStr,
+    pub datatype: DataType,
+    pub shape: WasmList<i64>,
+    pub data: WasmList<u8>,
 }
 
 /// WIT's `parameter-value`, its text left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(variant)]
-enum LentValue {
+pub(super) enum LentValue {
     #[component(name = "boolean")]
     Boolean(bool),
     #[component(name = "int64")]
@@ -60,12 +60,25 @@ enum LentValue {
     Text(WasmStr),
 }
 
+impl LentValue {
+    /// The value, its `text` (read by the caller, who counted it first) copied.
+    pub(super) fn owned(self, text: Option<Cow<'_, str>>) -> ParameterValue {
+        match (self, text) {
+            (LentValue::Boolean(b), _) => ParameterValue::Boolean(b),
+            (LentValue::Int64(v), _) => ParameterValue::Int64(v),
+            (LentValue::Uint64(v), _) => ParameterValue::Uint64(v),
+            (LentValue::Double(v), _) => ParameterValue::Double(v),
+            (LentValue::Text(_), text) => ParameterValue::Text(text.map(Cow::into_owned).unwrap_or_default()),
+        }
+    }
+}
+
 /// WIT's `parameter`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
-struct LentParameter {
-    key: WasmStr,
-    value: LentValue,
+pub(super) struct LentParameter {
+    pub key: WasmStr,
+    pub value: LentValue,
 }
 
 /// WIT's `response`, left in the guest's memory.
@@ -129,15 +142,7 @@ fn lift(
             ));
             return Ok(lent);
         }
-        let value = match (value, text) {
-            (_, Some(text)) => ParameterValue::Text(text.into_owned()),
-            (LentValue::Boolean(b), None) => ParameterValue::Boolean(b),
-            (LentValue::Int64(v), None) => ParameterValue::Int64(v),
-            (LentValue::Uint64(v), None) => ParameterValue::Uint64(v),
-            (LentValue::Double(v), None) => ParameterValue::Double(v),
-            (LentValue::Text(_), None) => unreachable!("a text parameter's text was read above"),
-        };
-        lent.parameters.push(Parameter { key: key.into_owned(), value });
+        lent.parameters.push(Parameter { key: key.into_owned(), value: value.owned(text) });
     }
 
     // More outputs than the model has cannot all be right (each is named once, and only the

@@ -337,6 +337,8 @@ impl Flavour {
         Backend::add_to_linker::<SandboxState, HasSelf<SandboxState>>(&mut linker, |s| s)?;
         // `send-response` again, reading outputs in place from the sandbox's memory.
         super::lift::add_to_linker(&mut linker)?;
+        // `models.infer` and `pending-call.start` again, counting a call's request before copying it.
+        super::bls::lent::add_to_linker(&mut linker)?;
 
         {
             let engine = engine.clone();

@@ -28,6 +28,10 @@ pub struct Limiter {
     last_growth: usize,
 }
 
+/// wasmtime's error for a growth past what a memory's type can represent, which it reports to
+/// `memory_grow_failed` without having offered it to `memory_growing`.
+const UNREPRESENTABLE_GROWTH: &str = "memory growth exceeds memory type's limits";
+
 /// Why a sandbox's memory could not grow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemoryDenied {
@@ -37,28 +41,42 @@ pub enum MemoryDenied {
     Budget(String),
 }
 
+impl Limiter {
+    /// The most linear memory the sandbox may have, in bytes (`sandbox.memory_limit_mb`).
+    pub(super) fn memory_limit(&self) -> usize {
+        self.memory_limit
+    }
+}
+
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.denied = Some(MemoryDenied::Limit);
             return Ok(false);
         }
-        // Beyond the memory's own maximum the growth fails without a word to the limiter.
-        if maximum.is_none_or(|m| desired <= m) {
-            let growth = desired.saturating_sub(current);
-            if let Err(why) = self.meter.grow(growth) {
-                self.denied = Some(MemoryDenied::Budget(why));
-                return Ok(false);
-            }
-            self.last_growth = growth;
-            self.in_use += growth;
+        // Counted even beyond the memory's own maximum: wasmtime then fails the growth and says so
+        // (`memory_grow_failed`), which takes back exactly this count. Leaving such a growth
+        // uncounted let that call take back the growth before it, which had happened: a guest
+        // alternating a small growth and one past its maximum drove the count to zero while its
+        // memory grew, out of the operator's budget.
+        let growth = desired.saturating_sub(current);
+        if let Err(why) = self.meter.grow(growth) {
+            self.denied = Some(MemoryDenied::Budget(why));
+            return Ok(false);
         }
+        self.last_growth = growth;
+        self.in_use += growth;
         Ok(true)
     }
 
-    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.in_use -= self.last_growth;
-        self.meter.shrink(self.last_growth);
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        // A growth the memory's type cannot represent (past 4 GiB for a 32-bit memory) fails
+        // before the limiter is asked (wasmtime 48, `vm/memory.rs`): nothing was counted for it,
+        // and `last_growth` is then the previous growth, which happened.
+        if error.to_string() != UNREPRESENTABLE_GROWTH {
+            self.in_use -= self.last_growth;
+            self.meter.shrink(self.last_growth);
+        }
         self.last_growth = 0;
         Ok(())
     }
@@ -169,5 +187,40 @@ impl Armed {
                 format!("exceeded its initialization deadline of {} ms (sandbox.load_timeout_ms)", t.as_millis())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: usize = 64 << 10;
+
+    fn limiter() -> Limiter {
+        Limiter { memory_limit: 64 * PAGE, denied: None, meter: ModelMeter::default(), in_use: 0, last_growth: 0 }
+    }
+
+    #[test]
+    fn a_growth_past_the_memory_s_maximum_takes_back_only_itself() {
+        let mut l = limiter();
+        assert!(l.memory_growing(0, PAGE, Some(4 * PAGE)).unwrap());
+        assert!(l.memory_growing(PAGE, 2 * PAGE, Some(4 * PAGE)).unwrap());
+        for _ in 0..3 {
+            // Past the maximum: counted, then failed by wasmtime, which takes the count back.
+            assert!(l.memory_growing(2 * PAGE, 8 * PAGE, Some(4 * PAGE)).unwrap());
+            l.memory_grow_failed(wasmtime::format_err!("Memory maximum size exceeded")).unwrap();
+            assert_eq!(l.in_use, 2 * PAGE);
+        }
+    }
+
+    #[test]
+    fn a_growth_the_memory_type_cannot_represent_takes_back_nothing() {
+        let mut l = limiter();
+        assert!(l.memory_growing(0, 3 * PAGE, None).unwrap());
+        // Offered to no limiter, failed at once: the growth before it still happened.
+        l.memory_grow_failed(wasmtime::format_err!("{UNREPRESENTABLE_GROWTH}")).unwrap();
+        assert_eq!(l.in_use, 3 * PAGE);
+        assert!(!l.memory_growing(3 * PAGE, 65 * PAGE, None).unwrap(), "past the model's limit");
+        assert_eq!((l.in_use, l.denied.clone()), (3 * PAGE, Some(MemoryDenied::Limit)));
     }
 }

@@ -10,6 +10,7 @@
 mod call;
 pub mod calls;
 pub mod context;
+pub mod lent;
 
 use wasmtime::component::Resource;
 
