@@ -127,3 +127,19 @@ fn what_cannot_be_mapped_is_refused_with_tritonservers_words() {
     // Only POST.
     assert_eq!(s.get("/v2/models/simple/generate").status, 405);
 }
+
+/// A stream outlives the connection's quiet period (`--http-header-timeout-ms`, here 100 ms) while
+/// its events come, and while it waits for the model's next one: ten events 100 ms apart all
+/// arrive, the last one final. The period closes connections whose client went quiet, not streams
+/// that are still answering.
+#[test]
+fn a_stream_longer_than_the_quiet_period_is_not_cut() {
+    let repo = Repo::new();
+    repo.example("repeat_int32");
+    let s = Server::start(repo.path(), &["--http-header-timeout-ms", "100"]);
+    let body = json!({"IN": (0..10).collect::<Vec<i32>>(), "DELAY": vec![100; 10], "WAIT": 0});
+    let r = s.post_json("/v2/models/repeat_int32/generate_stream", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got: Vec<Value> = events(&r.text()).iter().map(|e| e["OUT"].clone()).collect();
+    assert_eq!(got, (0..10).map(|i| json!(i)).collect::<Vec<_>>());
+}

@@ -172,6 +172,27 @@ fn http_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
 /// (`backend/wasm/lift.rs`): exactly the output's bytes land there, nothing around them; an output
 /// left in the body is still answered there; a place too small is refused as before, with nothing
 /// written; and the same over gRPC.
+/// A region the server cannot map (a sparse object of 300 TiB) is read by copying; an input the
+/// client sizes past what the server can allocate fails that request, it does not abort the
+/// server.
+#[test]
+fn an_input_too_large_to_copy_out_of_an_unmapped_region_fails_only_its_request() {
+    let overcommit = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
+    assert_eq!(overcommit.trim(), "0", "the test needs the kernel's heuristic overcommit, which refuses 1 TiB");
+    let (_repo, s) = server();
+    let huge = Object::new("sparse", 300 << 40);
+    let r = s.post_json(
+        "/v2/systemsharedmemory/region/huge/register",
+        &json!({"key": huge.key, "offset": 0, "byte_size": 300u64 << 40}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut request = shm_request("huge", "huge");
+    request["inputs"][0]["parameters"]["shared_memory_byte_size"] = json!(1u64 << 40);
+    let r = s.post_json("/v2/models/simple/infer", &request);
+    refused(&r, "huge", &format!("cannot allocate {} bytes", 1u64 << 40));
+    still_serving(&s);
+}
+
 #[test]
 fn outputs_placed_in_a_region_are_written_exactly_where_asked() {
     let (_repo, s) = server();

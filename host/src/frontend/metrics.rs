@@ -25,7 +25,13 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>, shutdown: impl Fu
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let (stream, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        super::accept::after_error("metrics", &e).await;
+                        continue;
+                    }
+                };
                 let server = server.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {

@@ -1,4 +1,5 @@
 //! Frontends.
+pub mod accept;
 pub mod connections;
 pub mod grpc;
 pub mod http;

@@ -204,8 +204,18 @@ impl SystemRegion {
     /// A copy of `len` bytes at `at` of the object, read into a buffer that is not zeroed first:
     /// `pread` fills it. Zeroing was a whole pass more over a megabyte tensor (its buffer is a kept
     /// huge-page block, `large_pages.rs`, which a zeroed allocation must clear).
+    /// The client sizes this buffer (a region that could not be mapped may be of any size the
+    /// object has, a sparse one terabytes): an allocation the system refuses is the request's
+    /// error, never the process's abort.
     fn copy(&self, at: u64, len: usize) -> Result<Bytes, InferError> {
-        let mut data: Vec<u8> = Vec::with_capacity(len);
+        let mut data: Vec<u8> = Vec::new();
+        data.try_reserve_exact(len).map_err(|_| {
+            InferError::invalid(format!(
+                "shared memory region '{}': cannot allocate {len} bytes to copy an input out of it (it could not be \
+                 mapped)",
+                self.name
+            ))
+        })?;
         read_exact_at(&self.file, &mut data.spare_capacity_mut()[..len], at)
             .map_err(|_| self.shrunk(self.current_size()))?;
         // SAFETY: `read_exact_at` returned Ok, so it initialised all `len` bytes.

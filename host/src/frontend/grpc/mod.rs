@@ -457,11 +457,21 @@ pub async fn serve(
         })
     });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
-    let incoming = TcpListenerStream::new(listener).map(move |stream| {
-        stream.map(|s| {
-            let _ = s.set_nodelay(true);
-            Counted::new(s, &connections)
-        })
+    // tonic takes the next connection at once after any failed accept: the pause is ours.
+    let incoming = TcpListenerStream::new(listener).then(move |stream| {
+        let connections = connections.clone();
+        async move {
+            match stream {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    Ok(Counted::new(s, &connections))
+                }
+                Err(e) => {
+                    crate::frontend::accept::after_error("gRPC", &e).await;
+                    Err(e)
+                }
+            }
+        }
     });
     // Loopback latency halves with nodelay and larger HTTP/2 windows (toolchain facts). Megabyte
     // tensors want more: windows of 8 MiB a stream and 32 MiB a connection (a 64 MiB request waits

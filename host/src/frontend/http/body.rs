@@ -8,12 +8,14 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
+use super::watchdog::Activity;
 use crate::trace::{FrontendEvent, Trace};
 
 pub struct ReplyBody {
@@ -23,6 +25,23 @@ pub struct ReplyBody {
     frames: Option<tokio::sync::mpsc::Receiver<Bytes>>,
     trace: Option<Trace>,
     sending: bool,
+    /// A streamed answer's connection, told of its progress (see `watchdog`).
+    watched: Option<Watched>,
+}
+
+/// A streamed answer's connection, and whether the answer is waiting for the model now.
+struct Watched {
+    activity: Arc<Activity>,
+    waiting: bool,
+}
+
+impl Watched {
+    fn wait(&mut self, waiting: bool) {
+        if self.waiting != waiting {
+            self.waiting = waiting;
+            self.activity.waiting_for_model(waiting);
+        }
+    }
 }
 
 impl ReplyBody {
@@ -35,7 +54,7 @@ impl ReplyBody {
         // In the vector's own allocation (`VecDeque::from` keeps it): this is every answer.
         let mut data = VecDeque::from(chunks);
         data.retain(|c| !c.is_empty());
-        ReplyBody { data, frames: None, trace: None, sending: false }
+        ReplyBody { data, frames: None, trace: None, sending: false, watched: None }
     }
 
     /// `first`, then every frame `frames` receives until its senders are gone.
@@ -43,6 +62,14 @@ impl ReplyBody {
         let mut body = Self::new(first);
         body.frames = Some(frames);
         body
+    }
+
+    /// Tells the connection's watchdog of this answer's progress, when it is streamed: a stream
+    /// that sends, or waits for the model, keeps its connection open.
+    pub fn watch(&mut self, activity: &Arc<Activity>) {
+        if self.frames.is_some() {
+            self.watched = Some(Watched { activity: activity.clone(), waiting: false });
+        }
     }
 
     /// Records the sending of this body into `trace`.
@@ -67,18 +94,26 @@ impl Body for ReplyBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         this.start_sending();
-        if let Some(chunk) = this.data.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(chunk))));
-        }
-        let Some(frames) = &mut this.frames else { return Poll::Ready(None) };
-        match frames.poll_recv(cx) {
-            Poll::Ready(Some(frame)) => Poll::Ready(Some(Ok(Frame::data(frame)))),
-            Poll::Ready(None) => {
-                this.frames = None;
-                Poll::Ready(None)
+        let polled = match this.data.pop_front() {
+            Some(chunk) => Poll::Ready(Some(chunk)),
+            None => match &mut this.frames {
+                None => Poll::Ready(None),
+                Some(frames) => {
+                    let polled = frames.poll_recv(cx);
+                    if let Poll::Ready(None) = polled {
+                        this.frames = None;
+                    }
+                    polled
+                }
+            },
+        };
+        if let Some(watched) = &mut this.watched {
+            watched.wait(polled.is_pending());
+            if let Poll::Ready(Some(_)) = polled {
+                watched.activity.frame_sent();
             }
-            Poll::Pending => Poll::Pending,
         }
+        polled.map(|frame| frame.map(|f| Ok(Frame::data(f))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -95,6 +130,9 @@ impl Body for ReplyBody {
 
 impl Drop for ReplyBody {
     fn drop(&mut self) {
+        if let Some(watched) = &mut self.watched {
+            watched.wait(false);
+        }
         if self.trace.is_some() {
             self.start_sending();
             if let Some(trace) = self.trace.take() {

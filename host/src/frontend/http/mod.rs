@@ -51,7 +51,7 @@ pub async fn serve(
                 let (stream, _) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        tracing::warn!("accept failed: {e}");
+                        super::accept::after_error("HTTP", &e).await;
                         continue;
                     }
                 };
@@ -62,7 +62,7 @@ pub async fn serve(
                     server: server.clone(),
                     options: options.clone(),
                     routes: routes.clone(),
-                    activity: Activity::default(),
+                    activity: Arc::new(Activity::default()),
                 });
                 let quiet_period = options.header_timeout;
                 let shared = connection.clone();
@@ -74,6 +74,7 @@ pub async fn serve(
                         let Connection { server, options, routes, .. } = &*connection;
                         let http11 = req.version() == hyper::Version::HTTP_11;
                         let mut response = router::handle(server, options, routes, req).await;
+                        response.body_mut().watch(&connection.activity);
                         if http11 && server.phase() >= Phase::Draining {
                             response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
                         }
@@ -121,7 +122,8 @@ struct Connection {
     server: Arc<Server>,
     options: Arc<HttpOptions>,
     routes: Arc<router::Routes>,
-    activity: Activity,
+    /// Shared with the connection's streamed answers, which report their progress to it.
+    activity: Arc<Activity>,
 }
 
 /// Serves a connection until it ends, or until its client has been quiet for `period` (see
