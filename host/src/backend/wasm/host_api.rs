@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::bindings::nereus::backend::{host, types};
-use super::bindings::{ErrorKind, Parameter, ParameterValue, Response, backend_error};
+use super::bindings::{ErrorKind, Parameter, Response, backend_error};
 use super::budget::LogAdmission;
 use super::state::SandboxState;
 use crate::error::InferError;
@@ -49,20 +49,6 @@ fn escaped(text: &str) -> String {
         }
     }
     out
-}
-
-/// The bytes of a response's parameters, as they count against the model's output limit.
-fn parameter_bytes(parameters: &[Parameter]) -> u64 {
-    parameters
-        .iter()
-        .map(|p| {
-            p.key.len() as u64
-                + match &p.value {
-                    ParameterValue::Text(t) => t.len() as u64,
-                    _ => 8,
-                }
-        })
-        .sum()
 }
 
 /// An output a plugin sent, out of the sandbox's memory (`lift.rs`).
@@ -137,19 +123,12 @@ impl SandboxState {
             job.fail(InferError::internal(format!("{label} sent an invalid response: {problem}")));
             return Err(problem);
         }
+        // The output limit was counted as the response left the sandbox's memory (`lift.rs`).
         let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
-        // Parameters count against the output limit as much as tensors do.
-        let mut total: u64 = parameter_bytes(&parameters);
         let mut outputs = Vec::with_capacity(sent.len());
         let mut in_place = Vec::new();
-        let mut problem = (total > batch.max_output_bytes).then(|| {
-            format!(
-                "response parameters of {total} bytes exceed the model's output limit of {} bytes",
-                batch.max_output_bytes
-            )
-        });
-        let tensors = if problem.is_some() { Vec::new() } else { sent };
-        for t in tensors {
+        let mut problem = None;
+        for t in sent {
             let (data, len, written) = match t.data {
                 Lifted::Bytes(data) => {
                     let len = data.len();
@@ -158,12 +137,6 @@ impl SandboxState {
                 Lifted::Written(len) => (Bytes::new(), len, true),
                 Lifted::Failed(_) => unreachable!("answered above"),
             };
-            total = total.saturating_add(len as u64);
-            if total > batch.max_output_bytes {
-                problem =
-                    Some(format!("response exceeds the model's output limit of {} bytes", batch.max_output_bytes));
-                break;
-            }
             let mut tensor = Tensor { name: t.name, datatype: t.datatype, shape: t.shape, data };
             match check_output_of_len(io, &tensor, len, batch_size) {
                 Ok(reshaped) => {
@@ -282,20 +255,11 @@ impl host::Host for SandboxState {
         }
     }
 
-    /// Not called: `lift.rs` defines `send-response` over this (it reads the outputs in place
-    /// from the sandbox's memory); kept as the generated bindings require it.
-    fn send_response(&mut self, request: u32, response: Response, final_: bool) -> Result<(), String> {
-        let sent = response
-            .outputs
-            .into_iter()
-            .map(|t| Sent {
-                name: t.name,
-                datatype: t.datatype.into(),
-                shape: t.shape,
-                data: Lifted::Bytes(Bytes::from(t.data)),
-            })
-            .collect();
-        self.deliver(request, Lent { outputs: sent, parameters: response.parameters, refused: None }, final_)
+    /// Not called: `lift.rs` defines `send-response` over this (it counts a response against the
+    /// model's output limit before copying it out of the sandbox's memory, which the generated
+    /// lift has done whole by the time this would run); kept as the generated bindings require it.
+    fn send_response(&mut self, _request: u32, _response: Response, _final: bool) -> Result<(), String> {
+        Err("send-response is the host's own (lift.rs); the generated one is not linked".into())
     }
 
     fn send_error(&mut self, request: u32, kind: ErrorKind, message: String) -> Result<(), String> {

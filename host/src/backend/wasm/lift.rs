@@ -32,7 +32,7 @@ const HOST_INTERFACE: &str = "nereus:backend/host@1.2.0";
 
 /// What a parameter of any kind other than text counts against the output limit (its value's
 /// bytes on the wire).
-pub(super) const SCALAR_PARAMETER_BYTES: u64 = 8;
+const SCALAR_PARAMETER_BYTES: u64 = 8;
 
 /// WIT's `tensor`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
@@ -60,25 +60,59 @@ pub(super) enum LentValue {
     Text(WasmStr),
 }
 
-impl LentValue {
-    /// The value, its `text` (read by the caller, who counted it first) copied.
-    pub(super) fn owned(self, text: Option<Cow<'_, str>>) -> ParameterValue {
-        match (self, text) {
-            (LentValue::Boolean(b), _) => ParameterValue::Boolean(b),
-            (LentValue::Int64(v), _) => ParameterValue::Int64(v),
-            (LentValue::Uint64(v), _) => ParameterValue::Uint64(v),
-            (LentValue::Double(v), _) => ParameterValue::Double(v),
-            (LentValue::Text(_), text) => ParameterValue::Text(text.map(Cow::into_owned).unwrap_or_default()),
-        }
-    }
-}
-
 /// WIT's `parameter`, left in the guest's memory.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 pub(super) struct LentParameter {
     pub key: WasmStr,
     pub value: LentValue,
+}
+
+impl LentTensor {
+    /// What the tensor counts, its name read as `name`: the name, shape and data are all the
+    /// plugin's to size.
+    pub(super) fn bytes(&self, name: &str) -> u64 {
+        (name.len() as u64).saturating_add(self.shape.len() as u64 * 8).saturating_add(self.data.len() as u64)
+    }
+}
+
+/// A lent parameter with its key and text read in place (borrowed from the guest's memory for a
+/// UTF-8 guest): counted first, copied only then.
+pub(super) struct ReadParameter<'a> {
+    key: Cow<'a, str>,
+    value: LentValue,
+    text: Option<Cow<'a, str>>,
+}
+
+impl LentParameter {
+    /// Reads the key and any text in place; an error is a string the guest's memory does not hold.
+    pub(super) fn read<'a>(self, store: &'a StoreContextMut<'_, SandboxState>) -> wasmtime::Result<ReadParameter<'a>> {
+        let key = self.key.to_str(store)?;
+        let text = match &self.value {
+            LentValue::Text(text) => Some(text.to_str(store)?),
+            _ => None,
+        };
+        Ok(ReadParameter { key, value: self.value, text })
+    }
+}
+
+impl ReadParameter<'_> {
+    /// What it counts: the key and the text, or [`SCALAR_PARAMETER_BYTES`] for another value.
+    pub(super) fn bytes(&self) -> u64 {
+        self.key.len() as u64 + self.text.as_ref().map_or(SCALAR_PARAMETER_BYTES, |t| t.len() as u64)
+    }
+
+    /// The parameter, copied.
+    pub(super) fn into_owned(self) -> Parameter {
+        let value = match (self.value, self.text) {
+            (LentValue::Boolean(b), _) => ParameterValue::Boolean(b),
+            (LentValue::Int64(v), _) => ParameterValue::Int64(v),
+            (LentValue::Uint64(v), _) => ParameterValue::Uint64(v),
+            (LentValue::Double(v), _) => ParameterValue::Double(v),
+            (LentValue::Text(_), text) => ParameterValue::Text(text.map(Cow::into_owned).unwrap_or_default()),
+        };
+        Parameter { key: self.key.into_owned(), value }
+    }
 }
 
 /// WIT's `response`, left in the guest's memory.
@@ -126,15 +160,8 @@ fn lift(
     let count = response.parameters.len();
     for i in 0..count {
         let Some(parameter) = response.parameters.get(&mut *store, i) else { break };
-        let LentParameter { key, value } = parameter?;
-        let key = key.to_str(&*store)?;
-        let text = match &value {
-            LentValue::Text(text) => Some(text.to_str(&*store)?),
-            _ => None,
-        };
-        total = total
-            .saturating_add(key.len() as u64)
-            .saturating_add(text.as_ref().map_or(SCALAR_PARAMETER_BYTES, |t| t.len() as u64));
+        let parameter = parameter?.read(&*store)?;
+        total = total.saturating_add(parameter.bytes());
         if total > limit {
             let more = if i + 1 < count { " or more" } else { "" };
             lent.refused = Some(format!(
@@ -142,7 +169,7 @@ fn lift(
             ));
             return Ok(lent);
         }
-        lent.parameters.push(Parameter { key: key.into_owned(), value: value.owned(text) });
+        lent.parameters.push(parameter.into_owned());
     }
 
     // More outputs than the model has cannot all be right (each is named once, and only the
@@ -155,21 +182,17 @@ fn lift(
     }
     for i in 0..response.outputs.len() {
         let Some(tensor) = response.outputs.get(&mut *store, i) else { break };
-        let LentTensor { name, datatype, shape, data } = tensor?;
-        let name: Cow<'_, str> = name.to_str(&*store)?;
-        // The name and shape count as much as the data: all three are the plugin's to size.
-        total = total
-            .saturating_add(name.len() as u64)
-            .saturating_add(shape.len() as u64 * 8)
-            .saturating_add(data.len() as u64);
+        let tensor = tensor?;
+        let name = tensor.name.to_str(&*store)?;
+        total = total.saturating_add(tensor.bytes(&name));
         if total > limit {
             lent.refused = Some(format!("response exceeds the model's output limit of {limit} bytes"));
             return Ok(lent);
         }
         let name = name.into_owned();
-        let shape = shape.as_le_slice(&*store).to_vec();
-        let datatype = HostDataType::from(datatype);
-        let bytes = data.as_le_slice(store.as_context());
+        let shape = tensor.shape.as_le_slice(&*store).to_vec();
+        let datatype = HostDataType::from(tensor.datatype);
+        let bytes = tensor.data.as_le_slice(store.as_context());
         let data = match placed(store.data(), index, final_, &name, datatype, bytes.len()) {
             Some(span) => match span.write(bytes) {
                 Ok(()) => Lifted::Written(bytes.len()),

@@ -12,16 +12,14 @@
 //! which an honest list also occupies). The checked request then goes where the generated
 //! function sent it (`models::Host::infer`, `models::HostPendingCall::start`). Defined over the
 //! generated functions in the linker, as `lift.rs` defines `send-response`.
-use std::borrow::Cow;
-
 use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, Lift, Linker, Resource, WasmList, WasmStr};
 
 use super::super::bindings::nereus::backend::models::{
     self, CallError, CallErrorKind, InferenceRequest, InferenceResponse, PendingCall as PendingCallHandle,
 };
-use super::super::bindings::{CorrelationId, Parameter, SequenceFlags, Tensor};
-use super::super::lift::{LentParameter, LentTensor, LentValue, SCALAR_PARAMETER_BYTES};
+use super::super::bindings::{CorrelationId, SequenceFlags, Tensor};
+use super::super::lift::{LentParameter, LentTensor};
 use super::super::state::SandboxState;
 use super::call::error;
 
@@ -138,16 +136,14 @@ fn lift(
     let mut inputs = Vec::new();
     for i in 0..request.inputs.len() {
         let Some(tensor) = request.inputs.get(&mut *store, i) else { break };
-        let LentTensor { name, datatype, shape, data } = tensor?;
-        let name = name.to_str(&*store)?;
-        let bytes = ENTRY_BYTES + name.len() as u64 + shape.len() as u64 * 8 + data.len() as u64;
-        if let Err(e) = budget.take(bytes, &model) {
+        let tensor = tensor?;
+        let name = tensor.name.to_str(&*store)?;
+        if let Err(e) = budget.take(ENTRY_BYTES + tensor.bytes(&name), &model) {
             return Ok(Err(e));
         }
-        let name = name.into_owned();
-        let shape = shape.as_le_slice(&*store).to_vec();
-        let data = data.as_le_slice(&*store).to_vec();
-        inputs.push(Tensor { name, datatype, shape, data });
+        let LentTensor { datatype, shape, data, .. } = tensor;
+        let (shape, data) = (shape.as_le_slice(&*store).to_vec(), data.as_le_slice(&*store).to_vec());
+        inputs.push(Tensor { name: name.into_owned(), datatype, shape, data });
     }
 
     let mut requested_outputs = Vec::new();
@@ -164,17 +160,11 @@ fn lift(
     let mut parameters = Vec::new();
     for i in 0..request.parameters.len() {
         let Some(parameter) = request.parameters.get(&mut *store, i) else { break };
-        let LentParameter { key, value } = parameter?;
-        let key = key.to_str(&*store)?;
-        let text: Option<Cow<'_, str>> = match &value {
-            LentValue::Text(text) => Some(text.to_str(&*store)?),
-            _ => None,
-        };
-        let bytes = ENTRY_BYTES + key.len() as u64 + text.as_ref().map_or(SCALAR_PARAMETER_BYTES, |t| t.len() as u64);
-        if let Err(e) = budget.take(bytes, &model) {
+        let parameter = LentParameter::read(parameter?, &*store)?;
+        if let Err(e) = budget.take(ENTRY_BYTES + parameter.bytes(), &model) {
             return Ok(Err(e));
         }
-        parameters.push(Parameter { key: key.into_owned(), value: value.owned(text) });
+        parameters.push(parameter.into_owned());
     }
 
     let correlation_id = match request.correlation_id {
