@@ -465,3 +465,57 @@ fn an_aliased_call_is_refused_before_it_is_copied() {
     assert!(r.error().contains("past the calling sandbox's memory limit"), "{}", r.error());
     assert_eq!(ints(&infer(&s, "caller", &request(&[1, 2], json!({"route": "echo"}))), "OUTPUT0"), vec![2, 3]);
 }
+
+/// The calls a plugin keeps in flight hold host memory its own limit does not see (their requests'
+/// copies, queued on the callee, or their answers), so together they may count no more than the
+/// calling sandbox's memory limit: a plugin that starts 1 MiB calls without waiting gets 15 in
+/// 16 MiB, the 16th refused as `unavailable`. What a call counted is given back when the guest
+/// drops it or takes its answer (the same loop doing either starts all of them) and when `execute`
+/// ends (the next request gets 15 again), and a plugin within its limit calls as before.
+#[test]
+fn calls_in_flight_are_bounded_by_the_callers_memory_limit() {
+    let repo = Repo::new();
+    probe(
+        &repo,
+        "caller",
+        &format!("{CALLS_ANY}\nparameters {{ key: \"sandbox.memory_limit_mb\" value: {{ string_value: \"16\" }} }}"),
+    );
+    install_faults_component(&repo.model("echo", &faults_config("echo", ""), &["1"]));
+    let s = Server::start(repo.path(), &[]);
+    let hoard = |drop: bool, take: bool| {
+        let parameters =
+            json!({"route": "echo", "mode": "hoard", "count": 1 << 20, "copies": 40, "drop": drop, "take": take});
+        let r = infer(&s, "caller", &request(&[1], parameters));
+        assert_eq!(ints(&r, "OUTPUT0"), vec![2], "{}", r.text());
+        let p = &r.json()["parameters"];
+        (p["started"].as_i64().unwrap_or(-1), p["refused"].as_str().unwrap_or_default().to_string())
+    };
+    let (started, refused) = hoard(false, false);
+    assert_eq!(started, 15, "{refused}");
+    assert!(refused.starts_with("unavailable: a call to model 'echo' counting "), "{refused}");
+    assert!(
+        refused.contains(&format!(
+            "does not fit beside the 15 calls in flight, which count {} bytes of the calling sandbox's memory limit \
+             of {} bytes",
+            refused_count(&refused),
+            16u64 << 20
+        )),
+        "{refused}"
+    );
+    assert!(refused_count(&refused) > 15 << 20, "{refused}");
+    assert_eq!(hoard(true, false), (40, String::new()));
+    assert_eq!(hoard(false, true), (40, String::new()), "a call whose answer was taken holds nothing");
+    assert_eq!(hoard(false, false).0, 15);
+    let r = infer(&s, "caller", &request(&[1, 2, 3, 4], json!({"route": "echo", "mode": "fanout"})));
+    assert_eq!(ints(&r, "OUTPUT0"), vec![2, 3, 4, 5], "{}", r.text());
+}
+
+/// The bytes the calls in flight counted, as a refusal of `calls_in_flight_are_bounded_…` says.
+fn refused_count(refused: &str) -> u64 {
+    refused
+        .split("which count ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

@@ -146,6 +146,38 @@ fn wasm_memory_is_held_within_the_total_and_each_models_share() {
     assert!(total <= (160u64 << 20) as f64, "every sandbox together within the total: {total}");
 }
 
+/// A backend's own sandbox (where `initialize-backend` runs, kept for as long as a model uses the
+/// backend) is held to the operator's ceilings and counted in the server's Wasm memory: a backend
+/// that keeps 48 MiB as it initialises fails the load under `--sandbox-max-memory-mb 32`, and
+/// under a total of 40 MiB, each time with the reason; the other models serve.
+#[test]
+fn a_backends_own_sandbox_is_within_the_operators_limits() {
+    let hoarding = |repo: &Repo| {
+        let config = faults_config("hoarder", "")
+            .replace(r#"backend: "test_faults""#, "backend: \"test_faults_hoarding\"\nruntime: \"test_faults.wasm\"");
+        install_faults_component(&repo.model("hoarder", &config, &["1"]));
+    };
+    for (flags, reason) in [
+        (["--sandbox-max-memory-mb", "32"], "exceeded its memory limit of 32 MiB"),
+        (["--sandbox-total-memory-mb", "40"], "of the server's Wasm memory is 20 MiB"),
+    ] {
+        let repo = Repo::new();
+        repo.example("simple");
+        hoarding(&repo);
+        let s = Server::start(repo.path(), &flags);
+        let (state, why) = s.model_state("hoarder");
+        assert_eq!(state, "UNAVAILABLE", "{flags:?}: {why}");
+        assert!(why.contains("test_faults_hoarding") && why.contains(reason), "{flags:?}: {why}");
+        assert_simple_answers(&s);
+    }
+    // Within the limits it loads and serves.
+    let repo = Repo::new();
+    hoarding(&repo);
+    let s = Server::start(repo.path(), &["--sandbox-total-memory-mb", "200"]);
+    let r = s.post_json("/v2/models/hoarder/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 /// A response is counted before it is copied: a plugin that names the same 64 KiB of its memory as
 /// 100,000 outputs or parameter keys (6.5 GB, had the host copied each to count it) is refused
 /// with what the host read, and the server keeps serving.

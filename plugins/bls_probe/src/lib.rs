@@ -19,6 +19,10 @@
 //!     is the model's OUTPUT after each.
 //!   - "leave": starts the call and answers INPUT0 without waiting for it (the host cancels it).
 //!   - "trap_after_start": starts the call, then traps.
+//!   - "hoard": starts up to `copies` (int64) calls, each with an INPUT0 of `count` (int64) bytes,
+//!     keeping every one in flight (with `take` (bool) true, each after taking its answer with
+//!     `next`; with `drop` (bool) true, dropping each once started), until one fails to start; answers INPUT0 + 1 with the response parameters `started` (int64, the
+//!     calls started) and `refused` (text, the failed start's kind and message, or empty).
 //!   - "aliased": calls the model past the SDK with `copies` inputs named INPUT0 whose data are all
 //!     the same `count` bytes (0x61) of this plugin's memory, something the SDK cannot express;
 //!     OUTPUT0 is the callee's OUTPUT0 unchanged, and a failed call fails the request with the call
@@ -175,6 +179,40 @@ fn handle(request: &Request) -> Result<(), String> {
         "trap_after_start" => {
             let _started = call(request, &next, &rest).input(input.clone()).start();
             panic!("bls_probe: trapping with a call in flight");
+        }
+        "hoard" => {
+            let count = int(request, "count").unwrap_or(1 << 20) as usize;
+            let copies = int(request, "copies").unwrap_or(100) as usize;
+            let drop_each = matches!(request.parameter("drop"), Some(ParameterValue::Boolean(true)));
+            let take = matches!(request.parameter("take"), Some(ParameterValue::Boolean(true)));
+            let (mut kept, mut started, mut refused) = (Vec::new(), 0i64, String::new());
+            for _ in 0..copies {
+                let data =
+                    Tensor::from_raw("INPUT0", nereus_sdk::DataType::Int32, vec![(count / 4) as i64], vec![0; count]);
+                match call(request, &next, &rest).input(data).start() {
+                    Ok(c) => {
+                        started += 1;
+                        if take {
+                            let _ = c.next();
+                        }
+                        if !drop_each {
+                            kept.push(c);
+                        }
+                    }
+                    Err(e) => {
+                        refused = format!("{}: {}", e.kind_name(), e.message);
+                        break;
+                    }
+                }
+            }
+            let out: Vec<i32> = values.iter().map(|v| v.wrapping_add(1)).collect();
+            drop(kept);
+            request.respond(
+                Response::new()
+                    .output(output(&out))
+                    .parameter("started", ParameterValue::Int64(started))
+                    .parameter("refused", ParameterValue::Text(refused)),
+            )
         }
         "aliased" => {
             let count = int(request, "count").unwrap_or(1 << 20) as usize;

@@ -17,7 +17,8 @@
 //! then fails with the host's refusal), "log" (`count` log lines of the parameter `text`)
 //! and "sleep" (a blocking sleep of `sleep_ms`, default ten minutes). The model parameter `init_fault` = "model" makes model
 //! initialisation fail, to test load errors; "trap" makes it trap (in `panic_on_request`); "sleep"
-//! makes it sleep ten minutes.
+//! makes it sleep ten minutes. Loaded under a backend name ending in "_hoarding" (the model's
+//! `runtime` naming this file), its backend initialisation keeps 48 MiB of memory for good.
 use nereus_sdk::{
     Backend, DataType, ErrorKind, InstanceInfo, ModelInfo, ParameterValue, Request, Response, Tensor, config_parameter,
 };
@@ -25,6 +26,13 @@ use nereus_sdk::{
 struct Faults;
 
 impl Backend for Faults {
+    fn initialize_backend(backend_name: &str) -> Result<(), String> {
+        if backend_name.ends_with("_hoarding") {
+            std::mem::forget(std::hint::black_box(vec![1u8; 48 << 20]));
+        }
+        Ok(())
+    }
+
     fn initialize_model(model: &ModelInfo) -> Result<(), String> {
         match config_parameter(model, "init_fault")?.as_deref() {
             Some("model") => Err("test_faults: model initialisation refused as configured".into()),

@@ -190,7 +190,7 @@ pub struct ModelMeter {
 }
 
 impl ModelMeter {
-    /// A meter in `budget` (none: uncounted, for the backends' own sandboxes) reporting memory to
+    /// A meter in `budget` (none: uncounted, for tests) reporting memory to
     /// `gauge` and dropped log lines to `dropped`.
     pub fn new(
         budget: Option<Arc<SandboxBudget>>,

@@ -184,15 +184,24 @@ struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    fn acquire(&self, component: &CompiledComponent, backend_name: &str) -> Result<(), LoadError> {
+    /// The backend's sandbox, created on first use: held to the operator's ceilings (the policy a
+    /// model that sets none gets) and counted in the server's Wasm memory budget as one model of
+    /// its own, since what `initialize-backend` grows stays for as long as the backend is in use.
+    fn acquire(
+        &self,
+        component: &CompiledComponent,
+        backend_name: &str,
+        budget: &Arc<SandboxBudget>,
+    ) -> Result<(), LoadError> {
         let mut live = self.live.lock();
         if let Some((count, _)) = live.get_mut(&component.digest) {
             *count += 1;
             return Ok(());
         }
         let label: Arc<str> = format!("backend '{backend_name}'").into();
-        let mut sandbox = Sandbox::new(component, &SandboxPolicy::default(), ModelMeter::default(), label)
-            .map_err(PluginError::from)?;
+        let meter = ModelMeter::new(Some(budget.clone()), None, None);
+        let mut sandbox =
+            Sandbox::new(component, &budget.limits.default_policy(), meter, label).map_err(PluginError::from)?;
         if let Err(e) = sandbox.initialize_backend(backend_name) {
             sandbox.finalize();
             return Err(LoadError::BackendInit { backend: backend_name.to_string(), source: e.into() });
@@ -345,7 +354,7 @@ struct WasmLoad<'a> {
 /// plugin's message, after undoing what was done. Each instance takes one of the server's
 /// sandboxes (see [`leases`]); a load that finds too few, free or to be taken back, is refused.
 fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
-    params.registry.acquire(&params.component, params.backend_name)?;
+    params.registry.acquire(&params.component, params.backend_name, params.budget)?;
     let model_info = bindings::OwnedModelInfo {
         name: params.model_name.to_string(),
         version: params.version,

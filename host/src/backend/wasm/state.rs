@@ -42,7 +42,8 @@ pub enum MemoryDenied {
 }
 
 impl Limiter {
-    /// The most linear memory the sandbox may have, in bytes (`sandbox.memory_limit_mb`).
+    /// The most linear memory the sandbox may have, all its memories together, in bytes
+    /// (`sandbox.memory_limit_mb`).
     pub(super) fn memory_limit(&self) -> usize {
         self.memory_limit
     }
@@ -50,7 +51,11 @@ impl Limiter {
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
+        // The limit is the sandbox's, all its memories together (a component may define several;
+        // the pool allows four): held per memory, four memories would have held four times it.
+        // Every memory's creation is offered here first (from 0), so `in_use` is all of them.
+        let growth = desired.saturating_sub(current);
+        if self.in_use.saturating_add(growth) > self.memory_limit {
             self.denied = Some(MemoryDenied::Limit);
             return Ok(false);
         }
@@ -59,7 +64,6 @@ impl ResourceLimiter for Limiter {
         // uncounted let that call take back the growth before it, which had happened: a guest
         // alternating a small growth and one past its maximum drove the count to zero while its
         // memory grew, out of the operator's budget.
-        let growth = desired.saturating_sub(current);
         if let Err(why) = self.meter.grow(growth) {
             self.denied = Some(MemoryDenied::Budget(why));
             return Ok(false);
@@ -222,5 +226,17 @@ mod tests {
         assert_eq!(l.in_use, 3 * PAGE);
         assert!(!l.memory_growing(3 * PAGE, 65 * PAGE, None).unwrap(), "past the model's limit");
         assert_eq!((l.in_use, l.denied.clone()), (3 * PAGE, Some(MemoryDenied::Limit)));
+    }
+
+    #[test]
+    fn the_limit_holds_for_all_the_sandbox_s_memories_together() {
+        let mut l = limiter();
+        assert!(l.memory_growing(0, 40 * PAGE, None).unwrap(), "the first memory");
+        assert!(l.memory_growing(0, 20 * PAGE, None).unwrap(), "a second memory, within the limit");
+        assert!(!l.memory_growing(0, 40 * PAGE, None).unwrap(), "a third, each within the limit, all past it");
+        assert!(!l.memory_growing(20 * PAGE, 30 * PAGE, None).unwrap(), "the second, grown past it");
+        assert_eq!((l.in_use, l.denied.clone()), (60 * PAGE, Some(MemoryDenied::Limit)));
+        assert!(l.memory_growing(20 * PAGE, 24 * PAGE, None).unwrap(), "the second, grown to the limit");
+        assert_eq!(l.in_use, 64 * PAGE);
     }
 }

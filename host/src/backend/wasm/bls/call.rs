@@ -188,6 +188,11 @@ impl PendingCall {
         matches!(self.answers, Answers::Stream { .. })
     }
 
+    /// Whether the guest has taken every answer: the host holds nothing more of the call.
+    pub fn is_spent(&self) -> bool {
+        self.ready.is_empty() && matches!(self.answers, Answers::Unary(None) | Answers::Stream { done: true, .. })
+    }
+
     /// Whether an answer (or the end) is there without waiting.
     pub fn is_ready(&mut self) -> bool {
         if !self.ready.is_empty() {

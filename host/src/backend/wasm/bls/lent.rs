@@ -9,14 +9,14 @@
 //! that comes to more than the sandbox's memory limit fails with `invalid-argument`, copying no
 //! more. A plugin cannot hold more than its memory limit without naming the same bytes again, so
 //! no honest call is refused (every entry of a list counts its own size in the guest's memory too,
-//! which an honest list also occupies). The checked request then goes where the generated
-//! function sent it (`models::Host::infer`, `models::HostPendingCall::start`). Defined over the
+//! which an honest list also occupies). The checked request then goes to the sandbox's calls with
+//! what it counted, which the call holds while it is in flight (`calls.rs`). Defined over the
 //! generated functions in the linker, as `lift.rs` defines `send-response`.
 use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, Lift, Linker, Resource, WasmList, WasmStr};
 
 use super::super::bindings::nereus::backend::models::{
-    self, CallError, CallErrorKind, InferenceRequest, InferenceResponse, PendingCall as PendingCallHandle,
+    CallError, CallErrorKind, InferenceRequest, InferenceResponse, PendingCall as PendingCallHandle,
 };
 use super::super::bindings::{CorrelationId, SequenceFlags, Tensor};
 use super::super::lift::{LentParameter, LentTensor};
@@ -75,7 +75,7 @@ fn define(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
         "infer",
         |mut store: StoreContextMut<'_, SandboxState>, (parent, request): (u32, LentRequest)| {
             let answer: Result<InferenceResponse, CallError> = match lift(&mut store, request)? {
-                Ok(request) => models::Host::infer(store.data_mut(), parent, request),
+                Ok((request, bytes)) => store.data_mut().infer_counted(parent, request, bytes),
                 Err(refused) => Err(refused),
             };
             Ok((answer,))
@@ -85,7 +85,7 @@ fn define(linker: &mut Linker<SandboxState>) -> wasmtime::Result<()> {
         "[static]pending-call.start",
         |mut store: StoreContextMut<'_, SandboxState>, (parent, request): (u32, LentRequest)| {
             let started: Result<Resource<PendingCallHandle>, CallError> = match lift(&mut store, request)? {
-                Ok(request) => models::HostPendingCall::start(store.data_mut(), parent, request),
+                Ok((request, bytes)) => store.data_mut().start_counted(parent, request, bytes),
                 Err(refused) => Err(refused),
             };
             Ok((started,))
@@ -118,13 +118,13 @@ impl Budget {
     }
 }
 
-/// The request out of the guest's memory as the generated bindings would have given it, or the
-/// call's error when it does not fit; an error of wasmtime's (a range or string the guest's memory
+/// The request out of the guest's memory as the generated bindings would have given it, with what
+/// it counted, or the call's error when it does not fit; an error of wasmtime's (a range or string the guest's memory
 /// does not hold) traps the plugin, as the generated lift would.
 fn lift(
     store: &mut StoreContextMut<'_, SandboxState>,
     request: LentRequest,
-) -> wasmtime::Result<Result<InferenceRequest, CallError>> {
+) -> wasmtime::Result<Result<(InferenceRequest, u64), CallError>> {
     let limit = store.data().limiter.memory_limit() as u64;
     let mut budget = Budget { limit, total: 0 };
     let model = request.model.to_str(&*store)?;
@@ -178,7 +178,7 @@ fn lift(
             CorrelationId::Text(text.into_owned())
         }
     };
-    Ok(Ok(InferenceRequest {
+    let request = InferenceRequest {
         model,
         version: request.version,
         inputs,
@@ -187,5 +187,6 @@ fn lift(
         correlation_id,
         flags: request.flags,
         timeout_ms: request.timeout_ms,
-    }))
+    };
+    Ok(Ok((request, budget.total)))
 }

@@ -18,11 +18,12 @@ use super::bindings::nereus::backend::models::{
     self, CallError, CallErrorKind, InferenceRequest, InferenceResponse, PendingCall as PendingCallHandle,
 };
 use super::state::SandboxState;
-use call::{Next, PendingCall, error};
+use call::{Next, error};
 
 impl SandboxState {
-    /// Checks and starts a call on behalf of request `parent` of the batch.
-    fn start_call(&mut self, parent: u32, request: InferenceRequest) -> Result<u32, CallError> {
+    /// Checks and starts a call on behalf of request `parent` of the batch; `bytes` is what its
+    /// request counted as it was copied out of the guest (`lent.rs`).
+    fn start_call(&mut self, parent: u32, request: InferenceRequest, bytes: u64) -> Result<u32, CallError> {
         let Some(context) = self.calls.context.clone() else {
             return Err(error(
                 CallErrorKind::NotAllowed,
@@ -55,20 +56,45 @@ impl SandboxState {
                 format!("request {parent} is already complete: calls are made on behalf of a request in progress"),
             ));
         }
+        self.calls.admit(bytes, self.limiter.memory_limit() as u64, &request.model)?;
         let started = call::start(&context, job, parent, request, self.deadline)?;
-        let handle = self.calls.next_handle;
-        self.calls.next_handle = self.calls.next_handle.wrapping_add(1);
-        self.calls.pending.insert(handle, started);
-        Ok(handle)
+        Ok(self.calls.insert(started, bytes))
+    }
+
+    /// `pending-call.start`, its request counted at `bytes`.
+    pub(super) fn start_counted(
+        &mut self,
+        parent: u32,
+        request: InferenceRequest,
+        bytes: u64,
+    ) -> Result<Resource<PendingCallHandle>, CallError> {
+        self.start_call(parent, request, bytes).map(Resource::new_own)
+    }
+
+    /// `models.infer`, its request counted at `bytes`: a call started and waited for.
+    pub(super) fn infer_counted(
+        &mut self,
+        parent: u32,
+        request: InferenceRequest,
+        bytes: u64,
+    ) -> Result<InferenceResponse, CallError> {
+        let handle = self.start_call(parent, request, bytes)?;
+        let answer = self.next_answer(handle, true);
+        self.calls.remove(handle);
+        match answer? {
+            Next::Response(response) => Ok(response),
+            Next::Done => Err(error(CallErrorKind::Internal, "the call completed without a response")),
+        }
     }
 
     /// Waits on call `handle` for its next answer, ending early when its parent is cancelled.
     fn next_answer(&mut self, handle: u32, unary_only: bool) -> Result<Next, CallError> {
         let SandboxState { calls, batch, .. } = self;
-        let pending = calls
+        let pending = &mut calls
             .pending
             .get_mut(&handle)
-            .ok_or_else(|| error(CallErrorKind::Unsupported, "the call has ended: its execute returned"))?;
+            .ok_or_else(|| error(CallErrorKind::Unsupported, "the call has ended: its execute returned"))?
+            .call;
         if unary_only && pending.is_stream() {
             return Err(error(
                 CallErrorKind::Unsupported,
@@ -77,13 +103,22 @@ impl SandboxState {
         }
         let parent = pending.parent() as usize;
         let cancelled = || batch.as_ref().and_then(|b| b.jobs.get(parent)).is_some_and(|j| j.sender.is_cancelled());
-        pending.next(&cancelled)
+        let answer = pending.next(&cancelled);
+        calls.settle(handle);
+        answer
     }
 }
 
+/// What the generated `start` and `infer` would answer, were they linked.
+fn not_linked() -> CallError {
+    error(CallErrorKind::Internal, "calls are the host's own (lent.rs); the generated functions are not linked")
+}
+
 impl models::HostPendingCall for SandboxState {
-    fn start(&mut self, parent: u32, request: InferenceRequest) -> Result<Resource<PendingCallHandle>, CallError> {
-        self.start_call(parent, request).map(Resource::new_own)
+    /// Not called: `lent.rs` defines `start` over this, counting the request before it is copied
+    /// out of the sandbox's memory (see there); kept as the generated bindings require it.
+    fn start(&mut self, _parent: u32, _request: InferenceRequest) -> Result<Resource<PendingCallHandle>, CallError> {
+        Err(not_linked())
     }
 
     fn wait(&mut self, call: Resource<PendingCallHandle>) -> Result<InferenceResponse, CallError> {
@@ -102,24 +137,19 @@ impl models::HostPendingCall for SandboxState {
     }
 
     fn is_ready(&mut self, call: Resource<PendingCallHandle>) -> bool {
-        self.calls.pending.get_mut(&call.rep()).is_some_and(PendingCall::is_ready)
+        self.calls.pending.get_mut(&call.rep()).is_some_and(|held| held.call.is_ready())
     }
 
     /// The guest let go of the call: cancel it if it is still running.
     fn drop(&mut self, call: Resource<PendingCallHandle>) -> wasmtime::Result<()> {
-        self.calls.pending.remove(&call.rep());
+        self.calls.remove(call.rep());
         Ok(())
     }
 }
 
 impl models::Host for SandboxState {
-    fn infer(&mut self, parent: u32, request: InferenceRequest) -> Result<InferenceResponse, CallError> {
-        let handle = self.start_call(parent, request)?;
-        let answer = self.next_answer(handle, true);
-        self.calls.pending.remove(&handle);
-        match answer? {
-            Next::Response(response) => Ok(response),
-            Next::Done => Err(error(CallErrorKind::Internal, "the call completed without a response")),
-        }
+    /// Not called: `lent.rs` defines `infer` over this (see `start`).
+    fn infer(&mut self, _parent: u32, _request: InferenceRequest) -> Result<InferenceResponse, CallError> {
+        Err(not_linked())
     }
 }
