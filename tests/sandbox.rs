@@ -109,6 +109,33 @@ fn a_failed_rebuild_makes_the_model_unavailable_with_the_reason() {
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }
 
+/// A rebuild refused by the server's Wasm memory budget, which other sandboxes hold and may give
+/// back, is not for good: the model stays READY, and its instance builds again on its next request
+/// (here the budget is held by a test hook for the rebuild's duration only, as other models could).
+#[test]
+fn a_rebuild_refused_for_memory_others_hold_is_tried_again_on_the_next_request() {
+    let repo = Repo::new();
+    let one = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    install_faults_component(&repo.model("lone", &faults_config("lone", one), &["1"]));
+    let s = Server::start(repo.path(), &[]);
+    let r = s.post_json("/nereus/test/models/lone/hold_budget_at_rebuilds", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let on_demand = || {
+        s.metrics()
+            .lines()
+            .find(|l| l.starts_with("nereus_instance_sandbox_builds_on_demand{") && l.contains("model=\"lone\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(on_demand(), Some(0.0));
+    let r = s.post_json("/v2/models/lone/infer", &faults_request("trap"));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(s.get("/v2/models/lone/ready").status, 200, "a refusal for memory held elsewhere is not for good");
+    assert_eq!(s.model_state("lone").0, "READY");
+    let r = s.post_json("/v2/models/lone/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(on_demand(), Some(1.0), "the one instance was built again for the request");
+}
+
 /// A request asking the `test_faults` plugin to reach outside its sandbox.
 fn reach(fault: &str, key: &str, value: &str) -> serde_json::Value {
     json!({

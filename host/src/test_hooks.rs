@@ -1,7 +1,7 @@
 //! Test-only hooks, under `/nereus/test/` when the server runs with `--test-hooks`: per model
 //! version, a gate that holds its executions before they start (so tests can queue work
-//! deterministically instead of racing the clock), and a switch that makes its instances' rebuilds
-//! after a fault fail (to test what follows).
+//! deterministically instead of racing the clock), and switches that make its instances' rebuilds
+//! after a fault fail, or find the server's Wasm memory budget held (to test what follows).
 //!
 //! A version holds its hooks as `Option<Arc<TestHooks>>`, `Some` only with `--test-hooks`: without
 //! it, the production types carry no gate and no switch, and an execution checks nothing here.
@@ -18,6 +18,7 @@ pub struct TestHooks {
     gate_closed: Mutex<bool>,
     gate: Condvar,
     refuse_rebuilds: AtomicBool,
+    hold_budget_at_rebuilds: AtomicBool,
 }
 
 impl TestHooks {
@@ -61,6 +62,16 @@ impl TestHooks {
 
     pub fn rebuilds_refused(&self) -> bool {
         self.refuse_rebuilds.load(Ordering::Acquire)
+    }
+
+    /// Makes every later rebuild of the version's instances after a fault find the rest of the
+    /// server's Wasm memory budget held (for the rebuild's duration), as other sandboxes could.
+    pub fn hold_budget_at_rebuilds(&self) {
+        self.hold_budget_at_rebuilds.store(true, Ordering::Release);
+    }
+
+    pub fn budget_held_at_rebuilds(&self) -> bool {
+        self.hold_budget_at_rebuilds.load(Ordering::Acquire)
     }
 }
 

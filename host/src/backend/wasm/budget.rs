@@ -178,6 +178,19 @@ impl SandboxBudget {
     }
 }
 
+/// What is left of the server's Wasm memory budget, held until dropped (by `--test-hooks`, to
+/// stand for other sandboxes holding it).
+pub struct BudgetHold {
+    budget: Arc<SandboxBudget>,
+    bytes: u64,
+}
+
+impl Drop for BudgetHold {
+    fn drop(&mut self) {
+        self.budget.give_memory(self.bytes);
+    }
+}
+
 /// Where one model version's sandboxes count what they use: their linear memory (in the server's
 /// total, within the model's share of it, and on the version's `nereus_wasm_memory_bytes` gauge)
 /// and their log lines (against the rate limit). Clones share the counts.
@@ -240,6 +253,14 @@ impl ModelMeter {
         if let Some(g) = &self.gauge {
             g.sub(bytes as i64);
         }
+    }
+
+    /// Holds what is left of the server's budget until the hold is dropped; `None` when uncounted.
+    pub fn hold_rest_of_budget(&self) -> Option<BudgetHold> {
+        let budget = self.budget.clone()?;
+        let total = budget.limits.total_memory_bytes;
+        let before = budget.memory.fetch_max(total, Ordering::AcqRel);
+        Some(BudgetHold { bytes: total.saturating_sub(before), budget })
     }
 
     /// Whether one more log line may be written now (see [`LogRate::admit`]).

@@ -282,8 +282,49 @@ struct InstanceFactory {
     evictable: bool,
 }
 
+/// Why an instance's sandbox could not be built.
+#[derive(Debug)]
+enum BuildError {
+    /// The server's Wasm memory budget (its total, or the model's share) refused a growth: memory
+    /// other sandboxes hold, which they may give back, so building again may succeed.
+    BudgetInUse(PluginError),
+    /// The plugin or its sandbox failed otherwise: building again would fail the same way.
+    Failed(PluginError),
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BuildError::BudgetInUse(e) | BuildError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<BuildError> for LoadError {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::BudgetInUse(e) | BuildError::Failed(e) => e.into(),
+        }
+    }
+}
+
+impl From<sandbox::Fault> for BuildError {
+    fn from(fault: sandbox::Fault) -> Self {
+        if fault.budget_refused { BuildError::BudgetInUse(fault.into()) } else { BuildError::Failed(fault.into()) }
+    }
+}
+
+impl From<sandbox::CallError> for BuildError {
+    fn from(e: sandbox::CallError) -> Self {
+        match e {
+            sandbox::CallError::Fault(fault) => fault.into(),
+            plugin => BuildError::Failed(plugin.into()),
+        }
+    }
+}
+
 impl InstanceFactory {
-    fn build(&self, instance: &bindings::OwnedInstanceInfo) -> Result<Sandbox, PluginError> {
+    fn build(&self, instance: &bindings::OwnedInstanceInfo) -> Result<Sandbox, BuildError> {
         let label: Arc<str> = format!("model '{}' instance '{}'", self.model_info.name, instance.name).into();
         let mut sandbox = Sandbox::new(&self.component, &self.policy, self.memory.clone(), label)?;
         sandbox.allow_calls(self.calls.clone());
@@ -621,11 +662,18 @@ impl WasmInstance {
         Ok(())
     }
 
+    /// Builds the instance's sandbox again after a fault. Refused by the server's memory budget,
+    /// which other sandboxes hold for now, the instance gives its lease back and builds on its next
+    /// request (as an instance at rest does; that request gets 503 while the memory is still held),
+    /// and the model stays READY; any other failure would repeat, and makes it UNAVAILABLE.
     fn rebuild(&self, resident: &mut Resident) {
-        let built = if self.hooks.as_ref().is_some_and(|h| h.rebuilds_refused()) {
-            Err(TestHooks::REBUILD_REFUSED.to_string())
+        let hooks = self.hooks.as_deref();
+        // The test hook holds what is left of the server's budget, as other sandboxes could.
+        let _held = hooks.filter(|h| h.budget_held_at_rebuilds()).map(|_| self.factory.memory.hold_rest_of_budget());
+        let built = if hooks.is_some_and(TestHooks::rebuilds_refused) {
+            Err(BuildError::Failed(PluginError::Returned(TestHooks::REBUILD_REFUSED.to_string())))
         } else {
-            self.factory.build(&self.info).map_err(|e| e.to_string())
+            self.factory.build(&self.info)
         };
         match built {
             Ok(sandbox) => {
@@ -635,7 +683,16 @@ impl WasmInstance {
                     m.rebuilt();
                 }
             }
-            Err(e) => {
+            Err(BuildError::BudgetInUse(e)) => {
+                tracing::warn!(
+                    "model '{}': instance '{}' could not be rebuilt after a fault now: {e}; it builds again on its \
+                     next request",
+                    self.factory.model_info.name,
+                    self.info.name
+                );
+                resident.lease = None;
+            }
+            Err(BuildError::Failed(e)) => {
                 let reason = format!("instance '{}' could not be rebuilt after a fault: {e}", self.info.name);
                 tracing::error!("model '{}': {reason}", self.factory.model_info.name);
                 self.health.set_unavailable(reason);

@@ -28,11 +28,25 @@ pub struct Fault {
     pub message: String,
     /// Which limit, for `nereus_sandbox_faults{kind}`.
     pub kind: FaultKind,
+    /// Whether a memory growth was refused by the server's Wasm memory budget (its total or the
+    /// model's share), which other sandboxes hold and may give back, rather than by a limit of
+    /// the sandbox's own: the same call may then succeed later.
+    pub budget_refused: bool,
 }
 
 impl Fault {
     fn other(message: String) -> Fault {
-        Fault { message, kind: FaultKind::Other }
+        Fault { message, kind: FaultKind::Other, budget_refused: false }
+    }
+
+    /// The fault of a refused memory growth, `denied` as the limiter recorded it.
+    fn memory(label: &str, denied: &MemoryDenied, policy: &SandboxPolicy) -> Fault {
+        let what = match denied {
+            MemoryDenied::Limit => format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20),
+            MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
+        };
+        let budget_refused = matches!(denied, MemoryDenied::Budget(_));
+        Fault { message: format!("{label} {what}"), kind: FaultKind::Memory, budget_refused }
     }
 }
 
@@ -228,29 +242,24 @@ impl Sandbox {
     /// backtrace (see [`log_guest_backtrace`]): the message is the client's, the log the author's.
     fn fault_of(store: &Store<SandboxState>, policy: &SandboxPolicy, e: wasmtime::Error) -> Fault {
         let data = store.data();
-        let (kind, what) = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
+        let fault =
+            |kind, what: String| Fault { message: format!("{} {what}", data.label), kind, budget_refused: false };
+        let fault = if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
             || e.downcast_ref::<Interrupted>() == Some(&Interrupted::Deadline)
         {
-            (FaultKind::Deadline, data.armed.describe())
+            fault(FaultKind::Deadline, data.armed.describe())
         } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
-            (FaultKind::Fuel, format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX)))
+            let what = format!("exceeded its fuel budget of {} (sandbox.fuel)", policy.fuel.unwrap_or(u64::MAX));
+            fault(FaultKind::Fuel, what)
         } else if let Some(denied) = &data.limiter.denied {
-            (FaultKind::Memory, Self::memory_denied(denied, policy))
+            Fault::memory(&data.label, denied, policy)
         } else if let Some(trap) = e.downcast_ref::<Trap>() {
-            (FaultKind::Trap, format!("trapped: {trap}"))
+            fault(FaultKind::Trap, format!("trapped: {trap}"))
         } else {
-            (FaultKind::Other, format!("failed: {}", e.root_cause()))
+            fault(FaultKind::Other, format!("failed: {}", e.root_cause()))
         };
-        let fault = Fault { message: format!("{} {what}", data.label), kind };
         log_guest_backtrace(&fault, &e);
         fault
-    }
-
-    fn memory_denied(denied: &MemoryDenied, policy: &SandboxPolicy) -> String {
-        match denied {
-            MemoryDenied::Limit => format!("exceeded its memory limit of {} MiB", policy.memory_limit_bytes >> 20),
-            MemoryDenied::Budget(why) => format!("could not grow its memory: {why}"),
-        }
     }
 
     /// Sets up a call: its deadline (`armed`), fuel, and what the last call left behind.
@@ -339,8 +348,7 @@ impl Sandbox {
                 let data = self.store.data();
                 let denied = data.limiter.denied.as_ref().expect("checked above");
                 tracing::debug!("{}: execute returned an error after a refused memory growth: {message}", data.label);
-                let what = Self::memory_denied(denied, &self.policy);
-                Executed::Faulted(Fault { message: format!("{} {what}", data.label), kind: FaultKind::Memory })
+                Executed::Faulted(Fault::memory(&data.label, denied, &self.policy))
             }
             Ok(Ok(returned)) => Executed::Returned(returned),
             Ok(Err(e)) if e.downcast_ref::<WouldBlock>().is_some() => Executed::WouldBlock,

@@ -800,7 +800,7 @@ fn hooks(model: &ModelVersion) -> Result<&TestHooks, InferError> {
 
 /// Test-only hooks (enabled by `--test-hooks`, see [`crate::test_hooks`]): hold a model's instances
 /// at a gate before they execute, read how many executions were in flight at once, and make
-/// instance rebuilds fail.
+/// instance rebuilds fail or find the server's Wasm memory budget held.
 async fn test_hook(
     server: &Arc<Server>,
     name: &str,
@@ -820,6 +820,10 @@ async fn test_hook(
         }
         ("refuse_rebuilds", true) => {
             hooks(&model)?.refuse_rebuilds();
+            Ok(empty(StatusCode::OK))
+        }
+        ("hold_budget_at_rebuilds", true) => {
+            hooks(&model)?.hold_budget_at_rebuilds();
             Ok(empty(StatusCode::OK))
         }
         ("executions", false) => {
