@@ -519,3 +519,40 @@ fn refused_count(refused: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// A callee that faults while running on its caller's thread charges the caller nothing: its
+/// rebuild (the plugin's initialisation, which the caller's deadline does not bound) waits for the
+/// callee's own worker, at its next request, and the caller keeps serving.
+#[test]
+fn a_callee_faulting_on_the_callers_thread_is_rebuilt_on_its_own_worker() {
+    let repo = Repo::new();
+    probe(&repo, "caller", CALLS_ANY);
+    let one = "instance_group [ { count: 1 kind: KIND_CPU } ]";
+    install_faults_component(&repo.model("echo", &faults_config("echo", one), &["1"]));
+    let s = Server::start(repo.path(), &[]);
+    let on_caller = || s.get("/nereus/test/models/echo/executions").json()["on_caller"].as_u64().unwrap_or(0);
+    let rebuilds = || {
+        s.metrics()
+            .lines()
+            .find(|l| l.starts_with("nereus_instance_rebuilds{") && l.contains("model=\"echo\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    // Until a call runs on the caller's thread (the callee's inline gate open).
+    let ran_there = (0..1000).any(|_| {
+        let before = on_caller();
+        assert_eq!(ints(&infer(&s, "caller", &request(&[1], json!({"route": "echo"}))), "OUTPUT0"), vec![2]);
+        on_caller() > before
+    });
+    assert!(ran_there, "no call ran on the caller's thread");
+    let before = on_caller();
+    let r = infer(&s, "caller", &request(&[1], json!({"route": "echo", "fault": "trap"})));
+    assert_eq!(r.status, 500, "{}", r.text());
+    let e = r.error();
+    assert!(e.starts_with("internal: model 'echo': ") && e.contains("trapped"), "{e}");
+    assert_eq!(on_caller(), before + 1, "the faulting call ran on the caller's thread");
+    assert_eq!(rebuilds(), Some(0.0), "not rebuilt on the caller's thread");
+    let r = s.post_json("/v2/models/echo/infer", &faults_request(""));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(rebuilds(), Some(1.0), "rebuilt on its own worker, for its next request");
+    assert_eq!(ints(&infer(&s, "caller", &request(&[1], json!({}))), "OUTPUT0"), vec![2]);
+}

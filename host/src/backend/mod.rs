@@ -129,6 +129,11 @@ pub enum ExecutionThread {
     Worker,
     /// An I/O thread running the execution inline (see `scheduler::inline`): it must not block.
     Inline,
+    /// The thread of a plugin that called the model and waits for this very answer
+    /// (`scheduler::Caller::Waiting`): it may block, but it is the calling model's, so what the
+    /// execution's faults cost the instance (a lowered priority, a rebuild running the plugin's
+    /// initialisation) is not charged to it.
+    Caller,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

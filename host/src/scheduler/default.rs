@@ -184,7 +184,7 @@ impl Pool {
                     }
                     Runner::Caller => {
                         self.ctx.probe.count_on_caller();
-                        ExecutionThread::Worker
+                        ExecutionThread::Caller
                     }
                     Runner::Worker => ExecutionThread::Worker,
                 };

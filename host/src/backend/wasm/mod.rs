@@ -499,9 +499,9 @@ struct Resident {
     lease: Option<Lease>,
     /// The linear memory the sandbox held once built (and initialised), in bytes.
     built_with: usize,
-    /// The store was dropped during an inline execution (or an idle rebuild failed); the worker
-    /// rebuilds it (building runs the guest's initialisation, which may block, so never on an I/O
-    /// thread).
+    /// The store was dropped during an execution on another thread than the instance's worker
+    /// (inline, or a calling plugin's), or an idle rebuild failed; the worker rebuilds it
+    /// (building runs the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
 }
 
@@ -705,7 +705,10 @@ impl BackendInstance for WasmInstance {
     fn execute(&mut self, jobs: &mut Vec<Job>, thread: ExecutionThread) -> ExecutionTimes {
         let started = Instant::now();
         let inline = thread == ExecutionThread::Inline;
-        if self.penalized && !inline {
+        // Only the instance's own worker pays for the instance's faults (a caller's thread is the
+        // calling model's, an I/O thread everyone's).
+        let own_thread = thread == ExecutionThread::Worker;
+        if self.penalized && own_thread {
             // Worker threads are shared and a faulted one ends after its task: the penalty
             // follows the instance onto whichever thread runs it next.
             deprioritize_this_thread();
@@ -819,25 +822,26 @@ impl BackendInstance for WasmInstance {
         if fault {
             if let Some(error) = &error {
                 tracing::warn!("{error}; rebuilding the instance");
-                // Only an instance's own worker: an inline execution runs on an I/O thread, which
-                // must keep its priority (and the model runs inline no more after a fault).
-                if !inline {
-                    if !self.penalized && deprioritize_this_thread() {
-                        tracing::info!(
-                            "model '{}': this instance now runs at the lowest CPU priority after a fault",
-                            self.factory.model_info.name
-                        );
-                    }
-                    self.penalized = true;
+                // Only an instance's own worker is lowered: an I/O thread must keep its priority,
+                // as must a calling plugin's thread (the instance's next execution on its worker
+                // is lowered); and the model runs on neither after a fault.
+                if own_thread && !self.penalized && deprioritize_this_thread() {
+                    tracing::info!(
+                        "model '{}': this instance now runs at the lowest CPU priority after a fault",
+                        self.factory.model_info.name
+                    );
                 }
+                self.penalized |= !inline;
             }
             // A faulted store is never reused: drop it (no finalisation can run in it) and build anew
-            // (on the worker when this ran inline: building runs the guest's initialisation).
+            // on the instance's own worker (building runs the guest's initialisation, which may
+            // block, and which a calling plugin's deadline does not bound); elsewhere, at its next
+            // execution there.
             resident.sandbox = None;
-            if inline {
-                resident.rebuild_pending = true;
-            } else {
+            if own_thread {
                 self.rebuild(&mut resident);
+            } else {
+                resident.rebuild_pending = true;
             }
         }
         ExecutionTimes { input: called - started, infer: returned - called, output: returned.elapsed() }
