@@ -524,3 +524,60 @@ fn a_named_configuration_is_preferred_and_followed_under_poll() {
     let rows = s.post_json("/v2/repository/index", &json!({})).json();
     assert!(rows.as_array().unwrap().iter().any(|r| r["version"] == "2" && r["state"] == "READY"), "{rows}");
 }
+
+/// A load request's configuration is the client's: values that would exhaust the server or name
+/// files outside the repository fail that load with the reason, and the model already loaded
+/// keeps serving — a sequence state of 10^18 elements, 10^15 priority levels, 2^31 instances, a
+/// backend or model file named by an absolute or `..` path, an ensemble step outside the
+/// repositories.
+#[test]
+fn hostile_configurations_in_a_load_request_fail_only_their_load() {
+    let repo = Repo::new();
+    repo.model("simple", &add_sub_config("simple", ""), &["1"]);
+    repo.model("e", &ensemble_config("e"), &["1"]);
+    // A loadable model in a folder beside the repository, which no request may reach.
+    let outside = Repo::new();
+    // Its configuration names no model (the folder's name is taken), as many do.
+    outside.model("secret", &add_sub_config("secret", "").replacen("name: \"secret\"\n", "", 1), &["1"]);
+    let s = Server::start(repo.path(), &["--model-control-mode", "explicit", "--load-model", "simple"]);
+    let base = s.get("/v2/models/simple/config").json();
+    let refused = |change: &dyn Fn(&mut Value), expected: &str| {
+        let mut config = base.clone();
+        change(&mut config);
+        let r = load(&s, "simple", &json!({"parameters": {"config": config.to_string()}}));
+        assert_ne!(r.status, 200, "{expected}: {}", r.text());
+        assert!(r.error().contains(expected), "{expected}: {}", r.error());
+        assert_simple_answers(&s, "simple");
+    };
+    refused(
+        &|c| {
+            c["sequence_batching"] = json!({"state": [{"input_name": "S_IN", "output_name": "S_OUT",
+                "data_type": "TYPE_FP64", "dims": [1_000_000_000i64, 1_000_000_000i64]}]})
+        },
+        "state 'S_IN' with dims [1000000000, 1000000000] is larger than the 1024 MiB a sequence state may be",
+    );
+    refused(
+        &|c| c["dynamic_batching"] = json!({"priority_levels": 1_000_000_000_000_000u64, "default_priority_level": 1}),
+        "priority levels must be at most 65536 for simple",
+    );
+    refused(
+        &|c| c["instance_group"] = json!([{"kind": "KIND_CPU", "count": 2147483647}]),
+        "model simple asks for more than the 4096 instances a model may have",
+    );
+    let escape = format!("../{}/secret/1/secret", outside.path().file_name().unwrap().to_string_lossy());
+    refused(&|c| c["backend"] = json!(escape), "must be a plain name: no path separators, not '..'");
+    refused(&|c| c["backend"] = json!("/etc/passwd"), "must be a plain name");
+    refused(&|c| c["default_model_filename"] = json!("../../x.onnx"), "must be a path inside the version folder");
+
+    // An ensemble whose step names a model outside the repository: the step is not loaded.
+    let step = format!("../{}/secret", outside.path().file_name().unwrap().to_string_lossy());
+    let ensemble = json!({"name": "e", "platform": "ensemble", "max_batch_size": 8,
+        "input": [{"name": "A", "data_type": "TYPE_INT32", "dims": [16]}, {"name": "B", "data_type": "TYPE_INT32", "dims": [16]}],
+        "output": [{"name": "SUM", "data_type": "TYPE_INT32", "dims": [16]}],
+        "ensemble_scheduling": {"step": [{"model_name": step, "model_version": -1,
+            "input_map": {"INPUT0": "A", "INPUT1": "B"}, "output_map": {"OUTPUT0": "SUM"}}]}});
+    let r = load(&s, "e", &json!({"parameters": {"config": ensemble.to_string()}}));
+    assert_ne!(r.status, 200, "{}", r.text());
+    assert!(index(&s).iter().all(|m| !m["name"].as_str().unwrap_or_default().contains("secret")), "{:?}", index(&s));
+    assert_simple_answers(&s, "simple");
+}

@@ -13,13 +13,13 @@
 //! One load, unload or poll runs at a time (`ops`); inference never waits for them, it reads the
 //! table for a moment. At start-up the models load on `--model-load-thread-count` threads.
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, is_plain_name};
 use crate::error::InferError;
 use crate::load_error::LoadError;
 use crate::model::ModelVersion;
@@ -719,6 +719,11 @@ impl ModelControl {
 
     /// `name`'s folder in the repositories: exactly one must have it.
     fn find(&self, name: &str) -> Result<PathBuf, String> {
+        // A name from a request or an ensemble's steps (which a load request may send): joined to
+        // a repository, `../x` or `/x` would be a folder outside it.
+        if !is_plain_name(name) {
+            return Err(format!("'{name}' is not a model name: it must be one folder name"));
+        }
         let dirs: Vec<PathBuf> = self.repositories.iter().map(|r| r.join(name)).filter(|d| d.is_dir()).collect();
         match dirs.as_slice() {
             [] => Err(self
@@ -743,10 +748,4 @@ impl ModelControl {
             _ => Fingerprint::of(dir, &[]),
         }
     }
-}
-
-/// A model (or backend) name usable as one folder name: not empty, no separators, not `..`.
-fn is_plain_name(name: &str) -> bool {
-    let mut parts = Path::new(name).components();
-    matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none() && !name.contains('/')
 }

@@ -375,6 +375,9 @@ pub enum SequenceError {
     StateNameTaken(String),
     #[error("initial_state of state '{0}' must have fixed dims")]
     InitialDims(String),
+    /// A state whose initial value would be larger than the host allows (or than it can count).
+    #[error("state '{name}' with dims {dims:?} is larger than the {} MiB a sequence state may be", .limit >> 20)]
+    StateTooLarge { name: String, dims: Vec<i64>, limit: u64 },
     #[error("initial_state of state '{0}' needs zero_data or data_file")]
     InitialData(String),
     #[error("state '{0}' may have only one initial_state")]

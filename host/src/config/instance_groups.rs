@@ -97,8 +97,24 @@ pub fn validate_instance_groups(config: &ModelConfig, gpu_count: usize) -> Resul
             return Err(at(format!("instance_group[{i}]: duplicate group name '{name}'")));
         }
     }
-    Ok(())
+    // Not a check of tritonserver's: every instance is described before any backend's own limit is
+    // looked at, so a count of 2^31 (which a load request may send) would exhaust memory first.
+    let instances = config.instance_group.iter().try_fold(0u64, |total, g| {
+        let each = g.gpus.len().max(1) as u64;
+        total.checked_add(u64::try_from(g.count).ok()?.checked_mul(each)?)
+    });
+    match instances {
+        Some(n) if n <= MAX_MODEL_INSTANCES => Ok(()),
+        _ => Err(ConfigError::at(
+            "instance_group",
+            format!("model {model} asks for more than the {MAX_MODEL_INSTANCES} instances a model may have"),
+        )),
+    }
 }
+
+/// The most instances one model may ask for, all groups and GPUs together (tritonserver sets no
+/// bound; a Wasm model is held to `--sandbox-max-instances`, lower, after this).
+pub const MAX_MODEL_INSTANCES: u64 = 4096;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,10 @@ use super::schema::model_sequence_batching::{self, control::Kind as ControlKind}
 use super::schema::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
 use crate::proto::inference::DataType;
 
+/// The most priority levels a model may have (`dynamic_batching.priority_levels`): each is a queue
+/// made when the model loads, and tritonserver sets no bound (2^64 levels would exhaust memory).
+pub const MAX_PRIORITY_LEVELS: u64 = 65_536;
+
 /// The framework a backend name or a platform denotes (tritonserver's `BackendType`): a backend
 /// and a platform that denote different known frameworks contradict each other.
 #[derive(PartialEq, Eq)]
@@ -57,6 +61,23 @@ pub fn validate_model_config(config: &ModelConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::at(
             "backend",
             format!("Ensemble model '{name}' must have platform type 'ensemble' and empty backend type"),
+        ));
+    }
+    // Not checks of tritonserver's: both name files the server opens, and a load request may send
+    // them (`/etc/x` joined to a folder is `/etc/x`, `../x` leaves it).
+    if !config.backend.is_empty() && !is_plain_name(&config.backend) {
+        return Err(ConfigError::at(
+            "backend",
+            format!("backend '{}' of {name} must be a plain name: no path separators, not '..'", config.backend),
+        ));
+    }
+    if !config.default_model_filename.is_empty() && !is_relative_inside(&config.default_model_filename) {
+        return Err(ConfigError::at(
+            "default_model_filename",
+            format!(
+                "default_model_filename '{}' of {name} must be a path inside the version folder",
+                config.default_model_filename
+            ),
         ));
     }
     let framework = framework_of_backend(&config.backend);
@@ -123,6 +144,10 @@ fn check_dynamic_batching(db: &ModelDynamicBatching, max_batch_size: i32, name: 
         }
     }
     let levels = db.priority_levels;
+    // Not a check of tritonserver's: each level is a queue of its own, made when the model loads.
+    if levels > MAX_PRIORITY_LEVELS {
+        return Err(at(format!("priority levels must be at most {MAX_PRIORITY_LEVELS} for {name}")));
+    }
     if levels != 0 {
         if db.default_priority_level == 0 || db.default_priority_level > levels {
             return Err(at(format!("default priority level must be in range [1, {levels}] for {name}")));
@@ -275,6 +300,20 @@ fn check_control(
         }
     }
     Ok(found)
+}
+
+/// One folder or file name: not empty, no separators, not `.` or `..`.
+pub fn is_plain_name(name: &str) -> bool {
+    let mut parts = std::path::Path::new(name).components();
+    matches!(parts.next(), Some(std::path::Component::Normal(_)))
+        && parts.next().is_none()
+        && !name.contains(['/', '\\'])
+}
+
+/// A relative path of plain names only: it stays inside the folder it is joined to.
+fn is_relative_inside(path: &str) -> bool {
+    let path = std::path::Path::new(path);
+    path.components().next().is_some() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 #[cfg(test)]

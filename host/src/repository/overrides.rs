@@ -40,14 +40,20 @@ impl LoadOverrides {
             )));
         }
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "nereus-override-{}-{}-{model}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let folder = OverrideDir(dir);
+        // A name nobody can guess, made by this call or failing (never one found there: another
+        // user of the temporary directory could have made it, or a link in it, to catch the
+        // files), readable by this user only; what is then made inside it is this server's alone.
+        let nonce = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+        );
+        let dir = std::env::temp_dir().join(format!("nereus-override-{}-{nonce:016x}-{model}", std::process::id()));
         let failed = |what: String| LoadError::FileOverride(what);
-        std::fs::create_dir_all(&folder.0).map_err(|e| failed(format!("cannot create {}: {e}", folder.0.display())))?;
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir).map_err(|e| failed(format!("cannot create {}: {e}", dir.display())))?;
+        let folder = OverrideDir(dir);
         for (name, bytes) in &self.files {
             let relative = safe_relative(name).ok_or_else(|| {
                 failed(format!("invalid file override 'file:{name}': the path must be relative, without '..'"))

@@ -14,6 +14,10 @@ use crate::load_error::SequenceError;
 use crate::request::{CorrelationId, Tensor};
 use crate::tensor::DataType;
 
+/// The most bytes one sequence state may hold (1 GiB; tritonserver sets no bound, and a
+/// configuration naming more would only fail, or abort the process, allocating it).
+pub const MAX_STATE_BYTES: u64 = 1 << 30;
+
 /// Triton's default `max_sequence_idle_microseconds`.
 const DEFAULT_IDLE: Duration = Duration::from_secs(1);
 
@@ -296,7 +300,18 @@ fn initial_state(
         }
         _ => return Err(SequenceError::InitialStates(st.input_name.clone())),
     };
-    let count: usize = dims.iter().product::<i64>().max(0) as usize;
+    // Checked before anything is allocated: the dims are the configuration's, which a load
+    // request may supply, and their product can overflow or name more memory than there is.
+    let element_size = datatype.element_size().unwrap_or(4) as u64;
+    let count = dims
+        .iter()
+        .try_fold(1u64, |n, d| n.checked_mul(u64::try_from(*d).ok()?))
+        .filter(|n| n.checked_mul(element_size).is_some_and(|bytes| bytes <= MAX_STATE_BYTES))
+        .ok_or_else(|| SequenceError::StateTooLarge {
+            name: st.input_name.clone(),
+            dims: dims.clone(),
+            limit: MAX_STATE_BYTES,
+        })? as usize;
     let data = match data_file {
         Some(file) => {
             if file.contains("..") || Path::new(&file).is_absolute() {
