@@ -107,6 +107,13 @@ fn direct_slots_backlog_padding_and_reuse() {
     let r = s.post_json("/v2/models/acc/infer", &two_rows);
     assert_eq!(r.status, 400);
     assert!(r.error().contains("must specify batch-size 1"), "{}", r.error());
+    let no_rows = json!({
+        "parameters": {"sequence_id": 9, "sequence_start": true},
+        "inputs": [{"name": "INPUT", "shape": [0, 1], "datatype": "INT32", "data": []}]
+    });
+    let r = s.post_json("/v2/models/acc/infer", &no_rows);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("must specify batch-size 1"), "{}", r.error());
     // Statistics count real requests only, not padding.
     let stats = s.get("/v2/models/acc/stats").json()["model_stats"][0].clone();
     assert_eq!(stats["inference_stats"]["success"]["count"], 7);

@@ -167,7 +167,10 @@ impl SequenceBatcher {
                 format!("inference request to model '{model}' must specify a non-zero or non-empty correlation ID");
             return Err((job, InferError::invalid(message)));
         }
-        if job.request.batch_size(self.shared.rules.batching) > 1 {
+        // Not 0 rows either (which the server's checks let through for other schedulers): the
+        // controls and states are one row per request, so a request of no rows would shift the
+        // other sequences' data against their controls in the batch.
+        if job.request.batch_size(self.shared.rules.batching) != 1 {
             let message = format!(
                 "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
             );
