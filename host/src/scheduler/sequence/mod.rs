@@ -21,6 +21,7 @@
 //! Before a request reaches the backend the host adds the control tensors (START, END, READY,
 //! CORRID) and each implicit state's input; after it ran, the state output is kept for the
 //! sequence's next request and removed from the response unless the client asked for it.
+mod backlog;
 mod hold;
 mod reaper;
 mod rules;
@@ -41,6 +42,7 @@ use crate::device_io::DeviceTensors;
 use crate::error::InferError;
 use crate::request::{CorrelationId, Job, ResponseSender, Tensor};
 use crate::stats::ModelStats;
+use backlog::Backlog;
 use hold::Hold;
 use reaper::{REAPER, Reap, Registration};
 use rules::Strategy;
@@ -61,29 +63,6 @@ struct Slot {
     busy: bool,
 }
 
-struct Backlogged {
-    id: CorrelationId,
-    queue: VecDeque<Job>,
-    /// Its END request has arrived: later requests with this id belong to another sequence.
-    ended: bool,
-    /// The earliest deadline of its requests' `timeout`s, if any has one.
-    expires: Option<Instant>,
-}
-
-impl Backlogged {
-    /// Adds a request that arrived `now`, whose timeout may bring the sequence's expiry closer.
-    /// Returns the new expiry when it did.
-    fn push(&mut self, job: Job, now: Instant) -> Option<Instant> {
-        let timeout = job.request.timeout_us;
-        self.queue.push_back(job);
-        if timeout == 0 {
-            return None;
-        }
-        let at = now + Duration::from_micros(timeout);
-        (self.expires.is_none_or(|e| at < e)).then(|| *self.expires.insert(at))
-    }
-}
-
 /// What tritonserver answers to each request of a sequence whose backlog expired.
 const BACKLOG_EXPIRED: &str = "timeout of the corresponding sequence has been expired";
 
@@ -93,7 +72,7 @@ struct State {
     free: BTreeSet<(usize, usize)>,
     /// Sequences holding a slot whose END has not arrived yet.
     active: HashMap<CorrelationId, SlotRef>,
-    backlog: VecDeque<Backlogged>,
+    backlog: Backlog,
     /// The ticket of the next formed batch (for `preserve_ordering`).
     next_ticket: u64,
     /// tritonserver's test hold on the first batch, until it is released (see [`hold`]).
@@ -136,7 +115,7 @@ impl SequenceBatcher {
                 slots: (0..count).map(|_| (0..per).map(|_| Slot::default()).collect()).collect(),
                 free: (0..per).flat_map(|s| (0..count).map(move |i| (s, i))).collect(),
                 active: HashMap::new(),
-                backlog: VecDeque::new(),
+                backlog: Backlog::default(),
                 next_ticket: 0,
                 hold: Hold::from_env(),
                 reaping: false,
@@ -206,13 +185,15 @@ impl SequenceBatcher {
             self.shared.lifecycle.wake(instance);
             return Ok(());
         }
-        if let Some(b) = state.backlog.iter_mut().find(|b| b.id == id && !b.ended) {
-            b.ended = end;
-            if let Some(at) = b.push(job, now) {
-                self.shared.reaper.arm(at);
+        let job = match state.backlog.join(&id, job, end, now) {
+            Ok(expires) => {
+                if let Some(at) = expires {
+                    self.shared.reaper.arm(at);
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            Err(job) => job,
+        };
         if !start {
             let message = format!(
                 "inference request for sequence {} to model '{model}' must specify the START flag on the first request of the sequence",
@@ -237,11 +218,9 @@ impl SequenceBatcher {
                 self.shared.lifecycle.wake(instance);
             }
             None => {
-                let mut b = Backlogged { id, queue: VecDeque::new(), ended: end, expires: None };
-                if let Some(at) = b.push(job, now) {
+                if let Some(at) = state.backlog.start(id, job, end, now) {
                     self.shared.reaper.arm(at);
                 }
-                state.backlog.push_back(b);
             }
         }
         Ok(())
@@ -260,8 +239,7 @@ impl Schedule for SequenceBatcher {
     /// Requests waiting: in slots and in the backlog.
     fn queued(&self) -> usize {
         let state = self.shared.state.lock();
-        state.slots.iter().flatten().map(|s| s.queue.len()).sum::<usize>()
-            + state.backlog.iter().map(|b| b.queue.len()).sum::<usize>()
+        state.slots.iter().flatten().map(|s| s.queue.len()).sum::<usize>() + state.backlog.requests()
     }
 
     /// Sequences started and not yet ended, holding a slot or waiting in the backlog: a shutdown
@@ -275,10 +253,10 @@ impl Schedule for SequenceBatcher {
     /// Stops taking requests; runs what is queued in slots, fails what waits in the backlog (it
     /// would wait for sequences that may never end), then finalises the instances.
     fn shutdown(&self) {
-        let backlog: Vec<Backlogged> = {
+        let backlog = {
             let mut state = self.shared.state.lock();
             self.shared.lifecycle.close();
-            state.backlog.drain(..).collect()
+            state.backlog.drain()
         };
         for mut b in backlog {
             for job in &mut b.queue {
@@ -315,7 +293,7 @@ impl Shared {
     fn next(&self, state: &mut State, i: usize, now: Instant) -> Next<Formed> {
         if let Some(hold) = state.hold {
             let queued = state.slots.iter().flatten().map(|s| s.queue.len()).sum();
-            let backlogged = state.backlog.iter().map(|b| b.queue.len()).sum();
+            let backlogged = state.backlog.requests();
             if !hold.released_by(queued, backlogged) && !self.lifecycle.is_closed() {
                 return Next::Wait(Some(now + hold::POLL));
             }
@@ -329,10 +307,11 @@ impl Shared {
         let head_age = |s: usize| slots[s].queue.front().map_or(now, |j| j.enqueued);
         let oldest = ready.iter().map(|s| head_age(*s)).min().unwrap_or(now);
         // Only requests whose shapes match the reference's run together (tritonserver's
-        // `enforce_equal_shape_tensors`); the others wait for a later batch.
+        // `enforce_equal_shape_tensors`), with the same optional inputs; the others wait for a
+        // later batch.
         let matching = |reference: usize, candidates: Vec<usize>| -> Vec<usize> {
             let Some(reference) = slots[reference].queue.front().map(|j| &j.request) else { return candidates };
-            if self.rules.equal_shape_inputs.is_empty() {
+            if !self.rules.constrains_batches() {
                 return candidates;
             }
             candidates
@@ -351,9 +330,12 @@ impl Shared {
                     return Next::Wait(Some(oldest + *max_queue_delay));
                 }
                 // The batch still spans every ready slot: a slot whose request does not match the
-                // first one's is padding this time, as tritonserver's null request.
+                // oldest head's is padding this time, as tritonserver's null request. (Matching
+                // the lowest ready slot's instead starved a slot whose requests never matched a
+                // busier slot below it.)
                 let span = ready.last().copied().unwrap_or(0);
-                let take = matching(ready[0], ready);
+                let first = ready.iter().copied().min_by_key(|s| head_age(*s)).unwrap_or(ready[0]);
+                let take = matching(first, ready);
                 return self.form(state, i, &take, span);
             }
             Strategy::Oldest { preferred, max_queue_delay, .. } => {
@@ -515,13 +497,8 @@ impl Reap for Shared {
             state.reaping = false;
             return None;
         }
-        let expired_backlog: VecDeque<Backlogged> = {
-            let (expired, kept) =
-                std::mem::take(&mut state.backlog).into_iter().partition(|b| b.expires.is_some_and(|e| e <= now));
-            state.backlog = kept;
-            expired
-        };
-        let mut next: Option<Instant> = state.backlog.iter().filter_map(|b| b.expires).min();
+        let expired_backlog = state.backlog.take_expired(now);
+        let mut next: Option<Instant> = state.backlog.next_expiry();
         let mut expired = Vec::new();
         for (i, slots) in state.slots.iter().enumerate() {
             for (s, slot) in slots.iter().enumerate() {
@@ -598,5 +575,114 @@ impl Worker for SlotWorker {
 
     fn finish(self) {
         self.instance.finalize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::InferenceRequest;
+    use crate::tensor::DataType;
+    use bytes::Bytes;
+
+    /// A batcher's shared state with one instance of `slots` slots and no worker, for `next`.
+    fn shared(strategy: Strategy, slots: usize) -> Arc<Shared> {
+        Arc::new_cyclic(|me: &Weak<Shared>| Shared {
+            model: "m".into(),
+            rules: SequenceRules {
+                strategy,
+                slots_per_instance: slots,
+                max_batch_size: slots,
+                idle: Duration::from_secs(60),
+                controls: Default::default(),
+                states: Vec::new(),
+                batching: true,
+                equal_shape_inputs: vec!["INPUT0".into()],
+                optional_inputs: true,
+            },
+            state: Mutex::new(State {
+                slots: vec![(0..slots).map(|_| Slot::default()).collect()],
+                free: BTreeSet::new(),
+                active: HashMap::new(),
+                backlog: Backlog::default(),
+                next_ticket: 0,
+                hold: None,
+                reaping: false,
+            }),
+            work: vec![Condvar::new()],
+            reaper: REAPER.register(me.clone() as Weak<dyn Reap>),
+            padding_stats: Arc::new(ModelStats::default()),
+            ordering: OrderedDelivery::default(),
+            lifecycle: Lifecycle::default(),
+        })
+    }
+
+    fn tensor(name: &str, width: i64) -> Tensor {
+        Tensor {
+            name: name.into(),
+            datatype: DataType::Int32,
+            shape: vec![1, width],
+            data: Bytes::from(vec![0; 4 * width as usize]),
+        }
+    }
+
+    /// Queues a request of sequence `id` in `slot`, with `inputs`, that arrived at `at`.
+    fn queue(state: &mut State, slot: usize, id: u64, inputs: Vec<Tensor>, at: Instant) {
+        let (sender, _rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
+        let request = InferenceRequest { correlation_id: CorrelationId::Numeric(id), inputs, ..Default::default() };
+        let s = &mut state.slots[0][slot];
+        s.sequence = Some(CorrelationId::Numeric(id));
+        s.queue.push_back(Job { request, sender, enqueued: at });
+    }
+
+    /// The slots whose request the next batch takes (padding left out).
+    fn taken(shared: &Shared, now: Instant) -> Vec<usize> {
+        let mut state = shared.state.lock();
+        match shared.next(&mut state, 0, now) {
+            Next::Run((_, entries, _)) => entries.iter().filter(|e| !e.padding).map(|e| e.slot).collect(),
+            _ => panic!("no batch formed"),
+        }
+    }
+
+    /// Direct: requests that cannot share a batch (here unequal shapes) are matched against the
+    /// oldest head, not the lowest slot's, so a slot below that always has work cannot keep one
+    /// above it waiting.
+    #[test]
+    fn direct_batches_start_from_the_oldest_head() {
+        let s = shared(Strategy::Direct { min_utilization: 0.0, max_queue_delay: Duration::ZERO }, 3);
+        let t = Instant::now();
+        {
+            let mut state = s.state.lock();
+            queue(&mut state, 0, 1, vec![tensor("INPUT0", 2)], t + Duration::from_millis(2));
+            queue(&mut state, 0, 1, vec![tensor("INPUT0", 2)], t + Duration::from_millis(3));
+            queue(&mut state, 1, 2, vec![tensor("INPUT0", 3)], t + Duration::from_millis(1));
+            queue(&mut state, 2, 3, vec![tensor("INPUT0", 3)], t + Duration::from_millis(4));
+        }
+        let now = t + Duration::from_millis(5);
+        assert_eq!(taken(&s, now), [1, 2], "the oldest head (slot 1) and the one matching it");
+        assert_eq!(taken(&s, now), [0]);
+        assert_eq!(taken(&s, now), [0]);
+    }
+
+    /// Requests with different optional inputs never share a batch (an input would cover only
+    /// some of its rows), with either strategy.
+    #[test]
+    fn requests_with_different_optional_inputs_run_apart() {
+        for strategy in [
+            Strategy::Direct { min_utilization: 0.0, max_queue_delay: Duration::ZERO },
+            Strategy::Oldest { preferred: Vec::new(), max_queue_delay: Duration::ZERO, preserve_ordering: false },
+        ] {
+            let s = shared(strategy.clone(), 3);
+            let t = Instant::now();
+            {
+                let mut state = s.state.lock();
+                queue(&mut state, 0, 1, vec![tensor("INPUT0", 2)], t);
+                queue(&mut state, 1, 2, vec![tensor("INPUT0", 2), tensor("OPTIONAL", 1)], t + Duration::from_millis(1));
+                queue(&mut state, 2, 3, vec![tensor("INPUT0", 2)], t + Duration::from_millis(2));
+            }
+            let now = t + Duration::from_millis(5);
+            assert_eq!(taken(&s, now), [0, 2], "{strategy:?}");
+            assert_eq!(taken(&s, now), [1], "{strategy:?}");
+        }
     }
 }

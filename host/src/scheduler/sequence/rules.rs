@@ -71,6 +71,9 @@ pub struct SequenceRules {
     /// Inputs with variable dims that are not `allow_ragged_batch`: requests batched together
     /// must give them equal shapes (tritonserver's `enforce_equal_shape_tensors`).
     pub equal_shape_inputs: Vec<String>,
+    /// Whether the model has optional inputs: requests batched together must give the same ones
+    /// (a batch's input covers every row or none), as the dynamic batcher's rule.
+    pub optional_inputs: bool,
 }
 
 impl SequenceRules {
@@ -190,16 +193,28 @@ impl SequenceRules {
                 .filter(|i| i.dims.contains(&-1) && !i.allow_ragged_batch)
                 .map(|i| i.name.clone())
                 .collect(),
+            optional_inputs: config.input.iter().any(|i| i.optional),
         }))
     }
 
+    /// Whether any two requests may not run in one batch (see [`batch_together`](Self::batch_together)).
+    pub fn constrains_batches(&self) -> bool {
+        !self.equal_shape_inputs.is_empty() || self.optional_inputs
+    }
+
     /// Whether the requests `a` and `b` may run in one batch: their inputs that must match in
-    /// shape do.
+    /// shape do, and they give the same optional inputs.
     pub fn batch_together(&self, a: &crate::request::InferenceRequest, b: &crate::request::InferenceRequest) -> bool {
         let shape = |r: &crate::request::InferenceRequest, name: &str| {
             r.inputs.iter().find(|t| t.name == name).map(|t| t.shape.clone())
         };
-        self.equal_shape_inputs.iter().all(|name| shape(a, name) == shape(b, name))
+        if !self.equal_shape_inputs.iter().all(|name| shape(a, name) == shape(b, name)) {
+            return false;
+        }
+        if self.optional_inputs {
+            return input_names(a) == input_names(b);
+        }
+        true
     }
 
     /// The shape of a per-request control tensor: one value per batch slot.
@@ -251,6 +266,13 @@ impl SequenceRules {
         }
         output
     }
+}
+
+/// A request's input names, sorted.
+fn input_names(r: &crate::request::InferenceRequest) -> Vec<&str> {
+    let mut n: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
+    n.sort_unstable();
+    n
 }
 
 /// The CORRID control's value: the id in the configured type (a string id as a BYTES element; a
