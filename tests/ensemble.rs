@@ -427,6 +427,40 @@ ensemble_scheduling {{ step [ {steps} ] }}"#
     assert_eq!(s.post_json("/v2/models/simple/infer", &simple_request(1)).status, 200);
 }
 
+/// Triton's repeat example, then an identity (`ident1`, [`int32_identity`]) on each of its responses.
+const REPEAT_THEN_COPY: &str = r#"name: "repeat_then_copy" platform: "ensemble" max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "COPY" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "repeat_int32" input_map { key: "IN" value: "IN" } input_map { key: "DELAY" value: "DELAY" }
+      input_map { key: "WAIT" value: "WAIT" } output_map { key: "OUT" value: "out" } output_map { key: "IDX" value: "IDX" } },
+    { model_name: "ident1" input_map { key: "INPUT0" value: "out" } output_map { key: "OUTPUT0" value: "COPY" } }
+  ]
+}"#;
+
+/// A `repeat_then_copy` request over gRPC: IN = `values`, no delays, no wait at the end.
+fn repeat_request(values: &[i32]) -> nereus::proto::inference::ModelInferRequest {
+    use bytes::Bytes;
+    use nereus::proto::inference as pb;
+    let input = |name: &str, datatype: &str, n: usize| pb::model_infer_request::InferInputTensor {
+        name: name.into(),
+        datatype: datatype.into(),
+        shape: vec![n as i64],
+        parameters: Default::default(),
+        contents: None,
+    };
+    let n = values.len();
+    pb::ModelInferRequest {
+        model_name: "repeat_then_copy".into(),
+        id: "r".into(),
+        inputs: vec![input("IN", "INT32", n), input("DELAY", "UINT32", n), input("WAIT", "UINT32", 1)],
+        raw_input_contents: vec![Bytes::from(le_i32(values)), Bytes::from(vec![0u8; 4 * n]), Bytes::from(vec![0u8; 4])],
+        ..Default::default()
+    }
+}
+
 /// Triton's repeat example as the first step of a pipeline: every response it streams drives the
 /// identity step after it once, and the ensemble (decoupled because a step is) answers once per
 /// response, then sends the final flag.
@@ -438,21 +472,7 @@ fn a_decoupled_step_drives_the_next_step_once_per_response() {
     let repo = Repo::new();
     repo.example("repeat_int32");
     int32_identity(&repo, "ident1", 0, "[ 1 ]");
-    repo.model(
-        "repeat_then_copy",
-        r#"name: "repeat_then_copy" platform: "ensemble" max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
-        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-output [ { name: "COPY" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-ensemble_scheduling {
-  step [
-    { model_name: "repeat_int32" input_map { key: "IN" value: "IN" } input_map { key: "DELAY" value: "DELAY" }
-      input_map { key: "WAIT" value: "WAIT" } output_map { key: "OUT" value: "out" } output_map { key: "IDX" value: "IDX" } },
-    { model_name: "ident1" input_map { key: "INPUT0" value: "out" } output_map { key: "OUTPUT0" value: "COPY" } }
-  ]
-}"#,
-        &["1"],
-    );
+    repo.model("repeat_then_copy", REPEAT_THEN_COPY, &["1"]);
     let s = Server::start(repo.path(), &[]);
     let config = s.get("/v2/models/repeat_then_copy/config").json();
     assert_eq!(config["model_transaction_policy"]["decoupled"], true, "{config}");
@@ -708,4 +728,86 @@ ensemble_scheduling {{ step [
     // The ensemble's own optional input left out: step 1 runs without it.
     let r = s.post_json("/v2/models/pipeline/infer", &json!({"inputs": [one("INPUT0", 5.0)]}));
     assert_eq!(value(&r, "OUTPUT1"), json!([5.0]));
+}
+
+/// A gRPC client that keeps its stream open but stops reading it. Once HTTP/2's flow control and
+/// the server's buffers are full, a decoupled ensemble's request on that stream waited for the
+/// client for good: it held the ensemble, so that an unload of the ensemble never finished (the
+/// model stayed UNLOADING and could not be loaded again). With `--grpc-stream-stall-timeout-ms`
+/// the server gives the stream up: its requests are cancelled, the ensemble unloads and loads
+/// again, and the client, when it reads on, finds the responses sent before, then ABORTED.
+#[test]
+fn a_stream_whose_client_stopped_reading_is_given_up_and_releases_its_ensemble() {
+    use nereus::proto::inference as pb;
+    let repo = Repo::new();
+    repo.example("repeat_int32");
+    int32_identity(&repo, "ident1", 0, "[ 1 ]");
+    repo.model("repeat_then_copy", REPEAT_THEN_COPY, &["1"]);
+    let s = Server::start(
+        repo.path(),
+        &["--model-control-mode=explicit", "--load-model=repeat_then_copy", "--grpc-stream-stall-timeout-ms=300"],
+    );
+    assert_eq!(s.model_state("repeat_then_copy").0, "READY");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // The stream's HTTP/2 window is 1 KiB: past that (and the server's own buffers, a few
+        // thousand of these ~100-byte responses) nothing moves while the client does not read.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.grpc_port))
+            .unwrap()
+            .initial_stream_window_size(1024)
+            .connect()
+            .await
+            .unwrap();
+        let mut c = pb::grpc_inference_service_client::GrpcInferenceServiceClient::new(channel);
+        let n = 20_000;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(repeat_request(&(0..n).collect::<Vec<i32>>())).await.unwrap();
+        let mut stalled =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        s.wait_until("the server to give the stream up", || s.log().contains("the client took no message for 300 ms"));
+
+        // The ensemble's request was cancelled with the stream: the ensemble unloads.
+        let r = s.post_json("/v2/repository/models/repeat_then_copy/unload", &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        s.wait_until("the ensemble to unload", || {
+            s.model_state("repeat_then_copy") == ("UNAVAILABLE".into(), "unloaded".into())
+        });
+        let r = s.post_json("/v2/repository/models/repeat_then_copy/load", &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+
+        // A client that reads is served as before, on the same connection.
+        let (tx2, rx2) = tokio::sync::mpsc::channel(1);
+        tx2.send(repeat_request(&[7, 8, 9])).await.unwrap();
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx2)).await.unwrap().into_inner();
+        let mut copies = Vec::new();
+        while copies.len() < 3 {
+            let m = tokio::time::timeout(WAIT, stream.message()).await.unwrap().unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+            let r = m.infer_response.unwrap();
+            let k = r.outputs.iter().position(|o| o.name == "COPY").unwrap();
+            let b = &r.raw_output_contents[k];
+            copies.push(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        }
+        copies.sort();
+        assert_eq!(copies, [7, 8, 9]);
+        drop(tx2);
+
+        // The stalled client reads on: the responses sent before it stalled, then ABORTED.
+        let mut received = 0;
+        let status = loop {
+            match tokio::time::timeout(WAIT, stalled.message()).await.unwrap() {
+                Ok(Some(m)) => {
+                    assert!(m.error_message.is_empty(), "{}", m.error_message);
+                    received += 1;
+                }
+                Ok(None) => panic!("the stream ended without an error after {received} responses"),
+                Err(status) => break status,
+            }
+        };
+        assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
+        assert!(status.message().contains("--grpc-stream-stall-timeout-ms"), "{status:?}");
+        assert!(received > 0 && received < n, "{received} of {n} responses before the stream was given up");
+        drop(tx);
+    });
 }

@@ -218,6 +218,13 @@ pub struct ServeArgs {
     /// How long to wait for a keepalive ping's answer, in ms.
     #[arg(long = "grpc-keepalive-timeout")]
     pub grpc_keepalive_timeout: Option<u64>,
+    /// How long a `ModelStreamInfer` stream may wait to hand its client the next message, in ms,
+    /// before the stream is given up: its requests still running are cancelled and their
+    /// resources (sequence slots, ensemble and instance capacity) freed. A client that keeps its
+    /// connection but stops reading would otherwise hold them for as long as it stays connected.
+    /// 0: wait for as long as the client stays connected (tritonserver's behaviour).
+    #[arg(long = "grpc-stream-stall-timeout-ms", default_value_t = 30_000)]
+    pub grpc_stream_stall_timeout_ms: u64,
     /// Compress inference responses (tritonserver's flag: none, low, medium or high; the last
     /// three all compress, with gzip or deflate as the client accepts).
     #[arg(long = "grpc-infer-response-compression-level", default_value = "none", value_parser = ResponseCompression::parse)]

@@ -103,6 +103,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 restricted: grpc_restricted.clone(),
                 tls: grpc_tls.clone(),
                 response_compression: args.grpc_infer_response_compression_level,
+                stream_stall_timeout: (args.grpc_stream_stall_timeout_ms > 0)
+                    .then(|| std::time::Duration::from_millis(args.grpc_stream_stall_timeout_ms)),
             };
             let listener = listener.into_std()?;
             for i in 0..grpc_threads {

@@ -128,6 +128,8 @@ struct Running {
 /// ensemble output that is absent is left out of the response, as tritonserver's ensembles do.
 struct Context {
     parent: Option<usize>,
+    /// The contexts started by this one's decoupled steps' responses.
+    children: Vec<usize>,
     depth: usize,
     own: HashMap<String, Option<Held>>,
     launched: Vec<bool>,
@@ -161,6 +163,16 @@ impl Held {
 struct Contexts(Vec<Context>);
 
 impl Contexts {
+    /// `context` and every context below it: those that see its tensors, where a change to them
+    /// may let a step run or complete an answer.
+    fn with_descendants(&self, context: usize, into: &mut Vec<usize>) {
+        let mut stack = vec![context];
+        while let Some(c) = stack.pop() {
+            into.push(c);
+            stack.extend(self.0[c].children.iter().copied());
+        }
+    }
+
     /// `name` as `context` sees it (`Some(None)`: known to be absent), with the context it comes
     /// from; `None` while it does not exist yet.
     fn resolve(&self, mut context: usize, name: &str) -> Option<(Option<&Held>, usize)> {
@@ -351,8 +363,13 @@ impl Ensemble {
         for name in &self.optional_inputs {
             own.entry(name.clone()).or_insert(None);
         }
-        let root = Context { parent: None, depth: 0, own, launched: vec![false; n], answered: false };
+        let root =
+            Context { parent: None, children: Vec::new(), depth: 0, own, launched: vec![false; n], answered: false };
         let mut contexts = Contexts(vec![root]);
+        // The contexts whose tensors (or an ancestor's) changed since they were last looked at:
+        // only there can a step become ready or an answer complete. Looking at every context
+        // after every event cost a decoupled step's N responses N² looks.
+        let mut changed: Vec<usize> = vec![0];
         let mut running: Vec<Running> = Vec::new();
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
         // A traced request's steps are traced below its record, each on its model.
@@ -416,13 +433,18 @@ impl Ensemble {
             // Every step whose inputs now exist, in the deepest context they come from, unless an
             // earlier request of the sequence has yet to launch it.
             let mut out_of_turn = false;
-            for c in 0..contexts.0.len() {
+            let mut scan = std::mem::take(&mut changed);
+            scan.sort_unstable();
+            scan.dedup();
+            for &c in &scan {
                 for (i, step) in self.steps.iter().enumerate() {
                     if !contexts.0[c].launched[i]
                         && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
                     {
                         if ticket.as_mut().is_some_and(|t| !t.may_launch(i)) {
+                            // Looked at again once the sequence's earlier requests moved on.
                             out_of_turn = true;
+                            changed.push(c);
                             continue;
                         }
                         contexts.0[c].launched[i] = true;
@@ -458,7 +480,7 @@ impl Ensemble {
             }
             if self.decoupled {
                 let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
-                self.answer_complete_contexts(&mut contexts, &answer, sender).await;
+                self.answer_complete_contexts(&mut contexts, &scan, &answer, sender).await;
             }
             if running.is_empty() && held.queue.is_empty() && !out_of_turn {
                 break;
@@ -490,10 +512,12 @@ impl Ensemble {
             };
             let waited = tokio::select! {
                 biased;
+                // First: a step streaming responses faster than they are handled would otherwise
+                // keep a cancelled request running until the step ran dry.
+                () = sender.cancelled() => return Err(InferError::unavailable("the request was cancelled")),
                 waited = waited => waited?,
                 // An earlier request of the sequence launched a step or ended: look again.
                 () = turn => None,
-                () = sender.cancelled() => return Err(InferError::unavailable("the request was cancelled")),
             };
             let Some((index, event)) = waited else { continue };
             let (step, context, batching) = (running[index].step, running[index].context, running[index].batching);
@@ -515,8 +539,12 @@ impl Ensemble {
                     if streamed {
                         // Each response of a decoupled step starts a context of its own.
                         let depth = contexts.0[context].depth + 1;
+                        let child = contexts.0.len();
+                        contexts.0[context].children.push(child);
+                        changed.push(child);
                         contexts.0.push(Context {
                             parent: Some(context),
+                            children: Vec::new(),
                             depth,
                             own: produced,
                             launched: vec![false; n],
@@ -524,6 +552,7 @@ impl Ensemble {
                         });
                     } else {
                         contexts.0[context].own.extend(produced);
+                        contexts.with_descendants(context, &mut changed);
                     }
                 }
             }
@@ -559,10 +588,11 @@ impl Ensemble {
     async fn answer_complete_contexts(
         &self,
         contexts: &mut Contexts,
+        changed: &[usize],
         answer: &Answer<'_>,
         sender: &mut ResponseSender,
     ) {
-        for c in 0..contexts.0.len() {
+        for &c in changed {
             if contexts.0[c].answered || !contexts.complete_in(c, &mut answer.requested.iter().map(String::as_str)) {
                 continue;
             }

@@ -59,6 +59,8 @@ pub struct Direct {
     pub restricted: Arc<Restrictions>,
     /// `--grpc-max-message-size` (tonic's decoding and encoding limits).
     pub max_message_size: usize,
+    /// `--grpc-stream-stall-timeout-ms` (see [`super::stream`]).
+    pub stream_stall_timeout: Option<std::time::Duration>,
 }
 
 /// The layer's service: `ModelInfer` and `ModelStreamInfer` calls without compression go to
@@ -150,7 +152,7 @@ fn serve_stream(direct: &Direct, request: Request<Body>) -> Response<Body> {
     // The stream's headers are every one of its requests' trace context.
     let context = super::trace_context(&parts.headers);
     let requests = requests(Messages::new(body, direct.max_message_size));
-    let answers = super::stream::serve(direct.server.clone(), requests, context);
+    let answers = super::stream::serve(direct.server.clone(), requests, context, direct.stream_stall_timeout);
     let frames = StreamFrames { answers, chunks: VecDeque::new(), ended: false, limit: direct.max_message_size };
     let mut response = Response::new(Body::new(frames));
     response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));

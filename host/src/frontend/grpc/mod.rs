@@ -48,6 +48,9 @@ pub struct GrpcOptions {
     pub tls: Option<tonic::transport::ServerTlsConfig>,
     /// `--grpc-infer-response-compression-level`.
     pub response_compression: ResponseCompression,
+    /// `--grpc-stream-stall-timeout-ms`: how long a stream may wait for its client to take the
+    /// next message (see [`stream`]); `None`: as long as the client stays connected.
+    pub stream_stall_timeout: Option<Duration>,
 }
 
 impl Default for GrpcOptions {
@@ -59,6 +62,7 @@ impl Default for GrpcOptions {
             restricted: Arc::default(),
             tls: None,
             response_compression: ResponseCompression::None,
+            stream_stall_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -67,6 +71,7 @@ impl Default for GrpcOptions {
 pub struct GrpcFrontend {
     server: Arc<Server>,
     restricted: Arc<Restrictions>,
+    stream_stall_timeout: Option<Duration>,
 }
 
 /// Refuses a call to a restricted protocol without its header, with Triton's status and message.
@@ -146,7 +151,12 @@ impl GrpcInferenceService for GrpcFrontend {
         allow(&self.restricted, Api::Inference, &r)?;
         // The stream's metadata is every one of its requests' trace context.
         let context = trace_context(r.metadata());
-        Ok(Response::new(Box::pin(stream::serve(self.server.clone(), r.into_inner(), context))))
+        Ok(Response::new(Box::pin(stream::serve(
+            self.server.clone(),
+            r.into_inner(),
+            context,
+            self.stream_stall_timeout,
+        ))))
     }
 
     async fn model_config(&self, r: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
@@ -435,6 +445,7 @@ pub async fn serve(
     let mut inference = GrpcInferenceServiceServer::new(GrpcFrontend {
         server: server.clone(),
         restricted: options.restricted.clone(),
+        stream_stall_timeout: options.stream_stall_timeout,
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
@@ -454,6 +465,7 @@ pub async fn serve(
             server: server.clone(),
             restricted: options.restricted.clone(),
             max_message_size: options.max_message_size,
+            stream_stall_timeout: options.stream_stall_timeout,
         })
     });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });

@@ -11,11 +11,19 @@
 //! A message that cannot be read (it does not decode, or the body ends inside it) stops the
 //! reading; its status ends the stream once every request read before it has been answered, so
 //! that none of them loses its answer to a later message's fault.
+//!
+//! A client that keeps its connection but stops reading stops the writer once HTTP/2's flow
+//! control and the buffers before it are full. Everything waiting to answer on the stream then
+//! waits with it: a decoupled model's responses, an ensemble's request (and with it the
+//! ensemble's `max_inflight_requests` share and an unload waiting for it), a sequence's slot.
+//! So the writer waits at most `--grpc-stream-stall-timeout-ms` to hand the client a message;
+//! past that it gives the stream up as a client that went away, cancelling every request on it.
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
@@ -32,7 +40,8 @@ use crate::server::Server;
 use crate::shm::ShmInputs;
 use crate::trace::{FrontendEvent, Trace};
 
-type Outgoing = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
+type Message = Result<pb::ModelStreamInferResponse, Status>;
+type Outgoing = mpsc::Sender<Message>;
 
 /// The stream's requests as they are read: tonic's decoder, or [`super::direct`]'s.
 pub(super) trait Incoming:
@@ -47,12 +56,13 @@ pub(super) fn serve(
     server: Arc<Server>,
     incoming: impl Incoming,
     context: TraceContext,
+    stall_timeout: Option<Duration>,
 ) -> ReceiverStream<Result<pb::ModelStreamInferResponse, Status>> {
     let (out, rx) = mpsc::channel(64);
     let (replies, answers) = request::stream_channel();
     let (register, registered) = mpsc::unbounded_channel();
     tokio::spawn(read(server.clone(), incoming, context, replies, register));
-    tokio::spawn(write(server, answers, registered, out));
+    tokio::spawn(write(server, answers, registered, out, stall_timeout));
     ReceiverStream::new(rx)
 }
 
@@ -156,12 +166,14 @@ fn start(
     (Reply { id, empty_final, shm_outputs, shm_inputs, classes, model: None, trace }, queued)
 }
 
-/// Forwards every request's answers to the client, in the order they were given.
+/// Forwards every request's answers to the client, in the order they were given, until the client
+/// goes away or leaves a message untaken for `stall_timeout`.
 async fn write(
     server: Arc<Server>,
     mut answers: StreamReceiver,
     mut registered: mpsc::UnboundedReceiver<Registered>,
     out: Outgoing,
+    stall_timeout: Option<Duration>,
 ) {
     let mut replies: HashMap<u64, Reply> = HashMap::new();
     let mut failed = None;
@@ -207,7 +219,12 @@ async fn write(
             trace.capture(FrontendEvent::GrpcSendStart, now);
         }
         let sent = match message {
-            Some(message) => out.send(Ok(message)).await.is_ok(),
+            Some(message) => match out.try_send(Ok(message)) {
+                Ok(()) => true,
+                Err(TrySendError::Closed(_)) => false,
+                // The client is behind: wait for it (the only timer, so none on the fast path).
+                Err(TrySendError::Full(message)) => send_within(&out, message, stall_timeout).await,
+            },
             None => true,
         };
         if let Some(trace) = &reply.trace {
@@ -218,6 +235,33 @@ async fn write(
         }
         if !sent {
             return;
+        }
+    }
+}
+
+/// Sends `message` once the client has taken enough of the stream, waiting at most `limit`; false
+/// when the client went away or stalled. A stalled stream is given up: returning drops the
+/// writer's `answers`, so every request still on the stream sees its client gone (`is-cancelled`,
+/// an ensemble's `cancelled`) and ends. The client, should it read on, finds the messages sent
+/// before, then ABORTED.
+async fn send_within(out: &Outgoing, message: Message, limit: Option<Duration>) -> bool {
+    let Some(limit) = limit else { return out.send(message).await.is_ok() };
+    match tokio::time::timeout(limit, out.send(message)).await {
+        Ok(sent) => sent.is_ok(),
+        Err(_) => {
+            tracing::warn!(
+                "gRPC stream: the client took no message for {} ms (--grpc-stream-stall-timeout-ms); \
+                 giving the stream up and cancelling the requests still running on it",
+                limit.as_millis()
+            );
+            let status = Status::aborted(format!(
+                "the client took no message for {} ms (--grpc-stream-stall-timeout-ms): the stream was given up",
+                limit.as_millis()
+            ));
+            // Queued behind what the client has yet to take; gone with the connection.
+            let out = out.clone();
+            tokio::spawn(async move { _ = out.send(Err(status)).await });
+            false
         }
     }
 }
