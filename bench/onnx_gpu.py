@@ -213,7 +213,7 @@ def main():
                 rel = np.max(np.abs(got - expected) / np.maximum(np.abs(expected), 1e-6))
                 print(f"| {name} | {batch} | {rel:.2e} |")
 
-        print(f"\n{seconds:.0f} s per point after as long a warm-up, HTTP binary tensors; server times are per"
+        print(f"\n{seconds:g} s per point after as long a warm-up, HTTP binary tensors; server times are per"
               " request from its statistics (µs)\n")
         print("| model | kind | concurrency | rows/request | req/s | rows/s | p50 µs | p99 µs | compute_input | compute_infer | compute_output | mean batch (rows) |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -67,7 +67,10 @@ for line in sys.stdin:
     export NEREUS_REQUIRE_GPU=1
     status=0
     "$stage/lib-tests" --test-threads 1 gpu:: shm:: || status=1
-    "$stage/integration" --test-threads 1 cuda_shm:: shm:: onnx::gpu_ || status=1
+    # shm's test of a region too large to copy needs the kernel's heuristic overcommit, which CI
+    # has and GPU machines may not (it says so rather than pass untested): CI runs it.
+    "$stage/integration" --test-threads 1 cuda_shm:: shm:: onnx::gpu_ \
+      --skip shm::an_input_too_large_to_copy_out_of_an_unmapped_region || status=1
     exit $status
     ;;
   *)

@@ -18,7 +18,7 @@ IMAGE_SKIP = ("needs densenet_onnx, a download (Triton's docs/examples/fetch_mod
 DYNA_SKIP = ("needs simple_string_dyna_sequence, Triton's C++ dyna_sequence test backend "
              "(libtriton_dyna_sequence.so), which Nereus has no stand-in for")
 CXX_SKIP = "a C++ client binary (Triton's C++ client library is not built here)"
-CUDA_SHM_SKIP = "CUDA shared memory: the example needs an NVIDIA GPU and the cuda-python package (tests/cuda_shm.rs and tests/python/test_cuda_shm.py run where they are)"
+CUDA_SHM_SKIP = "CUDA shared memory: the example needs an NVIDIA GPU and the cuda-python package (tests/cuda_shm.rs, tests/python/test_cuda_shm.py and, with this example, tests/python/test_triton_client_examples.py run where they are)"
 NGINX_SKIP = "needs nginx (a basic-auth proxy in front of the server), not installed here"
 NGINX_TODO = "nginx is installed but the recipe does not run it yet"
 

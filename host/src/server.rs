@@ -36,6 +36,9 @@ pub const EXTENSIONS: &[&str] = &[
     "trace",
     "logging",
     "system_shared_memory",
+    // Implemented everywhere; without a usable GPU every registration is refused as a
+    // tritonserver built with GPU support refuses a handle it cannot open.
+    "cuda_shared_memory",
 ];
 
 /// How the server is set up (the CLI fills this).

@@ -7,8 +7,9 @@ The server serves model_repository/ with Triton's example ONNX models (tests/onn
 names model_repository does not have in Triton's form (simple_string, simple_int8, simple_sequence),
 with --allow-client-shm=true and --id triton (the health example insists on that name). Left out:
 the model-control examples (scripts/test.sh runs them on servers of their own, in EXPLICIT mode),
-the CUDA shared-memory ones (no CUDA shared memory), and the sequence examples' --dyna variants
-(they need Triton's QA model simple_string_dyna_sequence, which no repository here has).
+and the sequence examples' --dyna variants (they need Triton's QA model simple_string_dyna_sequence,
+which no repository here has). The CUDA shared-memory ones run where this process sees a CUDA device
+through cuda-python, as tritonclient's CUDA utilities need, and are reported skipped elsewhere.
 
 Usage: python test_triton_client_examples.py HTTP_HOST:PORT GRPC_HOST:PORT
 """
@@ -20,11 +21,27 @@ import time
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_client_examples")
 
 
+def cuda_device():
+    """Why the CUDA shared-memory examples cannot run here, or None where they can."""
+    try:
+        from cuda.bindings import runtime as cudart
+        err, count = cudart.cudaGetDeviceCount()
+        if err != cudart.cudaError_t.cudaSuccess or count == 0:
+            return f"no CUDA device ({err})"
+    except Exception as e:  # no cuda-python, or no driver
+        return str(e)
+    return None
+
+
 def runs(http, grpc):
     """(script, arguments) for every example run."""
     out = []
+    no_cuda = cuda_device()
     for script in sorted(os.listdir(HERE)):
         if not script.endswith(".py") or script.endswith("_model_control.py"):
+            continue
+        if script.endswith("_cudashm_client.py") and no_cuda:
+            print(f"skip {script}: {no_cuda}")
             continue
         if script.startswith("simple_http_"):
             url = http
