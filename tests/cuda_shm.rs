@@ -218,6 +218,13 @@ fn gpu_client_buffers_feed_inputs_and_receive_outputs() {
     let r = s.post_json("/v2/models/simple/infer", &past);
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.error().contains("'in'"), "{}", r.text());
+    // A byte size that disagrees with the input's shape is refused before anything is copied to
+    // the host (the size is the client's, up to its whole GPU allocation).
+    let mut wrong = shm_request("in", "out");
+    wrong["inputs"][0]["parameters"]["shared_memory_byte_size"] = json!(128);
+    let r = s.post_json("/v2/models/simple/infer", &wrong);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 128");
 
     // gRPC: its own output region, at an offset.
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -219,10 +219,11 @@ pub struct ServeArgs {
     #[arg(long = "grpc-keepalive-timeout")]
     pub grpc_keepalive_timeout: Option<u64>,
     /// How long a `ModelStreamInfer` stream may wait to hand its client the next message, in ms,
-    /// before the stream is given up: its requests still running are cancelled and their
-    /// resources (sequence slots, ensemble and instance capacity) freed. A client that keeps its
+    /// before the stream is given up: its requests still running are cancelled (a decoupled
+    /// model's, an ensemble's with its `max_inflight_requests` share). A client that keeps its
     /// connection but stops reading would otherwise hold them for as long as it stays connected.
-    /// 0: wait for as long as the client stays connected (tritonserver's behaviour).
+    /// Give it at least the time a client takes to read the largest response. 0: wait for as long
+    /// as the client stays connected (tritonserver's behaviour).
     #[arg(long = "grpc-stream-stall-timeout-ms", default_value_t = 30_000)]
     pub grpc_stream_stall_timeout_ms: u64,
     /// Compress inference responses (tritonserver's flag: none, low, medium or high; the last

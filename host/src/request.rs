@@ -156,6 +156,13 @@ impl InferenceRequest {
             if device == Some(span.device()) && tensor.datatype.goes_to_device_as_is() {
                 self.device_inputs.push(name, span);
             } else {
+                // Before the copy, not after it in validation: the span's size is the client's
+                // `shared_memory_byte_size`, bounded only by its own GPU allocation (tens of GiB),
+                // and a copy of that to the host for a one-element tensor could exhaust memory.
+                if tensor.datatype.element_size().is_some() {
+                    crate::validate::check_len(tensor, span.len(), Some(&self.model_name))
+                        .map_err(InferError::invalid)?;
+                }
                 tensor.data = span.to_host()?;
             }
         }

@@ -227,7 +227,7 @@ pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
 }
 
 /// [`check_byte_size`] for a tensor of `len` bytes (its own, or the device bytes it stands for).
-fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(), String> {
+pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(), String> {
     let elements =
         element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {

@@ -128,7 +128,16 @@ impl CudaRegion {
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, InferError> {
         let src = self.at(offset, len)?;
         let n = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
-        let mut data = vec![0u8; n];
+        // Fallible: the size is the client's (bounded by its own GPU allocation), and an
+        // allocation the host refuses must fail this request, not abort the server.
+        let mut data = Vec::new();
+        data.try_reserve_exact(n).map_err(|_| {
+            InferError::invalid(format!(
+                "an input of {n} bytes in CUDA shared memory region '{}' is larger than the server can copy to the host",
+                self.name
+            ))
+        })?;
+        data.resize(n, 0);
         if n > 0 {
             // SAFETY: `src..src+n` lies inside the mapped allocation (checked by `at` against the
             // size verified at registration); the destination is a host buffer of `n` bytes.

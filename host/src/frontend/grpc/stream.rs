@@ -15,7 +15,9 @@
 //! A client that keeps its connection but stops reading stops the writer once HTTP/2's flow
 //! control and the buffers before it are full. Everything waiting to answer on the stream then
 //! waits with it: a decoupled model's responses, an ensemble's request (and with it the
-//! ensemble's `max_inflight_requests` share and an unload waiting for it), a sequence's slot.
+//! ensemble's `max_inflight_requests` share and an unload waiting for it). The wait is for room in
+//! the channel to the client, which frees as the client takes each message: a client reading
+//! slowly but steadily is never given up unless one message takes it longer than the timeout.
 //! So the writer waits at most `--grpc-stream-stall-timeout-ms` to hand the client a message;
 //! past that it gives the stream up as a client that went away, cancelling every request on it.
 use std::collections::HashMap;
@@ -193,7 +195,7 @@ async fn write(
                 }
             }
             if let Some(status) = failed {
-                let _ = out.send(Err(status)).await;
+                send_within(&out, Err(status), stall_timeout).await;
             }
             return;
         };
