@@ -482,3 +482,39 @@ fn grpc_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
     });
     still_serving(&s);
 }
+
+/// An output's place is its region as it was when the request arrived: unregistering the region
+/// while the request runs and registering another object under its name do not redirect the output
+/// into the new object (tritonserver refuses the name while a request uses it). An ensemble's
+/// outputs are written by the frontend once it answers, so it shows the frontend's write.
+#[test]
+fn an_output_goes_to_the_region_its_request_named_when_it_arrived() {
+    let repo = Repo::new();
+    repo.example("simple");
+    repo.model("add_sub_twice", ADD_SUB_TWICE, &["1"]);
+    let s = Server::start(repo.path(), &["--allow-client-shm=true"]);
+    let input = Object::new("redirect_in", 128);
+    input.write_inputs();
+    let (first, second) = (Object::new("redirect_out1", 128), Object::new("redirect_out2", 128));
+    register_http(&s, "in", &input);
+    register_http(&s, "out", &first);
+    let mut body = shm_request("in", "out");
+    body["inputs"][0]["name"] = json!("A");
+    body["inputs"][1]["name"] = json!("B");
+    body["outputs"][0]["name"] = json!("SUM2");
+    body["outputs"][1]["name"] = json!("DIFF2");
+    s.gate("simple", false);
+    let (port, text) = (s.port, body.to_string());
+    let pending =
+        std::thread::spawn(move || http(port, "POST", "/v2/models/add_sub_twice/infer", &[], text.as_bytes()));
+    s.wait_until("the ensemble's first step executing", || s.executions("simple").0 == 1);
+    assert_eq!(s.request("POST", "/v2/systemsharedmemory/region/out/unregister", &[], b"").status, 200);
+    register_http(&s, "out", &second);
+    s.gate("simple", true);
+    let r = pending.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    // SUM2 = (a + b) + (a - b) = 2a, DIFF2 = 2b.
+    assert_eq!(first.read_i32(0), (0..16).map(|i| 2 * i).collect::<Vec<_>>());
+    assert_eq!(first.read_i32(64), vec![6; 16]);
+    assert_eq!(second.read_i32(0), vec![0; 16], "nothing went to the object registered since");
+}

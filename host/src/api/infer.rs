@@ -3,12 +3,26 @@ use super::classification::{self, ClassOutputs};
 use crate::error::InferError;
 use crate::request::InferenceResponse;
 use crate::server::Server;
-use crate::shm::{SharedMemory, ShmPlace};
+use crate::shm::{OutputSpan, ShmPlace};
 use crate::trace::FrontendEvent;
 use std::time::Instant;
 
-/// Outputs the client placed in system shared memory: (output name, where it goes).
-pub type ShmOutputs = Vec<(String, ShmPlace)>;
+/// An output the client placed in shared memory: its place as the request gave it (the response
+/// names it) and where it lies, resolved when the request arrived (holding the region).
+pub struct ShmOutput {
+    pub name: String,
+    pub place: ShmPlace,
+    pub span: OutputSpan,
+}
+
+impl std::fmt::Debug for ShmOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmOutput").field("name", &self.name).field("place", &self.place).finish()
+    }
+}
+
+/// Outputs the client placed in shared memory.
+pub type ShmOutputs = Vec<ShmOutput>;
 
 /// Runs a request on a model that answers once and waits for the answer; outputs placed in
 /// shared memory are written there before it returns (the frontend then sends them as references),
@@ -33,7 +47,7 @@ pub async fn run(
     }
     let mut response = response?;
     shm_inputs.check()?;
-    write_shm_outputs(server.shm(), &response, shm_outputs)?;
+    write_shm_outputs(&response, shm_outputs)?;
     if !classes.is_empty() {
         let model = server.version(&response.model_name, Some(response.model_version))?;
         classification::apply(&mut response, classes, &model.io)?;
@@ -64,17 +78,13 @@ impl Drop for Waiting<'_> {
 
 /// Writes the outputs of `response` that the client placed in shared memory (one response of a
 /// stream, or a whole answer), but those the backend wrote there already.
-pub fn write_shm_outputs(
-    shm: &SharedMemory,
-    response: &InferenceResponse,
-    shm_outputs: &ShmOutputs,
-) -> Result<(), InferError> {
-    for (name, place) in shm_outputs {
-        if response.in_place.contains(name) {
+pub fn write_shm_outputs(response: &InferenceResponse, shm_outputs: &ShmOutputs) -> Result<(), InferError> {
+    for output in shm_outputs {
+        if response.in_place.contains(&output.name) {
             continue;
         }
-        if let Some(t) = response.outputs.iter().find(|t| &t.name == name) {
-            shm.write(&place.region, place.offset, place.byte_size, &t.data)?;
+        if let Some(t) = response.outputs.iter().find(|t| t.name == output.name) {
+            output.span.write(&t.data)?;
         }
     }
     Ok(())

@@ -199,6 +199,15 @@ impl DeviceSpan {
         self.len == 0
     }
 
+    /// Writes `data` (an output) at the start of the span, through the host: the region the span
+    /// was taken from, whatever has been registered under its name since.
+    pub fn write(&self, data: &[u8]) -> Result<(), InferError> {
+        if data.len() > self.len {
+            return Err(super::does_not_fit(data.len(), self.len as u64, &self.region.name));
+        }
+        self.region.write(self.ptr - self.region.base, data)
+    }
+
     /// The region's name, for messages.
     pub fn region(&self) -> &str {
         &self.region.name

@@ -242,30 +242,31 @@ impl SharedMemory {
             Region::Cuda(r) => Ok(ShmData::Device(r.span(offset, len)?)),
         }
     }
-
-    /// Writes `data` at `offset` of region `name`, within `limit` bytes (an output's place).
-    pub fn write(&self, name: &str, offset: u64, limit: u64, data: &[u8]) -> Result<(), InferError> {
-        let region = self.region(name)?;
-        if data.len() as u64 > limit {
-            return Err(does_not_fit(data.len(), limit, name));
-        }
-        match region {
-            Region::System(r) => r.write(offset, data),
-            Region::Cuda(r) => r.write(offset, data),
-        }
-    }
 }
 
-fn does_not_fit(len: usize, limit: u64, region: &str) -> InferError {
+pub(crate) fn does_not_fit(len: usize, limit: u64, region: &str) -> InferError {
     InferError::invalid(format!(
         "output of {len} bytes does not fit the {limit} bytes given in shared memory region '{region}'"
     ))
 }
 
-/// Where an output placed in shared memory lies (see [`SharedMemory::check`]).
+/// Where an output placed in shared memory lies (see [`SharedMemory::check`]). It holds its
+/// region: a region unregistered while the request runs, and a new one registered under its name,
+/// do not redirect the output (tritonserver refuses the name until the request is done).
+#[derive(Clone)]
 pub enum OutputSpan {
     Device(DeviceSpan),
     Host(HostSpan),
+}
+
+impl OutputSpan {
+    /// Writes `data` (an output the backend did not write in place) into its place.
+    pub fn write(&self, data: &[u8]) -> Result<(), InferError> {
+        match self {
+            OutputSpan::Device(span) => span.write(data),
+            OutputSpan::Host(span) => span.write(data),
+        }
+    }
 }
 
 /// An input's bytes in shared memory: host memory (a system region, read in place) or device memory

@@ -7,7 +7,7 @@ use tonic::{Code, Status};
 
 use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
-use crate::api::infer::ShmOutputs;
+use crate::api::infer::{ShmOutput, ShmOutputs};
 use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
@@ -168,11 +168,12 @@ pub fn request(
             }
         }
         if let Some(place) = place {
-            match shm.check(&place)? {
-                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span),
-                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span)),
+            let span = shm.check(&place)?;
+            match &span {
+                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span.clone()),
+                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span.clone())),
             }
-            shm_outputs.push((output.name.clone(), place));
+            shm_outputs.push(ShmOutput { name: output.name.clone(), place, span });
         }
         request.requested_outputs.push(output.name);
     }
@@ -257,8 +258,8 @@ pub fn response(r: InferenceResponse, shm_outputs: &ShmOutputs) -> pb::ModelInfe
     let lens: Vec<usize> = r.outputs.iter().map(|t| r.output_len(t)).collect();
     for (t, len) in r.outputs.into_iter().zip(lens) {
         let mut parameters = HashMap::new();
-        match shm_outputs.iter().find(|(n, _)| *n == t.name) {
-            Some((_, place)) => {
+        match shm_outputs.iter().find(|o| o.name == t.name).map(|o| &o.place) {
+            Some(place) => {
                 parameters
                     .insert("shared_memory_region".to_string(), param_proto(&ParamValue::String(place.region.clone())));
                 parameters.insert("shared_memory_byte_size".to_string(), param_proto(&ParamValue::Int64(len as i64)));

@@ -64,7 +64,7 @@ pub(super) fn serve(
     let (replies, answers) = request::stream_channel();
     let (register, registered) = mpsc::unbounded_channel();
     tokio::spawn(read(server.clone(), incoming, context, replies, register));
-    tokio::spawn(write(server, answers, registered, out, stall_timeout));
+    tokio::spawn(write(answers, registered, out, stall_timeout));
     ReceiverStream::new(rx)
 }
 
@@ -171,7 +171,6 @@ fn start(
 /// Forwards every request's answers to the client, in the order they were given, until the client
 /// goes away or leaves a message untaken for `stall_timeout`.
 async fn write(
-    server: Arc<Server>,
     mut answers: StreamReceiver,
     mut registered: mpsc::UnboundedReceiver<Registered>,
     out: Outgoing,
@@ -212,7 +211,7 @@ async fn write(
             continue;
         };
         let final_ = item.final_;
-        let message = reply.message(&server, item);
+        let message = reply.message(item);
         if let Some(trace) = &reply.trace {
             let now = Instant::now();
             if final_ {
@@ -271,7 +270,7 @@ async fn send_within(out: &Outgoing, message: Message, limit: Option<Duration>) 
 impl Reply {
     /// The stream message for one of the request's answers; `None` for a flag-only completion
     /// the client did not ask to see.
-    fn message(&self, server: &Server, item: StreamItem) -> Option<pb::ModelStreamInferResponse> {
+    fn message(&self, item: StreamItem) -> Option<pb::ModelStreamInferResponse> {
         use pb::infer_parameter::ParameterChoice;
         let final_flag = |last: bool| pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) };
         let ok =
@@ -285,10 +284,8 @@ impl Reply {
         };
         match item.response {
             Some(Ok(mut response)) => {
-                let shm = self
-                    .shm_inputs
-                    .check()
-                    .and_then(|()| api::infer::write_shm_outputs(server.shm(), &response, &self.shm_outputs));
+                let shm =
+                    self.shm_inputs.check().and_then(|()| api::infer::write_shm_outputs(&response, &self.shm_outputs));
                 match shm.and_then(|()| api::classification::apply(&mut response, &self.classes, &model.io)) {
                     Ok(()) => {
                         let mut response = convert::response(response, &self.shm_outputs);

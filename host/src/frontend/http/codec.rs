@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
+use crate::api::infer::{ShmOutput, ShmOutputs};
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
 use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
@@ -103,7 +104,7 @@ pub struct OutputOptions {
     pub binary_default: bool,
     pub binary: Vec<(String, bool)>,
     /// Outputs to be written into system shared memory instead of the body.
-    pub shm: Vec<(String, ShmPlace)>,
+    pub shm: ShmOutputs,
     /// Outputs to be answered as their top classes.
     pub classes: ClassOutputs,
 }
@@ -251,11 +252,12 @@ pub fn decode_request(
             }
         }
         if let Some(place) = place {
-            match shm.check(&place)? {
-                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span),
-                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span)),
+            let span = shm.check(&place)?;
+            match &span {
+                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span.clone()),
+                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span.clone())),
             }
-            options.shm.push((output.name.clone(), place));
+            options.shm.push(ShmOutput { name: output.name.clone(), place, span });
         }
         // A listed output is JSON unless its own `binary_data` says otherwise: as tritonserver,
         // the request's `binary_data_output` is the default only of outputs not listed.
@@ -544,7 +546,7 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         .outputs
         .iter()
         .map(|t| {
-            if let Some((_, place)) = options.shm.iter().find(|(n, _)| *n == t.name) {
+            if let Some(place) = options.shm.iter().find(|o| o.name == t.name).map(|o| &o.place) {
                 // Written into the region by the frontend; the body only says where and how much.
                 Out {
                     name: &t.name,
