@@ -271,10 +271,13 @@ impl Ensemble {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return job.fail(InferError::internal("ensembles run on the server's async runtime"));
         };
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let in_flight = InFlight::enter(self);
         let mut ticket = self.order.ticket(&job.request.correlation_id, self.steps.len());
         let this = self.clone();
         let mut request = Box::pin(async move {
+            // Counted until the request is over, or its task is dropped unfinished (the runtime
+            // shutting down): an unload's `drain` must not wait for a request that will never end.
+            let _in_flight = in_flight;
             let mut job = job;
             let started = Instant::now();
             let batch_size = job.request.batch_size(this.batching) as u64;
@@ -300,10 +303,6 @@ impl Ensemble {
             job.sender.flush();
             drop(job);
             drop(ticket);
-            if this.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let _guard = this.drained.0.lock();
-                this.drained.1.notify_all();
-            }
         });
         // The first poll runs up to the first wait: the first steps are launched. Its waker is
         // never woken; the task's first poll polls again with its own, and every future waited on
@@ -622,6 +621,26 @@ impl Ensemble {
     /// The ensemble output `name` as the response carries it, for a request of `request_batch`.
     fn output(&self, name: &str, held: &Held, request_batch: u64) -> Tensor {
         held.meeting(name, self.output_dims.get(name).map(Vec::as_slice), request_batch != 0)
+    }
+}
+
+/// One request in the ensemble's `in_flight` count, from `enqueue` until it is dropped; the last
+/// one out wakes `drain`.
+struct InFlight(Arc<Ensemble>);
+
+impl InFlight {
+    fn enter(ensemble: &Arc<Ensemble>) -> Self {
+        ensemble.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(ensemble.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _guard = self.0.drained.0.lock();
+            self.0.drained.1.notify_all();
+        }
     }
 }
 
