@@ -169,6 +169,17 @@ impl InferenceRequest {
         Ok(())
     }
 
+    /// Whether `other` gives the same inputs, by name (the batchers' rule for models with optional
+    /// inputs: an input of a batch covers every row or none).
+    pub fn gives_the_same_inputs_as(&self, other: &InferenceRequest) -> bool {
+        fn names(r: &InferenceRequest) -> Vec<&str> {
+            let mut n: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
+            n.sort_unstable();
+            n
+        }
+        names(self) == names(other)
+    }
+
     /// How many inferences the request carries: its batch dimension when the model batches
     /// (`batching`, i.e. `max_batch_size` > 0; validation has checked it; zero is a batch too,
     /// as tritonserver serves it), else 1.

@@ -1,9 +1,9 @@
 //! Running a decoded inference request to its answer, the same for both protocols.
 use super::classification::{self, ClassOutputs};
 use crate::error::InferError;
-use crate::request::InferenceResponse;
+use crate::request::{InferenceRequest, InferenceResponse};
 use crate::server::Server;
-use crate::shm::{OutputSpan, ShmPlace};
+use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
 use crate::trace::FrontendEvent;
 use std::time::Instant;
 
@@ -23,6 +23,23 @@ impl std::fmt::Debug for ShmOutput {
 
 /// Outputs the client placed in shared memory.
 pub type ShmOutputs = Vec<ShmOutput>;
+
+/// Checks where `request`'s output `name` goes in shared memory as the request arrives, lends
+/// that place to the backend (a GPU instance or a sandbox writes it there itself), and returns it
+/// for the frontend to write whatever the backend did not.
+pub fn place_output(
+    shm: &SharedMemory,
+    request: &mut InferenceRequest,
+    name: &str,
+    place: ShmPlace,
+) -> Result<ShmOutput, InferError> {
+    let span = shm.check(&place)?;
+    match &span {
+        OutputSpan::Device(span) => request.device_outputs.push(name.to_string(), span.clone()),
+        OutputSpan::Host(span) => request.host_outputs.push((name.to_string(), span.clone())),
+    }
+    Ok(ShmOutput { name: name.to_string(), place, span })
+}
 
 /// Runs a request on a model that answers once and waits for the answer; outputs placed in
 /// shared memory are written there before it returns (the frontend then sends them as references),

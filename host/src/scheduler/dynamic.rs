@@ -85,15 +85,7 @@ impl BatchRules {
         if self.equal_shape_inputs.iter().any(|name| shape(a, name) != shape(b, name)) {
             return false;
         }
-        if self.has_optional_inputs {
-            fn names(job: &Job) -> Vec<&str> {
-                let mut n: Vec<&str> = job.request.inputs.iter().map(|t| t.name.as_str()).collect();
-                n.sort_unstable();
-                n
-            }
-            return names(a) == names(b);
-        }
-        true
+        !self.has_optional_inputs || a.request.gives_the_same_inputs_as(&b.request)
     }
 
     /// Decides, from the queue as it stands at `now`, whether to execute its first requests (and

@@ -7,12 +7,12 @@ use tonic::{Code, Status};
 
 use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
-use crate::api::infer::{ShmOutput, ShmOutputs};
+use crate::api::infer::ShmOutputs;
 use crate::error::{ErrorKind, InferError};
 use crate::proto::inference as pb;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
+use crate::shm::{SharedMemory, ShmPlace};
 use crate::tensor::DataType;
 
 /// The gRPC status for an error, as Triton maps TRITONSERVER_Error codes.
@@ -168,12 +168,7 @@ pub fn request(
             }
         }
         if let Some(place) = place {
-            let span = shm.check(&place)?;
-            match &span {
-                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span.clone()),
-                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span.clone())),
-            }
-            shm_outputs.push(ShmOutput { name: output.name.clone(), place, span });
+            shm_outputs.push(api::infer::place_output(shm, &mut request, &output.name, place)?);
         }
         request.requested_outputs.push(output.name);
     }

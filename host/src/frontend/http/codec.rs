@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::api;
 use crate::api::classification::{self, ClassOutputs, Wire};
-use crate::api::infer::{ShmOutput, ShmOutputs};
+use crate::api::infer::ShmOutputs;
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, Tensor};
-use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
+use crate::shm::{SharedMemory, ShmPlace};
 use crate::tensor::{DataType, bytes_elements, shape_string};
 
 #[derive(Deserialize)]
@@ -252,12 +252,7 @@ pub fn decode_request(
             }
         }
         if let Some(place) = place {
-            let span = shm.check(&place)?;
-            match &span {
-                OutputSpan::Device(span) => request.device_outputs.push(output.name.clone(), span.clone()),
-                OutputSpan::Host(span) => request.host_outputs.push((output.name.clone(), span.clone())),
-            }
-            options.shm.push(ShmOutput { name: output.name.clone(), place, span });
+            options.shm.push(api::infer::place_output(shm, &mut request, &output.name, place)?);
         }
         // A listed output is JSON unless its own `binary_data` says otherwise: as tritonserver,
         // the request's `binary_data_output` is the default only of outputs not listed.
