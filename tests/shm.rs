@@ -172,21 +172,58 @@ fn http_regions_that_shrink_vanish_or_are_replaced_fail_only_their_requests() {
 /// (`backend/wasm/lift.rs`): exactly the output's bytes land there, nothing around them; an output
 /// left in the body is still answered there; a place too small is refused as before, with nothing
 /// written; and the same over gRPC.
-/// A region the server cannot map (a sparse object of 300 TiB) is read by copying; an input the
-/// client sizes past what the server can allocate fails that request, it does not abort the
-/// server.
+/// Registers `name` over a sparse object of 300 TiB: more than the address space, so the server
+/// cannot map it and reads its inputs by copying them out.
+fn unmappable_region(s: &Server, name: &str) -> Object {
+    let huge = Object::new(&format!("sparse_{name}"), 300 << 40);
+    let r = s.post_json(
+        &format!("/v2/systemsharedmemory/region/{name}/register"),
+        &json!({"key": huge.key, "offset": 0, "byte_size": 300u64 << 40}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    huge
+}
+
+/// A fixed-size input copied out of a region the server cannot map is refused, before any copy,
+/// when the size the client gave is not its shape's: 1 TiB for sixteen INT32s costs the server
+/// nothing (allocating it first would take a terabyte or fail on the allocation).
+#[test]
+fn an_input_sized_past_its_shape_is_refused_before_a_copy_out_of_an_unmapped_region() {
+    let (_repo, s) = server();
+    let _huge = unmappable_region(&s, "huge");
+    let mut request = shm_request("huge", "huge");
+    request["inputs"][0]["parameters"]["shared_memory_byte_size"] = json!(1u64 << 40);
+    let r = s.post_json("/v2/models/simple/infer", &request);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.error(),
+        format!("input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got {}", 1u64 << 40)
+    );
+    let mut grpc = grpc_shm_request("huge", "huge");
+    grpc.inputs[1].parameters.insert("shared_memory_byte_size".into(), int64(1 << 40));
+    let e = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { grpc_client(&s).await.model_infer(grpc).await.unwrap_err() });
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert_eq!(
+        e.message(),
+        format!("input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got {}", 1u64 << 40)
+    );
+    still_serving(&s);
+}
+
+/// A BYTES input has no size its shape fixes: one the client sizes past what the server can
+/// allocate fails that request, it does not abort the server.
 #[test]
 fn an_input_too_large_to_copy_out_of_an_unmapped_region_fails_only_its_request() {
     let overcommit = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
     assert_eq!(overcommit.trim(), "0", "the test needs the kernel's heuristic overcommit, which refuses 1 TiB");
     let (_repo, s) = server();
-    let huge = Object::new("sparse", 300 << 40);
-    let r = s.post_json(
-        "/v2/systemsharedmemory/region/huge/register",
-        &json!({"key": huge.key, "offset": 0, "byte_size": 300u64 << 40}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
+    let _huge = unmappable_region(&s, "huge");
     let mut request = shm_request("huge", "huge");
+    request["inputs"][0]["datatype"] = json!("BYTES");
     request["inputs"][0]["parameters"]["shared_memory_byte_size"] = json!(1u64 << 40);
     let r = s.post_json("/v2/models/simple/infer", &request);
     refused(&r, "huge", &format!("cannot allocate {} bytes", 1u64 << 40));

@@ -30,7 +30,7 @@ pub fn http_infer_body(data: &[u8]) {
     };
     let shm = SharedMemory::new(false);
     let raw_input = || Ok(("INPUT0".to_string(), DataType::Int32, vec![-1], true));
-    if let Ok((request, _outputs)) = decode_request(Bytes::copy_from_slice(body), header_len, raw_input, &shm) {
+    if let Ok((request, _outputs)) = decode_request(Bytes::copy_from_slice(body), header_len, raw_input, &shm, "fuzz") {
         validate_and_check(request);
     }
 }

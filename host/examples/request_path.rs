@@ -75,7 +75,7 @@ fn main() -> anyhow::Result<()> {
     let no_raw_input = || Err(nereus::error::InferError::invalid("not a raw request"));
     let decode = || -> anyhow::Result<_> {
         let (mut request, options) =
-            codec::decode_request(body.clone(), Some(HEADER.len()), no_raw_input, server.shm())?;
+            codec::decode_request(body.clone(), Some(HEADER.len()), no_raw_input, server.shm(), "simple")?;
         request.model_name = "simple".into();
         Ok((request, options))
     };

@@ -226,6 +226,14 @@ pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
     check_len(t, t.data.len(), model)
 }
 
+/// tritonserver's message for an input whose bytes do not measure what its shape and datatype say
+/// (`expected`; `None` when that overflows).
+pub(crate) fn byte_size_mismatch(name: &str, model: Option<&str>, expected: Option<u64>, got: u64) -> String {
+    let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
+    let expected = expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string());
+    format!("input byte size mismatch for input '{name}'{whose}. Expected {expected}, got {got}")
+}
+
 /// [`check_byte_size`] for a tensor of `len` bytes (its own, or the device bytes it stands for).
 pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(), String> {
     let elements =
@@ -234,13 +242,7 @@ pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(
         Some(size) => {
             let expected = elements.checked_mul(size as u64);
             if expected != Some(len as u64) {
-                let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
-                return Err(format!(
-                    "input byte size mismatch for input '{}'{whose}. Expected {}, got {}",
-                    t.name,
-                    expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string()),
-                    len
-                ));
+                return Err(byte_size_mismatch(&t.name, model, expected, len as u64));
             }
         }
         None => {

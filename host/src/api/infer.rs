@@ -3,7 +3,8 @@ use super::classification::{self, ClassOutputs};
 use crate::error::InferError;
 use crate::request::{InferenceRequest, InferenceResponse};
 use crate::server::Server;
-use crate::shm::{OutputSpan, SharedMemory, ShmPlace};
+use crate::shm::{OutputSpan, SharedMemory, ShmData, ShmInputs, ShmPlace};
+use crate::tensor::DataType;
 use crate::trace::FrontendEvent;
 use std::time::Instant;
 
@@ -39,6 +40,39 @@ pub fn place_output(
         OutputSpan::Host(span) => request.host_outputs.push((name.to_string(), span.clone())),
     }
     Ok(ShmOutput { name: name.to_string(), place, span })
+}
+
+/// Reads input `name`'s bytes from the shared-memory place the client gave (`place`), for a request
+/// to `model` (a lease on bytes read in place goes to `leases`). A system region the server could not map is copied out of, `place.byte_size` bytes,
+/// a size the client chose: the copy is made only once that size agrees with the input's shape and
+/// datatype (`elements` of them), with the message validation would give (a one-element input
+/// naming a terabyte would otherwise cost the server a terabyte before it was refused). Where the
+/// bytes are read in place, validation checks the size later, in its own order.
+pub fn read_input(
+    shm: &SharedMemory,
+    leases: &mut ShmInputs,
+    model: &str,
+    (name, datatype, elements): (&str, DataType, u64),
+    place: &ShmPlace,
+) -> Result<ShmData, InferError> {
+    let before_copy = || match datatype.element_size() {
+        Some(size) => {
+            let expected = elements.checked_mul(size as u64);
+            if expected == Some(place.byte_size) {
+                Ok(())
+            } else {
+                Err(InferError::invalid(crate::validate::byte_size_mismatch(
+                    name,
+                    Some(model),
+                    expected,
+                    place.byte_size,
+                )))
+            }
+        }
+        // BYTES: counted once copied; the copy's allocation is fallible.
+        None => Ok(()),
+    };
+    shm.read(&place.region, place.offset, place.byte_size, leases, before_copy)
 }
 
 /// Runs a request on a model that answers once and waits for the answer; outputs placed in

@@ -231,11 +231,19 @@ impl SharedMemory {
     /// The `len` bytes at `offset` of region `name` (an input's data): a system region's read in
     /// place, with a lease added to `leases` (checked once the backend is done); a CUDA region's
     /// left on the device (the server copies it to the host only for a model that does not read
-    /// that GPU's memory, [`crate::device_io`]).
-    pub fn read(&self, name: &str, offset: u64, len: u64, leases: &mut ShmInputs) -> Result<ShmData, InferError> {
+    /// that GPU's memory, [`crate::device_io`]). `before_copy` runs before a system region that
+    /// could not be mapped is copied out of: the copy is `len` bytes, a size the client chose.
+    pub fn read(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        leases: &mut ShmInputs,
+        before_copy: impl FnOnce() -> Result<(), InferError>,
+    ) -> Result<ShmData, InferError> {
         match self.region(name)? {
             Region::System(r) => {
-                let (data, lease) = r.read(offset, len)?;
+                let (data, lease) = r.read(offset, len, before_copy)?;
                 leases.0.extend(lease);
                 Ok(ShmData::Host(data))
             }

@@ -189,8 +189,14 @@ impl SystemRegion {
     }
 
     /// The `len` bytes at `offset` of the region: a view of its mapping, with the lease to check
-    /// once the backend is done with them, or, without a mapping, a copy.
-    pub fn read(self: &Arc<Self>, offset: u64, len: u64) -> Result<(Bytes, Option<InputLease>), InferError> {
+    /// once the backend is done with them, or, without a mapping, a copy, made once `before_copy`
+    /// (the caller's check of `len`) has passed.
+    pub fn read(
+        self: &Arc<Self>,
+        offset: u64,
+        len: u64,
+        before_copy: impl FnOnce() -> Result<(), InferError>,
+    ) -> Result<(Bytes, Option<InputLease>), InferError> {
         let at = self.place(offset, len)?;
         let len = usize::try_from(len).map_err(|_| InferError::invalid("shared memory range too large"))?;
         if let Some(mapping) = self.mapping() {
@@ -198,6 +204,7 @@ impl SystemRegion {
             let data = Bytes::from_owner(View { mapping: mapping.clone(), offset, len });
             return Ok((data, Some(InputLease { mapping, region: self.clone(), end: at + len as u64 })));
         }
+        before_copy()?;
         self.copy(at, len).map(|data| (data, None))
     }
 

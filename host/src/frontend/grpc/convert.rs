@@ -126,7 +126,8 @@ pub fn request(
                     input.name
                 )));
             }
-            let data = shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?;
+            let header = (input.name.as_str(), datatype, elements);
+            let data = api::infer::read_input(shm, &mut request.shm_inputs, &request.model_name, header, &place)?;
             let data = request.device_inputs.keep(&input.name, data);
             request.inputs.push(Tensor { name: input.name, datatype, shape: input.shape, data });
             continue;

@@ -155,6 +155,7 @@ pub fn decode_request(
     header_len: Option<usize>,
     raw_input: impl FnOnce() -> Result<(String, DataType, Vec<i64>, bool), InferError>,
     shm: &SharedMemory,
+    model: &str,
 ) -> Result<(InferenceRequest, OutputOptions), InferError> {
     let header_len = header_len.unwrap_or(body.len());
     if header_len > body.len() {
@@ -200,7 +201,8 @@ pub fn decode_request(
                         input.name
                     )));
                 }
-                let data = shm.read(&place.region, place.offset, place.byte_size, &mut request.shm_inputs)?;
+                let header = (input.name.as_str(), datatype, elements);
+                let data = api::infer::read_input(shm, &mut request.shm_inputs, model, header, &place)?;
                 request.device_inputs.keep(&input.name, data)
             }
             (None, size) => match size {
@@ -652,7 +654,8 @@ mod tests {
         let mut body = json.to_vec();
         body.extend_from_slice(&1f32.to_le_bytes());
         body.extend_from_slice(&2f32.to_le_bytes());
-        let (r, o) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).unwrap();
+        let (r, o) =
+            decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false), "m").unwrap();
         assert_eq!(r.id, "7");
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(r.inputs[1].data.len(), 8);
@@ -664,7 +667,7 @@ mod tests {
     #[test]
     fn lying_shapes_are_rejected_without_allocating() {
         let json = br#"{"inputs":[{"name":"A","shape":[1,2147483648],"datatype":"INT32","data":[1]}]}"#;
-        let err = decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false)).unwrap_err();
+        let err = decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false), "m").unwrap_err();
         assert!(
             err.message.contains("Failed to parse 'data' field: shape does not match true shape"),
             "{}",
@@ -672,10 +675,10 @@ mod tests {
         );
         let json =
             br#"{"inputs":[{"name":"A","shape":[4294967296,4294967296,4294967296],"datatype":"INT32","data":[1]}]}"#;
-        assert!(decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false)).is_err());
+        assert!(decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false), "m").is_err());
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT8","data":[1,300]}]}"#;
         assert!(
-            decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false))
+            decode_request(Bytes::from_static(json), None, no_raw, &SharedMemory::new(false), "m")
                 .unwrap_err()
                 .message
                 .contains("out of range")
@@ -691,7 +694,8 @@ mod tests {
             "parameters":{"q":"a","r":true,"q":"b"}}"#;
         let mut body = json.to_vec();
         body.extend_from_slice(&[7; 8]);
-        let (r, _) = decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).unwrap();
+        let (r, _) =
+            decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false), "m").unwrap();
         assert_eq!(r.inputs[0].datatype, DataType::Int32);
         assert_eq!(&r.inputs[0].data[..], &[7; 8]);
         assert_eq!(
@@ -699,8 +703,8 @@ mod tests {
             vec![("q".to_string(), ParamValue::String("b".into())), ("r".to_string(), ParamValue::Bool(true))]
         );
         let not_an_object = br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1],"parameters":[1]}]}"#;
-        let err =
-            decode_request(Bytes::from_static(not_an_object), None, no_raw, &SharedMemory::new(false)).unwrap_err();
+        let err = decode_request(Bytes::from_static(not_an_object), None, no_raw, &SharedMemory::new(false), "m")
+            .unwrap_err();
         assert!(err.message.contains("a JSON object"), "{}", err.message);
     }
 
@@ -709,8 +713,10 @@ mod tests {
         let json = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
         let mut body = json.to_vec();
         body.extend_from_slice(&[0; 4]);
-        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false)).is_err());
-        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw, &SharedMemory::new(false)).is_err());
-        assert!(decode_request(Bytes::from_static(b"{not json"), None, no_raw, &SharedMemory::new(false)).is_err());
+        assert!(decode_request(Bytes::from(body), Some(json.len()), no_raw, &SharedMemory::new(false), "m").is_err());
+        assert!(decode_request(Bytes::from_static(b"{}"), Some(10), no_raw, &SharedMemory::new(false), "m").is_err());
+        assert!(
+            decode_request(Bytes::from_static(b"{not json"), None, no_raw, &SharedMemory::new(false), "m").is_err()
+        );
     }
 }

@@ -685,6 +685,7 @@ async fn infer(
             }
         },
         server.shm(),
+        &name,
     )?;
     request.model_name = name;
     request.model_version = version;
