@@ -538,6 +538,54 @@ fn a_decoupled_step_drives_the_next_step_once_per_response() {
     assert_eq!(ident, 3, "the step after the decoupled one ran once per response");
 }
 
+/// A decoupled step's responses each start a context (their tensors and what the steps after
+/// compute from them); one whose steps are done and whose answer went out is released, so a long
+/// stream holds the contexts in use, not one per response. The repeat step paces its 60 responses
+/// 5 ms apart, far longer than the identity after it takes: without the release the request holds
+/// 61 contexts at the end, with it a few (the server's verbose log says how many).
+#[test]
+fn a_long_decoupled_stream_holds_only_the_contexts_in_use() {
+    use nereus::proto::inference as pb;
+    let repo = Repo::new();
+    repo.example("repeat_int32");
+    int32_identity(&repo, "ident1", 0, "[ 1 ]");
+    repo.model("repeat_then_copy", REPEAT_THEN_COPY, &["1"]);
+    let s = Server::start(repo.path(), &[]);
+    // Through the logging API: the tests' NEREUS_LOG would override --log-verbose.
+    let r = s.post_json("/v2/logging", &json!({"log_verbose_level": 1}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n = 60;
+    let mut request = repeat_request(&(0..n).collect::<Vec<i32>>());
+    let delay = request.inputs.iter().position(|i| i.name == "DELAY").unwrap();
+    request.raw_input_contents[delay] = (0..n).flat_map(|_| 5u32.to_le_bytes()).collect::<Vec<u8>>().into();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let copies = rt.block_on(async {
+        let mut c = grpc_client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(request).await.unwrap();
+        let mut stream =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut copies = Vec::new();
+        while copies.len() < n as usize {
+            let m: pb::ModelStreamInferResponse =
+                tokio::time::timeout(WAIT, stream.message()).await.unwrap().unwrap().unwrap();
+            assert!(m.error_message.is_empty(), "{}", m.error_message);
+            let r = m.infer_response.unwrap();
+            let k = r.outputs.iter().position(|o| o.name == "COPY").unwrap();
+            let b = &r.raw_output_contents[k];
+            copies.push(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        }
+        copies
+    });
+    assert_eq!(copies, (0..n).collect::<Vec<_>>(), "every response, in order");
+    let line = "ensemble 'repeat_then_copy': request 'r' done, ";
+    s.wait_until("the request to end", || s.log().contains(line));
+    let log = s.log();
+    let rest = &log[log.find(line).unwrap() + line.len()..];
+    let peak: usize = rest.split_whitespace().next().unwrap().parse().unwrap();
+    assert!((2..=n as usize / 2).contains(&peak), "{peak} contexts in use at most for {n} responses");
+}
+
 /// `max_inflight_requests: 1`: the step's model has two idle instances, yet only one step request
 /// is in flight; the others wait in the ensemble, not in the model's queue, and all complete.
 #[test]

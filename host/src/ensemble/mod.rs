@@ -6,6 +6,7 @@
 //! client asked for; a failing step fails the request with an error naming the step.
 mod batch_dims;
 pub mod composition;
+mod contexts;
 mod graph;
 mod sequence_order;
 
@@ -25,6 +26,7 @@ use crate::request::{
 };
 use crate::scheduler::{Caller, Schedule};
 use crate::stats::{ExecutionTimes, ModelStats};
+use contexts::{Contexts, Held, Tensors};
 use sequence_order::{SequenceOrder, Ticket};
 
 /// An ensemble version's scheduler: each request runs the steps on the composing models, which
@@ -74,7 +76,7 @@ pub struct Ensemble {
     name: Arc<str>,
     steps: Vec<Step>,
     batching: bool,
-    /// The ensemble's optional inputs: one a request leaves out is absent (see [`Context`]).
+    /// The ensemble's optional inputs: one a request leaves out is absent (see [`contexts`]).
     optional_inputs: Vec<String>,
     /// Each output's dims (its reshape's where it has one), which a tensor from a step is
     /// reshaped against (see [`batch_dims`]).
@@ -120,81 +122,11 @@ struct Running {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
-/// A set of tensors steps read: the request's own (the root), or one response of a decoupled step
-/// and everything computed from it (a child of the context that step ran in). A step runs once in
-/// the deepest context its inputs come from. A tensor may be known to be absent (`None`): an
-/// optional input the request left out, or an output a step's response did not have; a step
-/// reading it runs without that input (which its model must take as optional), and a requested
-/// ensemble output that is absent is left out of the response, as tritonserver's ensembles do.
-struct Context {
-    parent: Option<usize>,
-    /// The contexts started by this one's decoupled steps' responses.
-    children: Vec<usize>,
-    depth: usize,
-    own: HashMap<String, Option<Held>>,
-    launched: Vec<bool>,
-    answered: bool,
-}
-
-/// An ensemble tensor and the batch size of what produced it (0: a model or a request that does
-/// not batch), which decides its shape where it meets a model that batches differently.
-struct Held {
-    tensor: Tensor,
-    batch_size: u64,
-}
-
-impl Held {
-    fn new(tensor: Tensor, batching: bool) -> Self {
-        Held { batch_size: batch_dims::batch_size(batching, &tensor.shape), tensor }
-    }
-
-    /// The tensor as `name` where it meets `dims` of something that batches or not.
-    fn meeting(&self, name: &str, dims: Option<&[i64]>, batching: bool) -> Tensor {
-        let shape = dims.and_then(|d| batch_dims::reshaped(d, batching, self.batch_size, &self.tensor.shape));
-        Tensor {
-            name: name.to_string(),
-            shape: shape.unwrap_or_else(|| self.tensor.shape.clone()),
-            ..self.tensor.clone()
-        }
-    }
-}
-
-/// The contexts of one ensemble request.
-struct Contexts(Vec<Context>);
-
-impl Contexts {
-    /// `context` and every context below it: those that see its tensors, where a change to them
-    /// may let a step run or complete an answer.
-    fn with_descendants(&self, context: usize, into: &mut Vec<usize>) {
-        let mut stack = vec![context];
-        while let Some(c) = stack.pop() {
-            into.push(c);
-            stack.extend(self.0[c].children.iter().copied());
-        }
-    }
-
-    /// `name` as `context` sees it (`Some(None)`: known to be absent), with the context it comes
-    /// from; `None` while it does not exist yet.
-    fn resolve(&self, mut context: usize, name: &str) -> Option<(Option<&Held>, usize)> {
-        loop {
-            let c = &self.0[context];
-            if let Some(t) = c.own.get(name) {
-                return Some((t.as_ref(), context));
-            }
-            context = c.parent?;
-        }
-    }
-
-    /// Whether every name resolves from `context`, the deepest of them coming from `context` itself.
-    fn complete_in(&self, context: usize, names: &mut dyn Iterator<Item = &str>) -> bool {
-        let mut deepest = 0;
-        for name in names {
-            match self.resolve(context, name) {
-                Some((_, from)) => deepest = deepest.max(self.0[from].depth),
-                None => return false,
-            }
-        }
-        deepest == self.0[context].depth
+impl Running {
+    /// Whether the step streams: its responses start contexts of their own instead of adding to
+    /// the one it runs in.
+    fn streams(&self) -> bool {
+        matches!(self.answers, Answers::Stream(_))
     }
 }
 
@@ -357,19 +289,20 @@ impl Ensemble {
         let n = self.steps.len();
         // As tritonserver counts an ensemble request's batch: 0 when the ensemble does not batch.
         let request_batch = inputs.first().map_or(0, |t| batch_dims::batch_size(self.batching, &t.shape));
-        let mut own: HashMap<String, Option<Held>> =
+        let mut own: Tensors =
             inputs.into_iter().map(|t| (t.name.clone(), Some(Held::new(t, self.batching)))).collect();
         for name in &self.optional_inputs {
             own.entry(name.clone()).or_insert(None);
         }
-        let root =
-            Context { parent: None, children: Vec::new(), depth: 0, own, launched: vec![false; n], answered: false };
-        let mut contexts = Contexts(vec![root]);
+        let mut contexts = Contexts::new(own, n);
         // The contexts whose tensors (or an ancestor's) changed since they were last looked at:
         // only there can a step become ready or an answer complete. Looking at every context
         // after every event cost a decoupled step's N responses N² looks.
         let mut changed: Vec<usize> = vec![0];
         let mut running: Vec<Running> = Vec::new();
+        // Contexts in which, and below which, the last step just finished: a decoupled ensemble
+        // releases them once nothing can read or change them again (see [`contexts`]).
+        let mut idle: Vec<usize> = Vec::new();
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
         // A traced request's steps are traced below its record, each on its model.
         let step_trace = sender.trace().map(|t| t.child());
@@ -437,7 +370,7 @@ impl Ensemble {
             scan.dedup();
             for &c in &scan {
                 for (i, step) in self.steps.iter().enumerate() {
-                    if !contexts.0[c].launched[i]
+                    if !contexts[c].launched[i]
                         && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
                     {
                         if ticket.as_mut().is_some_and(|t| !t.may_launch(i)) {
@@ -446,14 +379,19 @@ impl Ensemble {
                             changed.push(c);
                             continue;
                         }
-                        contexts.0[c].launched[i] = true;
+                        contexts[c].launched[i] = true;
                         // Without `max_inflight_requests` nothing is counted or queued on the way.
                         match self.limits {
                             None => {
-                                running.push(launch(i, c, &contexts, None, caller)?);
+                                let step = launch(i, c, &contexts, None, caller)?;
+                                contexts.started(c, !step.streams());
+                                running.push(step);
                                 ticket.as_ref().inspect(|t| t.launched(i));
                             }
-                            Some(_) => held.push((i, c)),
+                            Some(_) => {
+                                contexts.started(c, true);
+                                held.push((i, c));
+                            }
                         }
                     }
                 }
@@ -474,12 +412,20 @@ impl Ensemble {
                 };
                 held.queue.remove(k);
                 self.held_back.fetch_sub(1, Ordering::AcqRel);
-                running.push(launch(step, context, &contexts, permit, caller)?);
+                let launched = launch(step, context, &contexts, permit, caller)?;
+                if launched.streams() {
+                    contexts.streams(context);
+                }
+                running.push(launched);
                 ticket.as_ref().inspect(|t| t.launched(step));
             }
             if self.decoupled {
                 let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
                 self.answer_complete_contexts(&mut contexts, &scan, &answer, sender).await;
+                // After the launches and the answers: what is left of these can no longer change.
+                idle.extend_from_slice(&scan);
+                contexts.release_idle(&idle, &changed);
+                idle.clear();
             }
             if running.is_empty() && held.queue.is_empty() && !out_of_turn {
                 break;
@@ -521,9 +467,10 @@ impl Ensemble {
             let Some((index, event)) = waited else { continue };
             let (step, context, batching) = (running[index].step, running[index].context, running[index].batching);
             let finished = !matches!(event, StepEvent::Response(_, false));
-            let streamed = matches!(running[index].answers, Answers::Stream(_));
+            let streamed = running[index].streams();
             if finished {
                 running.swap_remove(index);
+                idle.extend(contexts.finished(context, !streamed));
             }
             match event {
                 StepEvent::Failed(e) => return Err(self.step_error(e)),
@@ -537,26 +484,21 @@ impl Ensemble {
                     }
                     if streamed {
                         // Each response of a decoupled step starts a context of its own.
-                        let depth = contexts.0[context].depth + 1;
-                        let child = contexts.0.len();
-                        contexts.0[context].children.push(child);
-                        changed.push(child);
-                        contexts.0.push(Context {
-                            parent: Some(context),
-                            children: Vec::new(),
-                            depth,
-                            own: produced,
-                            launched: vec![false; n],
-                            answered: false,
-                        });
+                        changed.push(contexts.add_child(context, produced));
                     } else {
-                        contexts.0[context].own.extend(produced);
+                        contexts.extend(context, produced);
                         contexts.with_descendants(context, &mut changed);
                     }
                 }
             }
         }
         if self.decoupled {
+            // What a long stream cost: its contexts in use at once, not one per response.
+            tracing::debug!(
+                "ensemble '{}': request '{id}' done, {} contexts in use at most",
+                self.name,
+                contexts.peak()
+            );
             return Ok(None);
         }
         let mut outputs = Vec::with_capacity(requested_outputs.len());
@@ -592,10 +534,10 @@ impl Ensemble {
         sender: &mut ResponseSender,
     ) {
         for &c in changed {
-            if contexts.0[c].answered || !contexts.complete_in(c, &mut answer.requested.iter().map(String::as_str)) {
+            if contexts[c].answered || !contexts.complete_in(c, &mut answer.requested.iter().map(String::as_str)) {
                 continue;
             }
-            contexts.0[c].answered = true;
+            contexts[c].answered = true;
             let outputs = answer
                 .requested
                 .iter()
