@@ -10,9 +10,10 @@
 //! context is released, its tensors dropped and its slot reused, once nothing can read or change
 //! it again. That is when no step runs or waits to run in it or below it (`active`), no step that
 //! answers once runs or waits in a context above it (`changers`: its outputs would land where the
-//! context sees them), and no step of it waits for its sequence's turn. A decoupled step running
-//! above it does not hold it: its responses start contexts of their own. The request's memory then
-//! follows the contexts in use, not the responses sent.
+//! context sees them), and no step of the request waits for its sequence's turn (the caller holds
+//! the releases back meanwhile). A decoupled step running above it does not hold it: its responses
+//! start contexts of their own. The request's memory then follows the contexts in use, not the
+//! responses sent. Slots are reused, so an index says nothing of age: [`Contexts::born`] does.
 use std::collections::HashMap;
 
 use super::batch_dims;
@@ -61,6 +62,8 @@ pub(super) struct Context {
     changers: usize,
     /// Released: its slot waits in the free list.
     released: bool,
+    /// When it was created, counted from the root's 0.
+    born: u64,
 }
 
 /// The contexts of one ensemble request; indices stay valid while their context is live.
@@ -68,6 +71,8 @@ pub(super) struct Contexts {
     slots: Vec<Context>,
     free: Vec<usize>,
     steps: usize,
+    /// Contexts created so far.
+    created: u64,
 }
 
 impl std::ops::Index<usize> for Contexts {
@@ -96,8 +101,9 @@ impl Contexts {
             active: 0,
             changers: 0,
             released: false,
+            born: 0,
         };
-        Contexts { slots: vec![root], free: Vec::new(), steps }
+        Contexts { slots: vec![root], free: Vec::new(), steps, created: 1 }
     }
 
     /// A new context below `parent`, holding `own` (one response of a decoupled step).
@@ -112,7 +118,9 @@ impl Contexts {
             active: 0,
             changers: 0,
             released: false,
+            born: self.created,
         };
+        self.created += 1;
         let index = match self.free.pop() {
             Some(index) => {
                 self.slots[index] = child;
@@ -130,6 +138,12 @@ impl Contexts {
     /// Adds tensors a step that answers once produced in `context`.
     pub fn extend(&mut self, context: usize, produced: Tensors) {
         self.slots[context].own.extend(produced);
+    }
+
+    /// When `context` was created: the order in which contexts are looked at (a decoupled step's
+    /// responses are answered in the order they came).
+    pub fn born(&self, context: usize) -> u64 {
+        self.slots[context].born
     }
 
     /// The contexts in use.
@@ -187,9 +201,11 @@ impl Contexts {
         }
     }
 
-    /// A step that waited in `context` turned out to stream when it launched.
-    pub fn streams(&mut self, context: usize) {
+    /// A step that waited in `context` turned out to stream when it launched. Returns whether no
+    /// changer is left there: the contexts below it may be idle now.
+    pub fn streams(&mut self, context: usize) -> bool {
         self.slots[context].changers -= 1;
+        self.slots[context].changers == 0
     }
 
     /// A step that ran in `context` finished; `changed` if it counted as a changer. Returns the
@@ -212,10 +228,11 @@ impl Contexts {
     }
 
     /// Releases each of `candidates` that nothing can read or change again (module documentation),
-    /// with everything below it; `pending` are the contexts to be looked at again (a step there
-    /// waits for its sequence's turn). The root is never released: the final answer reads it.
-    pub fn release_idle(&mut self, candidates: &[usize], pending: &[usize]) {
+    /// with everything below it. The caller holds this back while a step of the request waits for
+    /// its sequence's turn. The root is never released: the final answer reads it.
+    pub fn release_idle(&mut self, candidates: &[usize]) {
         let mut subtree = Vec::new();
+        let mut parents = Vec::new();
         for &c in candidates {
             let slot = &self.slots[c];
             if c == 0 || slot.released || slot.active > 0 {
@@ -230,22 +247,29 @@ impl Contexts {
             if still_changing {
                 continue;
             }
+            parents.extend(slot.parent);
             subtree.clear();
+            // Children released earlier in this call are still listed (below), with none of their own.
             self.with_descendants(c, &mut subtree);
-            if subtree.iter().any(|s| pending.contains(s)) {
-                continue;
-            }
-            if let Some(parent) = self.slots[c].parent {
-                self.slots[parent].children.retain(|&k| k != c);
-            }
             for &s in &subtree {
                 let slot = &mut self.slots[s];
+                if slot.released {
+                    continue;
+                }
                 slot.released = true;
                 slot.own = Tensors::new();
                 slot.children = Vec::new();
                 slot.launched = Vec::new();
                 self.free.push(s);
             }
+        }
+        // Once per parent: a parent whose N children go at once costs N, not N².
+        parents.sort_unstable();
+        parents.dedup();
+        for p in parents {
+            let mut children = std::mem::take(&mut self.slots[p].children);
+            children.retain(|&k| !self.slots[k].released);
+            self.slots[p].children = children;
         }
     }
 }
@@ -279,7 +303,7 @@ mod tests {
             let idle = c.finished(child, true);
             c.extend(child, tensors(&["OUT"]));
             assert_eq!(idle, Some(child));
-            c.release_idle(&[child], &[]);
+            c.release_idle(&[child]);
         }
         assert_eq!(c.live(), 1);
         assert_eq!(c.peak(), 2, "one slot, reused");
@@ -293,21 +317,17 @@ mod tests {
         c.started(0, false); // streaming
         c.started(0, true); // answers once, slowly
         let child = c.add_child(0, tensors(&["TOKEN"]));
-        c.release_idle(&[child], &[]);
+        c.release_idle(&[child]);
         assert_eq!(c.live(), 2, "released while a step above could still add its input");
         assert!(c.resolve(child, "TOKEN").is_some());
         // The slow step finishes: its output completes the child's inputs, a step runs there.
         assert_eq!(c.finished(0, true), None, "the root is never a candidate");
         c.extend(0, tensors(&["SLOW"]));
-        c.release_idle(&[child], &[child]);
-        assert_eq!(c.live(), 2, "not looked at since: pending");
         c.started(child, true);
-        c.release_idle(&[child], &[]);
+        c.release_idle(&[child]);
         assert_eq!(c.live(), 2, "a step runs in it");
         assert_eq!(c.finished(child, true), Some(child));
-        c.release_idle(&[child], &[child]);
-        assert_eq!(c.live(), 2, "pending a look");
-        c.release_idle(&[child], &[]);
+        c.release_idle(&[child]);
         assert_eq!(c.live(), 1);
     }
 
@@ -322,17 +342,34 @@ mod tests {
         let b1 = c.add_child(a, tensors(&["B"]));
         let b2 = c.add_child(a, tensors(&["B"]));
         c.started(b2, true);
-        c.release_idle(&[a, b1], &[]);
+        c.release_idle(&[a, b1]);
         assert_eq!(c.live(), 3, "b1 idle, released; a still streams, b2 runs");
         assert!(!c.slots[b2].released && c.slots[b1].released);
         assert_eq!(c.finished(b2, true), Some(b2));
         assert_eq!(c.finished(a, false), Some(a), "the highest idle context");
-        c.release_idle(&[a], &[]);
+        c.release_idle(&[b2, a]);
         assert_eq!(c.live(), 1);
-        // Slots are reused, each with its new parent.
+        assert_eq!(c.free.len(), 3, "each slot freed once");
+        // Slots are reused, each with its new parent, and younger than every context before.
         let next = c.add_child(0, tensors(&["A"]));
         assert!([a, b1, b2].contains(&next));
         assert_eq!(c.slots[0].children, vec![next]);
         assert_eq!(c.slots[next].depth, 1);
+        assert!(c.born(next) > c.born(b2));
+    }
+
+    /// A step that waited (`max_inflight_requests`) counts as one that may add to its context until
+    /// it launches; launched as a stream, it no longer holds the contexts below.
+    #[test]
+    fn a_waiting_step_holds_the_contexts_below_until_it_turns_out_to_stream() {
+        let mut c = Contexts::new(tensors(&["IN"]), 2);
+        c.started(0, false);
+        c.started(0, true); // waiting for a slot
+        let child = c.add_child(0, tensors(&["TOKEN"]));
+        c.release_idle(&[child]);
+        assert_eq!(c.live(), 2);
+        assert!(c.streams(0), "no changer left in the root");
+        c.release_idle(&[child]);
+        assert_eq!(c.live(), 1);
     }
 }

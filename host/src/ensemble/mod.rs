@@ -366,14 +366,19 @@ impl Ensemble {
             // earlier request of the sequence has yet to launch it.
             let mut out_of_turn = false;
             let mut scan = std::mem::take(&mut changed);
-            scan.sort_unstable();
+            // Oldest first: a decoupled step's responses are answered, and drive the steps after
+            // it, in the order they came.
+            scan.sort_unstable_by_key(|&c| contexts.born(c));
             scan.dedup();
+            if let Some(t) = ticket.as_mut() {
+                t.look();
+            }
             for &c in &scan {
                 for (i, step) in self.steps.iter().enumerate() {
                     if !contexts[c].launched[i]
                         && contexts.complete_in(c, &mut step.inputs.iter().map(|(_, t)| t.as_str()))
                     {
-                        if ticket.as_mut().is_some_and(|t| !t.may_launch(i)) {
+                        if ticket.as_ref().is_some_and(|t| !t.may_launch(i)) {
                             // Looked at again once the sequence's earlier requests moved on.
                             out_of_turn = true;
                             changed.push(c);
@@ -413,8 +418,9 @@ impl Ensemble {
                 held.queue.remove(k);
                 self.held_back.fetch_sub(1, Ordering::AcqRel);
                 let launched = launch(step, context, &contexts, permit, caller)?;
-                if launched.streams() {
-                    contexts.streams(context);
+                if launched.streams() && contexts.streams(context) {
+                    // It held the contexts below as one that might add to theirs.
+                    contexts.with_descendants(context, &mut idle);
                 }
                 running.push(launched);
                 ticket.as_ref().inspect(|t| t.launched(step));
@@ -422,10 +428,17 @@ impl Ensemble {
             if self.decoupled {
                 let answer = Answer { requested: &requested_outputs, id: &id, version, request_batch };
                 self.answer_complete_contexts(&mut contexts, &scan, &answer, sender).await;
-                // After the launches and the answers: what is left of these can no longer change.
+                // After the launches and the answers: what is left of these can no longer change,
+                // unless a step waits for its sequence's turn (`changed` holds its context), which
+                // may add to a context above any of them: they are kept for a later look.
                 idle.extend_from_slice(&scan);
-                contexts.release_idle(&idle, &changed);
-                idle.clear();
+                if changed.is_empty() {
+                    contexts.release_idle(&idle);
+                    idle.clear();
+                } else {
+                    idle.sort_unstable();
+                    idle.dedup();
+                }
             }
             if running.is_empty() && held.queue.is_empty() && !out_of_turn {
                 break;

@@ -78,10 +78,16 @@ pub(super) struct Ticket {
 }
 
 impl Ticket {
-    /// Whether every earlier request of the sequence still in flight has launched `step`.
-    pub(super) fn may_launch(&mut self, step: usize) -> bool {
-        // What happens from here on wakes `changed`.
+    /// Starts a look at the steps this request may launch: what happens from here on wakes
+    /// [`Self::changed`]. Called once before the [`Self::may_launch`] calls of one look, not in each:
+    /// a launch seen as done between two of them would otherwise count as seen for a step looked
+    /// at before it, and the request would sleep past it until some later change.
+    pub(super) fn look(&mut self) {
         self.changed.borrow_and_update();
+    }
+
+    /// Whether every earlier request of the sequence still in flight has launched `step`.
+    pub(super) fn may_launch(&self, step: usize) -> bool {
         let sequences = self.sequences.lock();
         let Some(turns) = sequences.get(&self.id) else { return true };
         turns.live.range(..self.number).all(|(_, launched)| launched.get(step).copied().unwrap_or(true))
@@ -153,8 +159,8 @@ mod tests {
     #[test]
     fn a_later_request_waits_for_the_earlier_to_launch_the_same_step() {
         let order = SequenceOrder::default();
-        let mut first = order.ticket(&seq(7), 2).unwrap();
-        let mut second = order.ticket(&seq(7), 2).unwrap();
+        let first = order.ticket(&seq(7), 2).unwrap();
+        let second = order.ticket(&seq(7), 2).unwrap();
         assert!(first.may_launch(0));
         assert!(!second.may_launch(0));
         first.launched(0);
@@ -169,7 +175,7 @@ mod tests {
     fn another_sequence_is_not_held_back() {
         let order = SequenceOrder::default();
         let _first = order.ticket(&seq(1), 1).unwrap();
-        let mut other = order.ticket(&CorrelationId::Text("a".into()), 1).unwrap();
+        let other = order.ticket(&CorrelationId::Text("a".into()), 1).unwrap();
         assert!(other.may_launch(0));
     }
 
@@ -177,7 +183,7 @@ mod tests {
     fn a_request_that_ends_gives_up_its_turns_and_the_sequence_is_forgotten() {
         let order = SequenceOrder::default();
         let first = order.ticket(&seq(3), 1).unwrap();
-        let mut second = order.ticket(&seq(3), 1).unwrap();
+        let second = order.ticket(&seq(3), 1).unwrap();
         assert!(!second.may_launch(0));
         drop(first);
         assert!(second.may_launch(0));
@@ -205,11 +211,27 @@ mod tests {
         assert!(rx.recv().await.is_some());
     }
 
+    /// A launch between two checks of one look still wakes the request: it missed it for the step
+    /// checked before.
+    #[test]
+    fn a_launch_during_a_look_wakes_the_request_after_it() {
+        let order = SequenceOrder::default();
+        let first = order.ticket(&seq(4), 2).unwrap();
+        let mut second = order.ticket(&seq(4), 2).unwrap();
+        second.look();
+        assert!(!second.may_launch(0));
+        first.launched(0);
+        assert!(!second.may_launch(1));
+        assert!(second.changed().now_or_never().is_some(), "the launch of step 0 was swallowed");
+        assert!(second.may_launch(0));
+    }
+
     #[tokio::test]
     async fn a_waiting_request_is_woken_by_the_earlier_launch() {
         let order = SequenceOrder::default();
         let first = order.ticket(&seq(9), 1).unwrap();
         let mut second = order.ticket(&seq(9), 1).unwrap();
+        second.look();
         assert!(!second.may_launch(0));
         let waiter = tokio::spawn(async move {
             second.changed().await;
