@@ -577,7 +577,10 @@ fn a_long_decoupled_stream_holds_only_the_contexts_in_use() {
         }
         copies
     });
-    assert_eq!(copies, (0..n).collect::<Vec<_>>(), "every response, in order");
+    // The identity step has two instances: its answers, and so the ensemble's, may pass each other.
+    let mut copies = copies;
+    copies.sort_unstable();
+    assert_eq!(copies, (0..n).collect::<Vec<_>>(), "every response, once");
     let line = "ensemble 'repeat_then_copy': request 'r' done, ";
     s.wait_until("the request to end", || s.log().contains(line));
     let log = s.log();
