@@ -226,12 +226,22 @@ pub fn check_byte_size(t: &Tensor, model: Option<&str>) -> Result<(), String> {
     check_len(t, t.data.len(), model)
 }
 
-/// tritonserver's message for an input whose bytes do not measure what its shape and datatype say
-/// (`expected`; `None` when that overflows).
-pub(crate) fn byte_size_mismatch(name: &str, model: Option<&str>, expected: Option<u64>, got: u64) -> String {
+/// Checks that `len` bytes are what `elements` elements of `size` bytes take, with tritonserver's
+/// message for input `name` (of `model`) otherwise.
+pub(crate) fn check_fixed_len(
+    name: &str,
+    model: Option<&str>,
+    elements: u64,
+    size: usize,
+    len: u64,
+) -> Result<(), String> {
+    let expected = elements.checked_mul(size as u64);
+    if expected == Some(len) {
+        return Ok(());
+    }
     let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
     let expected = expected.map_or_else(|| "an impossible size".to_string(), |e| e.to_string());
-    format!("input byte size mismatch for input '{name}'{whose}. Expected {expected}, got {got}")
+    Err(format!("input byte size mismatch for input '{name}'{whose}. Expected {expected}, got {len}"))
 }
 
 /// [`check_byte_size`] for a tensor of `len` bytes (its own, or the device bytes it stands for).
@@ -239,12 +249,7 @@ pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(
     let elements =
         element_count(&t.shape).ok_or_else(|| format!("invalid shape {} for '{}'", shape_string(&t.shape), t.name))?;
     match t.datatype.element_size() {
-        Some(size) => {
-            let expected = elements.checked_mul(size as u64);
-            if expected != Some(len as u64) {
-                return Err(byte_size_mismatch(&t.name, model, expected, len as u64));
-            }
-        }
+        Some(size) => check_fixed_len(&t.name, model, elements, size, len as u64)?,
         None => {
             let count = count_bytes_elements(&t.data).map_err(|e| format!("tensor '{}': {e}", t.name))?;
             if count != elements {

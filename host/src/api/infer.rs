@@ -43,11 +43,12 @@ pub fn place_output(
 }
 
 /// Reads input `name`'s bytes from the shared-memory place the client gave (`place`), for a request
-/// to `model` (a lease on bytes read in place goes to `leases`). A system region the server could not map is copied out of, `place.byte_size` bytes,
-/// a size the client chose: the copy is made only once that size agrees with the input's shape and
-/// datatype (`elements` of them), with the message validation would give (a one-element input
-/// naming a terabyte would otherwise cost the server a terabyte before it was refused). Where the
-/// bytes are read in place, validation checks the size later, in its own order.
+/// to `model` (a lease on bytes read in place goes to `leases`). A system region the server could
+/// not map is copied out of, `place.byte_size` bytes, a size the client chose: the copy is made only
+/// once that size agrees with the input's shape and datatype (`elements` of them), with the message
+/// validation would give (a one-element input naming a terabyte would otherwise cost the server a
+/// terabyte before it was refused). Where the bytes are read in place, validation checks the size
+/// later, in its own order. A BYTES input is counted once copied; the copy's allocation is fallible.
 pub fn read_input(
     shm: &SharedMemory,
     leases: &mut ShmInputs,
@@ -56,20 +57,8 @@ pub fn read_input(
     place: &ShmPlace,
 ) -> Result<ShmData, InferError> {
     let before_copy = || match datatype.element_size() {
-        Some(size) => {
-            let expected = elements.checked_mul(size as u64);
-            if expected == Some(place.byte_size) {
-                Ok(())
-            } else {
-                Err(InferError::invalid(crate::validate::byte_size_mismatch(
-                    name,
-                    Some(model),
-                    expected,
-                    place.byte_size,
-                )))
-            }
-        }
-        // BYTES: counted once copied; the copy's allocation is fallible.
+        Some(size) => crate::validate::check_fixed_len(name, Some(model), elements, size, place.byte_size)
+            .map_err(InferError::invalid),
         None => Ok(()),
     };
     shm.read(&place.region, place.offset, place.byte_size, leases, before_copy)
