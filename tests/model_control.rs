@@ -233,10 +233,58 @@ fn reloads_under_load_lose_no_request() {
     assert_eq!(failed.load(Ordering::Relaxed), 0, "requests failed during reloads");
     let loads = s.log().matches("successfully loaded 'simple'").count();
     assert_eq!(loads, 1 + ROUNDS as usize, "one load at start-up and a reload a round:\n{}", s.log());
-    // An explicit load of the unchanged folder is not a reload.
-    assert_eq!(load(&s, "simple", &json!({})).status, 200, "undoes the last override: reloads");
+    // An explicit load of the unchanged folder is not a reload (and keeps the last round's
+    // configuration override, as the test below shows).
     assert_eq!(load(&s, "simple", &json!({})).status, 200);
-    assert_eq!(s.log().matches("successfully loaded 'simple'").count(), 2 + ROUNDS as usize);
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!(s.log().matches("successfully loaded 'simple'").count(), 1 + ROUNDS as usize);
+}
+
+/// A configuration override stays until the folder changes, as tritonserver's does (it dates the
+/// override at its load, and a later plain load reloads only files modified after it: Triton's
+/// L0_lifecycle `test_config_override`); a file override is undone by the next plain load.
+#[test]
+fn a_configuration_override_stays_until_the_folder_changes() {
+    let repo = Repo::new();
+    let dir = repo.model("simple", &add_sub_config("simple", ""), &["1"]);
+    let s = Server::start(repo.path(), &["--model-control-mode", "explicit", "--load-model", "simple"]);
+    let loads = || s.log().matches("successfully loaded 'simple'").count();
+    let max_batch_size = || s.get("/v2/models/simple/config").json()["max_batch_size"].clone();
+    let a: Vec<i32> = (0..16).collect();
+    let answers = || {
+        let r = s.post_json("/v2/models/simple/infer", &simple_request(1));
+        r.status == 200 && r.json()["outputs"][0]["data"] == json!(a.iter().map(|x| x + 1).collect::<Vec<_>>())
+    };
+    assert_eq!(max_batch_size(), 8);
+
+    let config = json!({"backend": "add_sub", "max_batch_size": 3,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                  {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                   {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [16]}]});
+    let r = load(&s, "simple", &json!({"parameters": {"config": config.to_string()}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!((max_batch_size(), loads()), (json!(3), 2));
+
+    // A plain load of the unchanged folder keeps the override.
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!((max_batch_size(), loads()), (json!(3), 2), "the override kept:\n{}", s.log());
+    assert!(answers());
+
+    // A change to the folder after the override: the plain load reloads it from disk.
+    std::fs::write(dir.join("config.pbtxt"), add_sub_config("simple", "# changed after the override\n")).unwrap();
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!((max_batch_size(), loads()), (json!(8), 3), "reloaded from the folder:\n{}", s.log());
+
+    // A file override (the same plugin uploaded): the next plain load undoes it.
+    let component = base64::engine::general_purpose::STANDARD.encode(std::fs::read(nereus_plugins::ADD_SUB).unwrap());
+    let uploaded = json!({"parameters": {"config": config.to_string(), "file:1/add_sub.wasm": component}});
+    let r = load(&s, "simple", &uploaded);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!((max_batch_size(), loads()), (json!(3), 4));
+    assert_eq!(load(&s, "simple", &json!({})).status, 200);
+    assert_eq!((max_batch_size(), loads()), (json!(8), 5), "the file override undone:\n{}", s.log());
+    assert!(answers());
 }
 
 /// A reload that fails — a configuration the server refuses, a plugin whose initialisation fails —

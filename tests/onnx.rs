@@ -330,6 +330,38 @@ fn configurations_are_completed_from_the_model_unless_strict() {
     assert!(strict.log().contains("failed to open text file for read"), "{}", strict.log());
 }
 
+/// Auto-complete reads the model file of a version the policy loads: a folder with a newer
+/// version left empty (or stale) that the policy does not load has no say (Triton's L0_lifecycle
+/// `test_config_override`, where versions 1 and 3 are emptied and the policy selects 2).
+#[test]
+fn auto_complete_reads_a_version_the_policy_loads() {
+    let Some(lib) = onnxruntime_library() else { return };
+    let repo = Repo::new();
+    let policies = [("only_two", "version_policy: { specific { versions: [2] }}\n"), ("latest", "")];
+    for (name, policy) in policies {
+        let dir = repo.path().join(name);
+        for v in ["1", "2", "3"] {
+            std::fs::create_dir_all(dir.join(v)).unwrap();
+        }
+        std::fs::copy(models().join("simple/1/model.onnx"), dir.join("2/model.onnx")).unwrap();
+        let config = format!("platform: \"onnxruntime_onnx\"\nmax_batch_size: 8\n{policy}");
+        std::fs::write(dir.join("config.pbtxt"), config).unwrap();
+    }
+    let s = Server::start(repo.path(), &["--onnxruntime-library", lib.to_str().unwrap()]);
+    let (state, reason) = s.model_state("only_two");
+    assert_eq!(state, "READY", "{reason}");
+    let config = s.get("/v2/models/only_two/config").json();
+    let inputs: Vec<&str> = config["input"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(inputs, ["INPUT0", "INPUT1"], "{config}");
+    let a: Vec<i64> = (0..16).collect();
+    let r = s.post_json("/v2/models/only_two/versions/2/infer", &pair("INT32", &a, &[1; 16]));
+    assert_eq!(data(&r, "OUTPUT0"), a.iter().map(|x| x + 1).collect::<Vec<_>>());
+    // The default policy loads version 3, which has no model file: nothing to complete from.
+    let (state, reason) = s.model_state("latest");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("3/model.onnx"), "{reason}");
+}
+
 /// KIND_GPU instances, on a machine with an NVIDIA GPU and ONNX Runtime from the `onnxruntime-gpu`
 /// package (NEREUS_ONNXRUNTIME_LIB pointing at it): each instance runs the CUDA execution provider
 /// on its own stream, two instances execute at once, strings take ORT's host path, sequences feed

@@ -69,8 +69,10 @@ pub struct ModelControl {
     ops: Mutex<()>,
     /// Shared with the threads that retire versions, which clear an UNLOADING mark when done.
     busy: Arc<Mutex<BTreeMap<String, Busy>>>,
-    /// The folder fingerprint each model's last load attempt read; none after an override (the
-    /// next plain load reloads, undoing it) or an unload.
+    /// The folder fingerprint each model's last load attempt read; none after a file override (the
+    /// next plain load reloads, undoing it) or an unload. A configuration override records the
+    /// folder as it was then, so a plain load keeps the override until the folder changes:
+    /// tritonserver dates the override at its load and reloads only files modified after it.
     attempted: Mutex<HashMap<String, Fingerprint>>,
     /// How long an unload request waits for the model's in-flight requests.
     unload_timeout: Duration,
@@ -292,14 +294,14 @@ impl ModelControl {
         given: Option<ModelConfig>,
         files: Option<OverrideDir>,
     ) -> Result<(), Failed> {
-        let overridden = given.is_some() || files.is_some();
+        let files_given = files.is_some();
         let fingerprint = self.fingerprint(dir);
         self.busy.lock().insert(name.to_string(), Busy::Loading);
         let started = Instant::now();
         let mut entry = repository::load_model(name, dir, &self.ctx, given);
         self.busy.lock().remove(name);
         entry.override_files = files.map(Arc::new);
-        if overridden {
+        if files_given {
             self.attempted.lock().remove(name);
         } else {
             self.attempted.lock().insert(name.to_string(), fingerprint);

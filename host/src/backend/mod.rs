@@ -69,8 +69,8 @@ pub struct BackendSummary {
 /// A model's folder, as auto-complete looks at it.
 pub struct ModelFolder<'a> {
     pub dir: &'a Path,
-    /// The highest numeric version folder, if any (where the model file is read from).
-    pub latest_version: Option<i64>,
+    /// The highest version the policy loads (where the model file is read from).
+    pub version: Option<i64>,
 }
 
 /// One model version to load.

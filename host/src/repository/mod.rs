@@ -312,11 +312,6 @@ fn scan_versions(dir: &Path) -> (Vec<i64>, Vec<String>) {
     (versions, ignored)
 }
 
-/// The version folders of a model folder, ascending.
-fn version_dirs(dir: &Path) -> Vec<i64> {
-    scan_versions(dir).0
-}
-
 /// The versions of `name` the version policy loads, from its folders, logging (as tritonserver
 /// does at each load) the folders that are not versions and, for a `specific` policy, the versions
 /// it names that have no folder: those are left out and the others load.
@@ -439,11 +434,14 @@ fn read_config_with(
 
 /// What tritonserver does to a configuration when it creates the model, after its versions are
 /// known: the instance groups, filled in and checked; the backend's auto-complete from the model
-/// file; the whole configuration checked again, inputs and outputs included.
+/// file of the highest version in `selected` (tritonserver's backends complete it from a version
+/// they load, so a folder the policy leaves out, empty or stale, has no say); the whole
+/// configuration checked again, inputs and outputs included.
 fn complete_config(
     mut config: ModelConfig,
     lines: &SourceLines,
     dir: &Path,
+    selected: &[i64],
     factory: &dyn BackendFactory,
     gpu_count: usize,
 ) -> Result<ModelConfig, LoadError> {
@@ -451,7 +449,7 @@ fn complete_config(
     let auto_gpu = gpu_count > 0 && factory.uses_gpus();
     normalize_instance_groups(&mut config, gpu_count, auto_gpu);
     validate_instance_groups(&config, gpu_count).map_err(located)?;
-    let folder = ModelFolder { dir, latest_version: version_dirs(dir).last().copied() };
+    let folder = ModelFolder { dir, version: selected.iter().max().copied() };
     factory.autocomplete(&mut config, &folder)?;
     normalize(&mut config);
     validate_model_config(&config).map_err(located)?;
@@ -491,7 +489,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     let prepared = backend_name(&config).and_then(|backend| {
         let factory = ctx.backends.factory(&backend);
         let selected = select_versions(name, &config, dir)?;
-        let config = complete_config(config.clone(), &lines, dir, factory.as_ref(), ctx.gpu_count)?;
+        let config = complete_config(config.clone(), &lines, dir, &selected, factory.as_ref(), ctx.gpu_count)?;
         let sequence = SequenceRules::from_config(&config, dir).map_err(LoadError::Sequence)?;
         let instances = instances_of(&config);
         let config = factory.prepare(config, &instances)?;

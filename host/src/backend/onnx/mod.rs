@@ -100,8 +100,8 @@ impl OnnxBackend {
 
 impl BackendFactory for OnnxBackend {
     fn autocomplete(&self, config: &mut ModelConfig, folder: &ModelFolder<'_>) -> Result<(), LoadError> {
-        let Some(latest) = folder.latest_version else { return Ok(()) };
-        let file = Self::model_file(config, folder.dir, latest);
+        let Some(version) = folder.version else { return Ok(()) };
+        let file = Self::model_file(config, folder.dir, version);
         if self.autocomplete && file.is_file() {
             autocomplete::complete(config, &file, self.library.as_deref())?;
         }
