@@ -26,6 +26,7 @@ mod object_store;
 mod onnx;
 mod plugin;
 mod repository;
+mod response_cache;
 mod sandbox;
 mod sandbox_budgets;
 mod sequence;

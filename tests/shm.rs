@@ -555,3 +555,35 @@ fn an_output_goes_to_the_region_its_request_named_when_it_arrived() {
     assert_eq!(first.read_i32(64), vec![6; 16]);
     assert_eq!(second.read_i32(0), vec![0; 16], "nothing went to the object registered since");
 }
+
+/// A model answering from the response cache reads its inputs from shared memory and writes its
+/// outputs there, for a hit as for a miss; other bytes in the region are another key.
+#[test]
+fn a_cached_answer_goes_into_shared_memory_too() {
+    let repo = Repo::new();
+    repo.example("simple");
+    let config = repo.path().join("simple/config.pbtxt");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}\nresponse_cache {{ enable: true }}\n")).unwrap();
+    let s = Server::start(repo.path(), &["--allow-client-shm=true", "--cache-config", "local,size=1048576"]);
+    let (input, output) = (Object::new("in_cache", 128), Object::new("out_cache", 128));
+    input.write_inputs();
+    register_http(&s, "in", &input);
+    register_http(&s, "out", &output);
+    let hits = || {
+        let stats = s.get("/v2/models/simple/stats").json();
+        let m = &stats["model_stats"][0];
+        (m["inference_stats"]["cache_hit"]["count"].as_u64().unwrap(), m["execution_count"].as_u64().unwrap())
+    };
+    for (round, b) in [(0, 3), (1, 3), (2, 5)] {
+        if b == 5 {
+            input.file().write_all_at(&le_i32(&[5; 16]), 64).unwrap();
+        }
+        output.file().write_all_at(&[0xA5; 128], 0).unwrap();
+        let r = s.post_json("/v2/models/simple/infer", &shm_request("in", "out"));
+        assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        assert_eq!(output.read_i32(0), (b..b + 16).collect::<Vec<_>>(), "round {round}");
+        assert_eq!(output.read_i32(64), (-b..16 - b).collect::<Vec<_>>(), "round {round}");
+    }
+    assert_eq!(hits(), (1, 2), "the second round was a hit; the third, with other bytes, executed");
+}

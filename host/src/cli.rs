@@ -259,6 +259,15 @@ pub struct ServeArgs {
     /// `counter_latencies=false` leaves out the `*_duration_us` counters. Repeatable.
     #[arg(long = "metrics-config", value_name = "SETTING=VALUE")]
     pub metrics_config: Vec<String>,
+    /// The response cache, as tritonserver's: `--cache-config local,size=<bytes>` keeps the final
+    /// responses of the models whose configuration has `response_cache { enable: true }`, up to
+    /// that many bytes, and answers the same request again from it. Only the `local` cache exists
+    /// (tritonserver's `redis` does not). See "Response cache" in docs/operations.md.
+    #[arg(long = "cache-config", value_name = "CACHE,SETTING=VALUE")]
+    pub cache_config: Vec<String>,
+    /// Deprecated, as in tritonserver: `--cache-config local,size=BYTES` (0: no cache).
+    #[arg(long = "response-cache-byte-size", value_name = "BYTES")]
+    pub response_cache_byte_size: Option<u64>,
     /// A tracing setting, as tritonserver's (repeatable): `[<mode>,]<setting>=<value>`. Global
     /// settings: `level=OFF|TIMESTAMPS|TENSORS` (default OFF), `rate=N` (trace one request in N,
     /// default 1000), `count=N` (how many to trace; -1, the default: no limit),
@@ -461,6 +470,10 @@ impl ServeArgs {
         let metrics = self.metrics().map_err(|e| anyhow::anyhow!("--metrics-config: {e}"))?;
         let (trace, mut warnings) = self.trace().map_err(|e| anyhow::anyhow!("{e}"))?;
         warnings.extend(self.model_config_warnings());
+        let (response_cache, cache_warnings) =
+            crate::response_cache::CacheSettings::from_flags(&self.cache_config, self.response_cache_byte_size)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        warnings.extend(cache_warnings);
         let options = ServerOptions {
             id: self.id.clone(),
             io_threads,
@@ -488,6 +501,7 @@ impl ServeArgs {
             busy_poll: std::time::Duration::from_micros(self.busy_poll_us),
             busy_poll_min_spare_cpus: self.busy_poll_min_spare_cpus,
             metrics,
+            response_cache,
             sandbox_limits: self.sandbox_limits(),
             trace,
         };

@@ -30,6 +30,7 @@ pub mod plugin;
 pub mod proto;
 pub mod repository;
 pub mod request;
+pub mod response_cache;
 pub mod scheduler;
 pub mod server;
 pub mod shm;

@@ -410,7 +410,13 @@ pub struct ResponseSender {
     trace: Option<TraceNode>,
     /// Whether a response has gone out (the first one is timed for the first-response histogram).
     answered: bool,
+    /// Called with the final response (`None` for an error or a flag-only completion) as it is
+    /// delivered, before the client can see it: the response cache keeps it there.
+    on_final: Option<FinalHook>,
 }
+
+/// What a request's sender calls with its final response ([`ResponseSender::on_final`]).
+pub type FinalHook = Box<dyn FnOnce(Option<&InferenceResponse>) + Send + Sync>;
 
 impl std::fmt::Debug for ResponseSender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -433,6 +439,7 @@ impl ResponseSender {
                 responses: None,
                 trace: None,
                 answered: false,
+                on_final: None,
             },
             rx,
         )
@@ -451,6 +458,7 @@ impl ResponseSender {
             responses,
             trace: None,
             answered: false,
+            on_final: None,
         }
     }
 
@@ -465,12 +473,18 @@ impl ResponseSender {
             responses: None,
             trace: None,
             answered: false,
+            on_final: None,
         }
     }
 
     /// When the request arrived (the sender was made): the start of its queue time.
     pub fn arrived(&self) -> Instant {
         self.arrived
+    }
+
+    /// Calls `hook` with the final response as it is delivered (see [`FinalHook`]).
+    pub fn on_final(&mut self, hook: FinalHook) {
+        self.on_final = Some(hook);
     }
 
     /// Records the request into `trace` (REQUEST_START: when it arrived here, at `model`).
@@ -672,6 +686,14 @@ impl ResponseSender {
     /// request after the backend reported its statistics.
     pub fn flush(&mut self) {
         let Some(last) = self.held.take() else { return };
+        // After the execution (not within a plugin's call, whose deadline the hook's copy would
+        // count against), before the client sees the response.
+        if let Some(hook) = self.on_final.take() {
+            hook(match &last {
+                Final::Outcome(Ok(response)) => Some(response),
+                _ => None,
+            });
+        }
         if let Some(trace) = &self.trace {
             let error = match &last {
                 Final::Outcome(Err(e)) => Some(e.message.as_str()),

@@ -94,6 +94,8 @@ pub struct ServerOptions {
     pub busy_poll_min_spare_cpus: f64,
     /// Prometheus metrics (`--allow-metrics`, default on); `None` turns them off.
     pub metrics: Option<crate::metrics::MetricsOptions>,
+    /// The response cache (`--cache-config local,size=N`); `None`: no cache.
+    pub response_cache: Option<crate::response_cache::CacheSettings>,
     /// The operator's sandbox limits (`--sandbox-*`).
     pub sandbox_limits: crate::backend::wasm::SandboxLimits,
     /// Tracing (`--trace-config`); off by default.
@@ -174,6 +176,10 @@ impl Server {
             models: models.clone(),
             test_hooks: options.test_hooks,
             metrics: metrics.clone(),
+            response_cache: options
+                .response_cache
+                .as_ref()
+                .map(|s| Arc::new(crate::response_cache::ResponseCache::new(s))),
         };
         let remotes = remote_repositories(&options.model_repositories, &options.repository_cache);
         let roots: Vec<PathBuf> = options

@@ -128,7 +128,7 @@ pub fn options(server: &Server) -> Table {
     table.row(["rate_limit", "OFF"]);
     table.row(["strict_readiness", if o.strict_readiness { "1" } else { "0" }]);
     table.row(["exit_timeout".to_string(), o.exit_timeout.as_secs().to_string()]);
-    table.row(["cache_enabled", "0"]);
+    table.row(["cache_enabled", if o.response_cache.is_some() { "1" } else { "0" }]);
     let l = &o.sandbox_limits;
     table.row(["sandbox_max_memory_mb".to_string(), (l.max_memory_bytes >> 20).to_string()]);
     table.row(["sandbox_max_execution_timeout_ms".to_string(), l.max_execution_timeout.as_millis().to_string()]);

@@ -76,6 +76,10 @@ pub struct ModelStats {
     compute_input: StatDuration,
     compute_infer: StatDuration,
     compute_output: StatDuration,
+    /// Requests answered from the response cache: the lookups' time.
+    cache_hit: StatDuration,
+    /// Lookups that missed: the lookup's and the insertion's time.
+    cache_miss: StatDuration,
     inference_count: AtomicU64,
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
@@ -149,6 +153,25 @@ impl ModelStats {
         self.cancelled.load(Ordering::Relaxed)
     }
 
+    /// A request answered from the response cache, `queued` after it arrived, by a lookup that
+    /// took `lookup` (tritonserver's `UpdateSuccessCacheHit`: no inference or execution counted;
+    /// the success itself is counted as the response is given).
+    pub fn record_cache_hit(&self, queued: Duration, lookup: Duration) {
+        self.record_queue(queued);
+        self.cache_hit.record(lookup);
+        if let Some(m) = &self.metrics {
+            m.cache_hit(lookup);
+        }
+    }
+
+    /// A lookup that missed, and the insertion of the response that followed: `took` together.
+    pub fn record_cache_miss(&self, took: Duration) {
+        self.cache_miss.record(took);
+        if let Some(m) = &self.metrics {
+            m.cache_miss(took);
+        }
+    }
+
     pub fn record_queue(&self, waited: Duration) {
         self.queue.record(waited);
         if let Some(m) = &self.metrics {
@@ -204,8 +227,8 @@ impl ModelStats {
                 compute_input: Some(self.compute_input.proto()),
                 compute_infer: Some(self.compute_infer.proto()),
                 compute_output: Some(self.compute_output.proto()),
-                cache_hit: Some(pb::StatisticDuration::default()),
-                cache_miss: Some(pb::StatisticDuration::default()),
+                cache_hit: Some(self.cache_hit.proto()),
+                cache_miss: Some(self.cache_miss.proto()),
             }),
             batch_stats,
             memory_usage: Vec::new(),

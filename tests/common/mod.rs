@@ -402,6 +402,19 @@ ensemble_scheduling {
   ]
 }"#;
 
+/// The configuration of an INT32 add/sub model (the `add_sub` plugin, as `simple`) named `name`,
+/// with `extra` appended.
+pub fn add_sub_config(name: &str, extra: &str) -> String {
+    format!(
+        r#"name: "{name}"
+backend: "add_sub"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }} ]
+{extra}"#
+    )
+}
+
 /// The INT32 `simple` request body for INPUT0 = 0..16, INPUT1 = `b` everywhere.
 pub fn simple_request(b: i32) -> Value {
     serde_json::json!({

@@ -22,7 +22,7 @@ pub use json::{JsonError, from_json, to_json};
 pub use normalize::{FirstVersion, fill_backend_fields, normalize};
 pub use pbtxt::{ParseError, SourceLines};
 pub use schema::ModelConfig;
-pub use validate::{is_plain_name, validate_model_config};
+pub use validate::{check_response_cache, is_plain_name, validate_model_config};
 
 /// Parses `config.pbtxt` text (without normalising it).
 pub fn parse_pbtxt(src: &str) -> Result<ModelConfig, ParseError> {

@@ -118,16 +118,7 @@ pub fn validate_model_config(config: &ModelConfig) -> Result<(), ConfigError> {
         }
         _ => {}
     }
-    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
-    if decoupled && config.response_cache.as_ref().is_some_and(|c| c.enable) {
-        return Err(ConfigError::at(
-            "response_cache",
-            format!(
-                "Response Cache does not currently support model {name} with 'decoupled' transaction policy. \
-                 Please disable the response cache."
-            ),
-        ));
-    }
+    check_response_cache(config)?;
     Ok(())
 }
 
@@ -170,6 +161,23 @@ fn check_dynamic_batching(db: &ModelDynamicBatching, max_batch_size: i32, name: 
                 "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {name}"
             )));
         }
+    }
+    Ok(())
+}
+
+/// A decoupled model cannot enable the response cache (tritonserver's check; an ensemble with a
+/// decoupled step is decoupled too, and is checked again once its steps are known).
+pub fn check_response_cache(config: &ModelConfig) -> Result<(), ConfigError> {
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    if decoupled && config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Err(ConfigError::at(
+            "response_cache",
+            format!(
+                "Response Cache does not currently support model {} with 'decoupled' transaction policy. \
+                 Please disable the response cache.",
+                config.name
+            ),
+        ));
     }
     Ok(())
 }

@@ -206,10 +206,30 @@ pub struct Metrics {
     wasm_memory: IntGaugeVec,
     log_dropped: IntCounterVec,
     abandoned: IntCounter,
+    /// The response cache's counters: `None` without `counter_latencies` (tritonserver counts them
+    /// among the latency counters).
+    cache: Option<CacheFamilies>,
     first_response: Option<HistogramVec>,
     summaries: Option<Arc<LatencySummaries>>,
     system: Option<SystemGauges>,
     gpu: Option<gpu::GpuGauges>,
+}
+
+/// The response cache's families, whose series exist only for the models that use the cache.
+struct CacheFamilies {
+    hits: IntCounterVec,
+    hit_us: CounterVec,
+    misses: IntCounterVec,
+    miss_us: CounterVec,
+}
+
+/// A model version's response-cache counters.
+#[derive(Clone)]
+struct CacheCounters {
+    hits: IntCounter,
+    hit_us: Counter,
+    misses: IntCounter,
+    miss_us: Counter,
 }
 
 /// tritonserver's buckets for `nv_inference_first_response_histogram_ms`, in milliseconds.
@@ -336,6 +356,22 @@ impl Metrics {
                     "Requests whose client went away (HTTP connection closed, gRPC call cancelled) before the answer",
                 )?,
             )?,
+            cache: if options.counter_latencies {
+                Some(CacheFamilies {
+                    hits: counter("nv_cache_num_hits_per_model", "Number of cache hits per model")?,
+                    hit_us: micros(
+                        "nv_cache_hit_duration_per_model",
+                        "Total cache hit duration per model, in microseconds",
+                    )?,
+                    misses: counter("nv_cache_num_misses_per_model", "Number of cache misses per model")?,
+                    miss_us: micros(
+                        "nv_cache_miss_duration_per_model",
+                        "Total cache miss (insert+lookup) duration per model, in microseconds",
+                    )?,
+                })
+            } else {
+                None
+            },
             first_response: options
                 .histogram_latencies
                 .then(|| {
@@ -357,8 +393,11 @@ impl Metrics {
     }
 
     /// The handles of one model version's metrics, created with zeros (every failure reason too)
-    /// so that a scrape shows the model before its first request, as tritonserver's does.
-    pub fn model(&self, name: &str, version: i64) -> ModelMetrics {
+    /// so that a scrape shows the model before its first request, as tritonserver's does. `cache`:
+    /// the version answers from the response cache, which adds its counters and summaries (and,
+    /// as in tritonserver, takes away the request summary, which would leave out cached requests'
+    /// insertion time).
+    pub fn model(&self, name: &str, version: i64, cache: bool) -> ModelMetrics {
         let v = version.to_string();
         let labels = [name, v.as_str()];
         let with_kind = |vec: &IntCounterVec, kind: &str| vec.with_label_values(&[name, v.as_str(), kind]);
@@ -380,8 +419,14 @@ impl Metrics {
                 .map(|s| with_kind(&self.component_loads, s.label())),
             wasm_memory: self.wasm_memory.with_label_values(&labels),
             log_dropped: self.log_dropped.with_label_values(&labels),
+            cache: self.cache.as_ref().filter(|_| cache).map(|c| CacheCounters {
+                hits: c.hits.with_label_values(&labels),
+                hit_us: c.hit_us.with_label_values(&labels),
+                misses: c.misses.with_label_values(&labels),
+                miss_us: c.miss_us.with_label_values(&labels),
+            }),
             first_response: self.first_response.as_ref().map(|h| h.with_label_values(&labels)),
-            summaries: self.summaries.as_ref().map(|s| s.model(name, version)),
+            summaries: self.summaries.as_ref().map(|s| s.model(name, version, cache)),
         }
     }
 
@@ -438,6 +483,7 @@ pub struct ModelMetrics {
     component_loads: [IntCounter; 3],
     wasm_memory: IntGauge,
     log_dropped: IntCounter,
+    cache: Option<CacheCounters>,
     first_response: Option<Histogram>,
     summaries: Option<Arc<summary::ModelSummaries>>,
 }
@@ -491,6 +537,28 @@ impl ModelMetrics {
             s.observe(SummaryKind::ComputeInput, input);
             s.observe(SummaryKind::ComputeInfer, infer);
             s.observe(SummaryKind::ComputeOutput, output);
+        }
+    }
+
+    /// A request answered from the response cache by a lookup that took `lookup`.
+    pub fn cache_hit(&self, lookup: Duration) {
+        if let Some(c) = &self.cache {
+            c.hits.inc();
+            c.hit_us.inc_by(micros(lookup));
+        }
+        if let Some(s) = &self.summaries {
+            s.observe(SummaryKind::CacheHit, lookup);
+        }
+    }
+
+    /// A lookup that missed, with the insertion after it: `took` together.
+    pub fn cache_miss(&self, took: Duration) {
+        if let Some(c) = &self.cache {
+            c.misses.inc();
+            c.miss_us.inc_by(micros(took));
+        }
+        if let Some(s) = &self.summaries {
+            s.observe(SummaryKind::CacheMiss, took);
         }
     }
 

@@ -20,9 +20,12 @@ pub enum SummaryKind {
     ComputeInput,
     ComputeInfer,
     ComputeOutput,
+    /// The response cache's hits and misses (shown for the models that use the cache only).
+    CacheHit,
+    CacheMiss,
 }
 
-const KINDS: [(SummaryKind, &str, &str); 5] = [
+const KINDS: [(SummaryKind, &str, &str); 7] = [
     (
         SummaryKind::Request,
         "nv_inference_request_summary_us",
@@ -48,6 +51,16 @@ const KINDS: [(SummaryKind, &str, &str); 5] = [
         "nv_inference_compute_output_summary_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
+    (
+        SummaryKind::CacheHit,
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+    ),
+    (
+        SummaryKind::CacheMiss,
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+    ),
 ];
 
 #[derive(Default)]
@@ -60,7 +73,22 @@ struct Series {
 /// One model version's summaries.
 #[derive(Default)]
 pub struct ModelSummaries {
-    series: [Mutex<Series>; 5],
+    series: [Mutex<Series>; 7],
+    /// Whether the version uses the response cache (as last loaded): its cache summaries are shown
+    /// and its request summary is not, as tritonserver's.
+    cache: std::sync::atomic::AtomicBool,
+}
+
+impl ModelSummaries {
+    /// Whether the summary of `kind` is shown for this version.
+    fn shows(&self, kind: SummaryKind) -> bool {
+        let cache = self.cache.load(std::sync::atomic::Ordering::Relaxed);
+        match kind {
+            SummaryKind::Request => !cache,
+            SummaryKind::CacheHit | SummaryKind::CacheMiss => cache,
+            _ => true,
+        }
+    }
 }
 
 impl ModelSummaries {
@@ -88,8 +116,11 @@ impl LatencySummaries {
         LatencySummaries { quantiles, models: Mutex::new(BTreeMap::new()) }
     }
 
-    pub fn model(&self, name: &str, version: i64) -> Arc<ModelSummaries> {
-        self.models.lock().entry((name.to_string(), version)).or_default().clone()
+    /// The summaries of a version, which uses the response cache when `cache` says so.
+    pub fn model(&self, name: &str, version: i64, cache: bool) -> Arc<ModelSummaries> {
+        let summaries = self.models.lock().entry((name.to_string(), version)).or_default().clone();
+        summaries.cache.store(cache, std::sync::atomic::Ordering::Relaxed);
+        summaries
     }
 
     /// The summary families, for the text encoder.
@@ -98,9 +129,10 @@ impl LatencySummaries {
         KINDS
             .iter()
             .enumerate()
-            .map(|(index, (_, name, help))| {
+            .map(|(index, (kind, name, help))| {
                 let metrics = models
                     .iter()
+                    .filter(|(_, summaries)| summaries.shows(*kind))
                     .map(|((model, version), summaries)| {
                         let s = summaries.series[index].lock();
                         let mut sorted: Vec<f64> = s.recent.iter().copied().collect();

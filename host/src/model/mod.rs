@@ -4,13 +4,18 @@ pub mod health;
 pub mod probe;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::backend::{BackendInstance, ModelTeardown};
 use crate::config::ModelConfig;
 use crate::error::InferError;
-use crate::request::{self, InferenceRequest, Job, ResponseReceiver, ResponseSender, StreamReceiver, StreamSink};
+use crate::request::{
+    self, CorrelationId, InferenceRequest, InferenceResponse, Job, ResponseReceiver, ResponseSender, StreamReceiver,
+    StreamSink,
+};
+use crate::response_cache::{CacheKey, CachedResponse, InsertError, Owner, ResponseCache};
 use crate::scheduler::inline::IoThreads;
 use crate::scheduler::{
     BatchRules, Caller, DefaultScheduler, DynamicBatcher, Schedule, SequenceBatcher, SequenceRules, WorkerContext,
@@ -64,6 +69,21 @@ pub struct ModelVersion {
     device_io: Option<usize>,
     /// What the backend finalises once every instance is gone.
     teardown: Mutex<Option<Box<dyn ModelTeardown>>>,
+    /// The server's response cache, when the model enables it (`response_cache { enable: true }`),
+    /// and this load's place in it.
+    cache: Option<(Arc<ResponseCache>, Owner)>,
+    /// Whether the log has said once that a response did not fit the cache.
+    cache_refusal_told: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What the response cache says of a request as it reaches its model.
+enum Cached {
+    /// The model does not use the cache, or the request cannot be keyed (inputs on a GPU).
+    Off,
+    /// Found: the response, when the lookup started and how long it took.
+    Hit(Arc<CachedResponse>, Instant, Duration),
+    /// Not found: the key to keep its response under, and how long the lookup took.
+    Miss(CacheKey, Duration),
 }
 
 impl ModelVersion {
@@ -139,7 +159,19 @@ impl ModelVersion {
             scheduler,
             device_io: None,
             teardown: Mutex::new(None),
+            cache: None,
+            cache_refusal_told: Default::default(),
         }
+    }
+
+    /// The version answering from `cache` where a request was answered before (`None`: it does
+    /// not use the response cache).
+    pub fn with_response_cache(self, cache: Option<Arc<ResponseCache>>) -> Self {
+        let cache = cache.map(|cache| {
+            let owner = cache.owner();
+            (cache, owner)
+        });
+        ModelVersion { cache, ..self }
     }
 
     /// The GPU whose memory this version's instances read inputs from and write outputs to in
@@ -171,8 +203,10 @@ impl ModelVersion {
         validate_request(&self.io, &mut request)?;
         let (mut sender, receiver) = ResponseSender::unary(self.stats.clone());
         self.trace(&mut request, &mut sender);
-        let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
+        if let Some(sender) = self.answer_from_cache(&mut request, sender) {
+            let enqueued = sender.arrived();
+            self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
+        }
         Ok(receiver)
     }
 
@@ -196,9 +230,89 @@ impl ModelVersion {
         validate_request(&self.io, &mut request)?;
         let mut sender = ResponseSender::stream(self.stats.clone(), self.is_decoupled(), sink);
         self.trace(&mut request, &mut sender);
-        let enqueued = sender.arrived();
-        self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
+        if let Some(sender) = self.answer_from_cache(&mut request, sender) {
+            let enqueued = sender.arrived();
+            self.scheduler.enqueue(Job { request, sender, enqueued }, caller);
+        }
         Ok(())
+    }
+
+    /// Answers a valid `request` from the response cache when its response is there (and returns
+    /// `None`: nothing is left to execute). Otherwise returns the sender to execute it with, which
+    /// keeps the response in the cache as it is given when the model uses one.
+    fn answer_from_cache(&self, request: &mut InferenceRequest, mut sender: ResponseSender) -> Option<ResponseSender> {
+        match self.look_up(request) {
+            Cached::Off => Some(sender),
+            Cached::Hit(entry, started, took) => {
+                self.stats.record_cache_hit(started.saturating_duration_since(sender.arrived()), took);
+                sender.send_final(Ok(InferenceResponse {
+                    model_name: self.name.clone(),
+                    model_version: self.version,
+                    id: request.id.clone(),
+                    parameters: entry.parameters.clone(),
+                    outputs: entry.outputs.clone(),
+                    in_place: Vec::new(),
+                }));
+                sender.flush();
+                None
+            }
+            Cached::Miss(key, lookup) => {
+                let (cache, stats) = (self.cache.as_ref()?.0.clone(), self.stats.clone());
+                let told = self.cache_refusal_told.clone();
+                sender.on_final(Box::new(move |response| {
+                    // A request refused, cancelled or failed has no response to keep, and is not
+                    // counted (tritonserver counts a miss as the response it executed comes back).
+                    let Some(response) = response else { return };
+                    let started = Instant::now();
+                    match cache.insert(key, response) {
+                        // Another request with the same key was answered first: not a miss of
+                        // this one, as tritonserver counts.
+                        Err(InsertError::AlreadyExists) => {}
+                        outcome => {
+                            if let Err(e) = outcome {
+                                // tritonserver's line, once a load at error level: a model whose
+                                // responses do not fit would otherwise log one a request.
+                                if told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                                    tracing::debug!("Failed to insert key [{key}] into response cache: {e}");
+                                } else {
+                                    tracing::error!("Failed to insert key [{key}] into response cache: {e}");
+                                }
+                            }
+                            stats.record_cache_miss(lookup + started.elapsed());
+                        }
+                    }
+                }));
+                Some(sender)
+            }
+        }
+    }
+
+    /// Looks `request` up in the response cache, if the model uses it and the request is not
+    /// part of a sequence (an ensemble may pass a sequence on to a step: a hit would skip the
+    /// step, and the sequence's start or end with it). Outputs the client placed in shared memory
+    /// are written there by the frontend, not by the backend, so that the response keeps their
+    /// bytes for the cache. And the inputs are copied first: an input read in place from a
+    /// client's shared memory (also as an ensemble's step gets it) could change between the key
+    /// and the execution, and the entry would then answer others with the response to other
+    /// bytes; the key's hash reads every byte anyway, and a copy costs a fraction of that.
+    fn look_up(&self, request: &mut InferenceRequest) -> Cached {
+        let Some((cache, owner)) = &self.cache else { return Cached::Off };
+        if request.correlation_id != CorrelationId::None || request.sequence_start || request.sequence_end {
+            return Cached::Off;
+        }
+        request.host_outputs.clear();
+        request.device_outputs.take_all();
+        for t in &mut request.inputs {
+            t.data = bytes::Bytes::copy_from_slice(&t.data);
+        }
+        let Some(key) = CacheKey::of(*owner, &self.name, self.version, request) else { return Cached::Off };
+        let started = Instant::now();
+        let found = cache.lookup(key);
+        let took = started.elapsed();
+        match found {
+            Some(entry) => Cached::Hit(entry, started, took),
+            None => Cached::Miss(key, took),
+        }
     }
 
     /// Moves a traced request's trace into its sender, which records this model's part of it.

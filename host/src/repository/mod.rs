@@ -25,6 +25,7 @@ use crate::labels::OutputLabels;
 use crate::load_error::LoadError;
 use crate::model::health::Health;
 use crate::model::{ModelResolver, ModelVersion, SchedulerSetup};
+use crate::response_cache::ResponseCache;
 use crate::scheduler::SequenceRules;
 use crate::scheduler::inline::IoThreads;
 use crate::stats::ModelStats;
@@ -209,6 +210,8 @@ pub struct LoadContext {
     pub test_hooks: bool,
     /// The server's Prometheus metrics (none with `--allow-metrics=false`).
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The server's response cache (`--cache-config`), for the models that enable it.
+    pub response_cache: Option<Arc<ResponseCache>>,
 }
 
 impl LoadContext {
@@ -217,9 +220,15 @@ impl LoadContext {
         self.test_hooks.then(|| Arc::new(TestHooks::default()))
     }
 
-    /// A version's metric handles: `Some` unless metrics are off.
-    fn metrics(&self, name: &str, version: i64) -> Option<crate::metrics::ModelMetrics> {
-        self.metrics.as_ref().map(|m| m.model(name, version))
+    /// A version's metric handles: `Some` unless metrics are off. `cache`: whether the version
+    /// answers from the response cache (its cache metrics are shown then only, as tritonserver's).
+    fn metrics(&self, name: &str, version: i64, cache: bool) -> Option<crate::metrics::ModelMetrics> {
+        self.metrics.as_ref().map(|m| m.model(name, version, cache))
+    }
+
+    /// The response cache for a model of `config`: the server's, when the model enables it.
+    fn cache_for(&self, config: &ModelConfig) -> Option<Arc<ResponseCache>> {
+        self.response_cache.clone().filter(|_| config.response_cache.as_ref().is_some_and(|c| c.enable))
     }
 }
 
@@ -511,11 +520,12 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
     let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
     let inline_under =
         if factory.may_run_inline(&config) && !decoupled { ctx.inline_under } else { std::time::Duration::ZERO };
+    let cache = ctx.cache_for(&config);
     let mut versions = BTreeMap::new();
     for version in selected {
         tracing::info!("loading: {name}:{version}");
         let hooks = ctx.hooks();
-        let metrics = ctx.metrics(name, version);
+        let metrics = ctx.metrics(name, version, cache.is_some());
         let setup = SchedulerSetup {
             instance_poll: ctx.instance_poll,
             inline_under,
@@ -537,6 +547,7 @@ pub fn load_model(name: &str, dir: &Path, ctx: &LoadContext, given: Option<Model
         };
         let state = match load_version(factory.as_ref(), &load, setup) {
             Ok(m) => {
+                let m = m.with_response_cache(cache.clone());
                 for instance in &instances {
                     tracing::info!(
                         "initialized instance {} ({} device {}) of '{name}' version {version}",
@@ -627,12 +638,19 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
         c.model_transaction_policy.get_or_insert_default().decoupled = ensemble.is_decoupled();
         Arc::new(c)
     };
+    if let Err(source) = crate::config::check_response_cache(&config) {
+        let reason = LoadError::Config { line: None, source };
+        return ModelEntry { config: Some(config), ..ModelEntry::unavailable(name, dir, reason) };
+    }
+    let cache = ctx.cache_for(&config);
     let io = Arc::new(IoSpec { labels: Arc::new(labels), ..IoSpec::new(&config) });
     let models: Arc<dyn ModelResolver> = ctx.models.clone();
     let versions = selected
         .into_iter()
         .map(|version| {
-            let stats = Arc::new(ModelStats::new(ctx.metrics(name, version)));
+            // As tritonserver's, an ensemble shows no cache metrics (its statistics count the
+            // cache's hits and misses).
+            let stats = Arc::new(ModelStats::new(ctx.metrics(name, version, false)));
             let scheduler =
                 EnsembleScheduler { ensemble: ensemble.clone(), version, models: models.clone(), stats: stats.clone() };
             let model = ModelVersion::with_scheduler(
@@ -642,7 +660,8 @@ fn load_ensemble(name: &str, dir: &Path, config: Arc<ModelConfig>, ctx: &LoadCon
                 stats,
                 Box::new(scheduler),
                 ctx.hooks(),
-            );
+            )
+            .with_response_cache(cache.clone());
             (version, VersionState::Ready(Arc::new(model)))
         })
         .collect();

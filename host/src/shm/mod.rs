@@ -291,6 +291,11 @@ pub enum ShmData {
 pub struct ShmInputs(Vec<InputLease>);
 
 impl ShmInputs {
+    /// Whether no input was read in place.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// An error naming the region when a client shrank an object an input was read from while it
     /// was read: the backend then saw zeros in place of the lost bytes, and its answer is void.
     pub fn check(&self) -> Result<(), InferError> {
