@@ -249,7 +249,7 @@ fn parameters_and_request_id_reach_the_backend() {
     let s = server();
     let r = s.post_json(
         "/v2/models/echo/infer",
-        &json!({"id": "abc", "parameters": {"flag": true, "n": -4, "x": 1.5, "s": "str", "sequence_id": 9, "triton_hidden": 1},
+        &json!({"id": "abc", "parameters": {"flag": true, "n": -4, "x": 1.5, "s": "str", "sequence_id": 9},
             "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "INT32", "data": [5, 6]}]}),
     );
     let v = r.json();
@@ -261,9 +261,16 @@ fn parameters_and_request_id_reach_the_backend() {
     assert_eq!(p["x"], 1.5);
     assert_eq!(p["s"], "str");
     assert_eq!(p["echo_id"], "abc");
-    assert!(
-        p.get("sequence_id").is_none() && p.get("triton_hidden").is_none(),
-        "reserved parameters are not custom: {p}"
+    assert!(p.get("sequence_id").is_none(), "reserved parameters are not custom: {p}");
+    // `triton_` keys are tritonserver's own: its HTTP frontend refuses them from a client.
+    let r = s.post_json(
+        "/v2/models/echo/infer",
+        &json!({"parameters": {"triton_hidden": 1}, "inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [5]}]}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error(),
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
     );
 }
 
@@ -975,4 +982,78 @@ fn system_shared_memory_is_opt_in_and_bounds_checked() {
     unsafe {
         libc::shm_unlink(c_key.as_ptr());
     }
+}
+
+/// `--http-header-forward-pattern` and `--grpc-header-forward-pattern`: the headers (gRPC metadata,
+/// a stream's too) whose names match reach the model as string parameters; names are matched
+/// ignoring case unless the pattern says `(?-i)`; a reserved name fails the request; without the
+/// flags no header is passed on.
+#[test]
+fn matching_headers_reach_the_model_as_parameters() {
+    let repo = Repo::new();
+    let dir = repo.model("echo", &faults_config("echo", ""), &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(
+        repo.path(),
+        &["--http-header-forward-pattern", "MY_HEADER.*|priority", "--grpc-header-forward-pattern", "(?-i)^x-fwd"],
+    );
+    let body = json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [5]}]}).to_string();
+    let headers = [("Content-Type", "application/json"), ("My_Header_1", "v \"1\""), ("other", "no")];
+    let r = s.request("POST", "/v2/models/echo/infer", &headers, body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = &r.json()["parameters"];
+    assert_eq!(p["my_header_1"], "v \"1\"", "{p}");
+    assert!(p.get("other").is_none(), "{p}");
+    let r = s.request("POST", "/v2/models/echo/infer", &[("priority", "1")], body.as_bytes());
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error(), "Header 'priority' is reserved for Triton usage and cannot be forwarded.");
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use nereus::proto::inference::model_infer_request::InferInputTensor;
+        let message = nereus::proto::inference::ModelInferRequest {
+            model_name: "echo".into(),
+            inputs: vec![InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "INT32".into(),
+                shape: vec![1],
+                ..Default::default()
+            }],
+            raw_input_contents: vec![bytes::Bytes::from(le_i32(&[5]))],
+            ..Default::default()
+        };
+        let mut client = grpc_client(&s).await;
+        let mut request = tonic::Request::new(message.clone());
+        request.metadata_mut().insert("x-fwd-a", "1".parse().unwrap());
+        request.metadata_mut().insert("my_header_1", "not for grpc".parse().unwrap());
+        let answer = client.model_infer(request).await.unwrap().into_inner();
+        let text = |key: &str| {
+            answer.parameters.get(key).and_then(|p| match &p.parameter_choice {
+                Some(nereus::proto::inference::infer_parameter::ParameterChoice::StringParam(s)) => Some(s.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(text("x-fwd-a").as_deref(), Some("1"), "{answer:?}");
+        assert_eq!(text("my_header_1"), None, "the gRPC pattern is its own");
+        // A stream's metadata, for each of its requests.
+        let mut request = tonic::Request::new(tokio_stream::iter(vec![message.clone(), message]));
+        request.metadata_mut().insert("x-fwd-b", "2".parse().unwrap());
+        let mut answers = client.model_stream_infer(request).await.unwrap().into_inner();
+        for _ in 0..2 {
+            let answer = answers.message().await.unwrap().unwrap();
+            let response = answer.infer_response.unwrap();
+            assert_eq!(
+                response.parameters.get("x-fwd-b").and_then(|p| p.parameter_choice.clone()),
+                Some(nereus::proto::inference::infer_parameter::ParameterChoice::StringParam("2".into())),
+                "{response:?}"
+            );
+        }
+    });
+
+    // Without the flag, nothing is forwarded.
+    let r = server().request("POST", "/v2/models/echo/infer", &headers, body.as_bytes());
+    assert!(r.json()["parameters"].get("my_header_1").is_none(), "{}", r.text());
+    // A pattern that does not compile stops the start, saying why.
+    let err = refused_start(repo.path(), &["--grpc-header-forward-pattern", "MY_(HEADER"]);
+    assert!(err.contains("invalid header forward pattern 'MY_(HEADER'"), "{err}");
 }

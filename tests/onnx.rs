@@ -327,7 +327,8 @@ fn configurations_are_completed_from_the_model_unless_strict() {
         reason.contains("unable to load model 'partial', configuration expects 0 inputs, model provides 2"),
         "{reason}"
     );
-    assert!(strict.log().contains("failed to open text file for read"), "{}", strict.log());
+    // Errors go to standard error, which the test reads on a thread of its own: waited for.
+    strict.wait_until("the poll failure's log line", || strict.log().contains("failed to open text file for read"));
 }
 
 /// Auto-complete reads the model file of a version the policy loads: a folder with a newer

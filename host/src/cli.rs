@@ -151,6 +151,17 @@ pub struct ServeArgs {
     /// Serve the HTTP/REST endpoint.
     #[arg(long = "allow-http", default_value_t = true, action = ArgAction::Set, value_parser = TritonBool)]
     pub allow_http: bool,
+    /// A regular expression: the HTTP request headers whose names it matches (anywhere in the
+    /// name, ignoring case unless it starts with `(?-i)`) reach the model as string parameters of
+    /// the inference request, as tritonserver's. A header named like a parameter Triton reserves
+    /// (`sequence_id`, `priority`, `timeout`, `headers`, `binary_data_output`, `triton_*`) fails the
+    /// request.
+    #[arg(long = "http-header-forward-pattern", value_name = "REGEX", value_parser = forward_pattern)]
+    pub http_header_forward_pattern: Option<crate::api::headers::HeaderForward>,
+    /// The same for gRPC: the call metadata whose keys it matches (on a stream, the stream's
+    /// metadata, for each of its requests).
+    #[arg(long = "grpc-header-forward-pattern", value_name = "REGEX", value_parser = forward_pattern)]
+    pub grpc_header_forward_pattern: Option<crate::api::headers::HeaderForward>,
     /// Largest HTTP request body, in bytes, before and after decompression (tritonserver's
     /// default, 64 MiB).
     #[arg(long = "http-max-input-size", default_value_t = 64 << 20, allow_negative_numbers = true, value_parser = max_input_size)]
@@ -627,6 +638,11 @@ fn config_name(value: &str) -> Result<String, String> {
         ));
     }
     Ok(value.to_string())
+}
+
+/// A `--*-header-forward-pattern` value, compiled.
+fn forward_pattern(pattern: &str) -> Result<crate::api::headers::HeaderForward, String> {
+    crate::api::headers::HeaderForward::new(pattern)
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 tls: http_tls.clone(),
                 header_timeout: std::time::Duration::from_millis(args.http_header_timeout_ms.max(1)),
                 body_timeout: std::time::Duration::from_millis(args.http_body_timeout_ms.max(1)),
+                forward_headers: args.http_header_forward_pattern.clone(),
             };
             let mut stop = stop_rx.clone();
             let http_connections = connections.http.clone();
@@ -105,6 +106,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 response_compression: args.grpc_infer_response_compression_level,
                 stream_stall_timeout: (args.grpc_stream_stall_timeout_ms > 0)
                     .then(|| std::time::Duration::from_millis(args.grpc_stream_stall_timeout_ms)),
+                forward_headers: args.grpc_header_forward_pattern.clone(),
             };
             let listener = listener.into_std()?;
             for i in 0..grpc_threads {

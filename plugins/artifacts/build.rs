@@ -19,6 +19,7 @@ const PLUGINS: &[(&str, bool)] = &[
     ("image_classify_preprocess", true),
     ("image_preprocess", true),
     ("mock_llm", false),
+    ("parameter", false),
     ("reduce_sum", true),
     ("repeat_int32", true),
     ("sequence", false),

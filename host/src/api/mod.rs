@@ -4,6 +4,7 @@
 //! decisions — Triton's reserved request parameters, shared-memory placement, running a request to
 //! its answer, classification — are made once, here, for both.
 pub mod classification;
+pub mod headers;
 pub mod infer;
 pub mod params;
 pub mod repository;

@@ -22,12 +22,20 @@ pub const SAMPLED: u8 = 0x01;
 pub trait Carrier {
     /// Every value of the (lowercase) header `key`, in order.
     fn values(&self, key: &str) -> Vec<&str>;
+
+    /// Every header as (lowercase) name and value, in order; a value that is not UTF-8 is read
+    /// lossily (the header forward pattern, `crate::api::headers`, passes them on as strings).
+    fn pairs(&self) -> Vec<(String, String)>;
 }
 
 /// Headers kept as name and value pairs (a gRPC stream's, for each of its requests).
 impl Carrier for Vec<(String, String)> {
     fn values(&self, key: &str) -> Vec<&str> {
         self.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str()).collect()
+    }
+
+    fn pairs(&self) -> Vec<(String, String)> {
+        self.clone()
     }
 }
 

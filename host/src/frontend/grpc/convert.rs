@@ -94,6 +94,10 @@ pub fn param_proto(v: &ParamValue) -> pb::InferParameter {
     }
 }
 
+/// The `triton_` request parameters a gRPC client may send (tritonserver's
+/// `TRITON_RESERVED_REQUEST_PARAMS`): a stream's request asks for an empty final response.
+const TRITON_REQUEST_PARAMETERS: &[&str] = &["triton_enable_empty_final_response"];
+
 /// Decodes a ModelInferRequest. Tensors in `raw_input_contents` stay slices of the message.
 /// A request, the outputs it wants written into system shared memory, and those it wants as
 /// classes.
@@ -108,6 +112,14 @@ pub fn request(
         ..Default::default()
     };
     for (key, p) in std::mem::take(&mut m.parameters) {
+        // Of the `triton_` keys, tritonserver's gRPC frontend takes only the ones it knows.
+        if key.starts_with("triton_") && !TRITON_REQUEST_PARAMETERS.contains(&key.as_str()) {
+            return Err(InferError::invalid(format!(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys \
+                 starting with 'triton_' are allowed: {}",
+                TRITON_REQUEST_PARAMETERS.join(" ")
+            )));
+        }
         let value = param_value(&p).ok_or_else(|| InferError::invalid(format!("parameter '{key}' has no value")))?;
         api::params::apply(&mut request, &key, value)?;
     }

@@ -61,6 +61,8 @@ pub struct Direct {
     pub max_message_size: usize,
     /// `--grpc-stream-stall-timeout-ms` (see [`super::stream`]).
     pub stream_stall_timeout: Option<std::time::Duration>,
+    /// `--grpc-header-forward-pattern`.
+    pub forward_headers: Option<crate::api::headers::HeaderForward>,
 }
 
 /// The layer's service: `ModelInfer` and `ModelStreamInfer` calls without compression go to
@@ -137,7 +139,8 @@ async fn answer(direct: &Direct, request: Request<Body>) -> Result<Frames, Statu
     let read_end = Instant::now();
     let message = pb::ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
     super::allow_headers(&direct.restricted, Api::Inference, &parts.headers)?;
-    let response = infer(&direct.server, message, &parts.headers, (read_start, read_end)).await?;
+    let forward = direct.forward_headers.as_ref();
+    let response = infer(&direct.server, message, &parts.headers, forward, (read_start, read_end)).await?;
     encode(response, direct.max_message_size)
 }
 
@@ -149,8 +152,8 @@ fn serve_stream(direct: &Direct, request: Request<Body>) -> Response<Body> {
     if let Err(status) = super::allow_headers(&direct.restricted, Api::Inference, &parts.headers) {
         return status.into_http();
     }
-    // The stream's headers are every one of its requests' trace context.
-    let context = super::trace_context(&parts.headers);
+    // The stream's headers are every one of its requests' trace context and forwarded headers.
+    let context = super::StreamHeaders::new(&parts.headers, direct.forward_headers.as_ref());
     let requests = requests(Messages::new(body, direct.max_message_size));
     let answers = super::stream::serve(direct.server.clone(), requests, context, direct.stream_stall_timeout);
     let frames = StreamFrames { answers, chunks: VecDeque::new(), ended: false, limit: direct.max_message_size };

@@ -17,6 +17,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api;
+use crate::api::headers::HeaderForward;
 use crate::error::InferError;
 use crate::frontend::connections::{Connections, Counted};
 use crate::frontend::restricted::{Api, Restrictions};
@@ -26,6 +27,7 @@ use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::request::InferenceRequest;
 use crate::server::{EXTENSIONS, Server};
 use crate::shm::ShmKind;
 use crate::trace::update::SettingInput;
@@ -51,6 +53,8 @@ pub struct GrpcOptions {
     /// `--grpc-stream-stall-timeout-ms`: how long a stream may wait for its client to take the
     /// next message (see [`stream`]); `None`: as long as the client stays connected.
     pub stream_stall_timeout: Option<Duration>,
+    /// `--grpc-header-forward-pattern`: the call headers passed on as request parameters.
+    pub forward_headers: Option<HeaderForward>,
 }
 
 impl Default for GrpcOptions {
@@ -63,6 +67,7 @@ impl Default for GrpcOptions {
             tls: None,
             response_compression: ResponseCompression::None,
             stream_stall_timeout: Some(Duration::from_secs(30)),
+            forward_headers: None,
         }
     }
 }
@@ -72,6 +77,7 @@ pub struct GrpcFrontend {
     server: Arc<Server>,
     restricted: Arc<Restrictions>,
     stream_stall_timeout: Option<Duration>,
+    forward_headers: Option<HeaderForward>,
 }
 
 /// Refuses a call to a restricted protocol without its header, with Triton's status and message.
@@ -136,7 +142,7 @@ impl GrpcInferenceService for GrpcFrontend {
         // tonic hands the request over read: the wait for it is over when it begins.
         let now = Instant::now();
         let (metadata, _, message) = r.into_parts();
-        infer(&self.server, message, &metadata, (now, now)).await.map(Response::new)
+        infer(&self.server, message, &metadata, self.forward_headers.as_ref(), (now, now)).await.map(Response::new)
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -149,8 +155,8 @@ impl GrpcInferenceService for GrpcFrontend {
         r: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         allow(&self.restricted, Api::Inference, &r)?;
-        // The stream's metadata is every one of its requests' trace context.
-        let context = trace_context(r.metadata());
+        // The stream's metadata is every one of its requests' trace context and forwarded headers.
+        let context = StreamHeaders::new(r.metadata(), self.forward_headers.as_ref());
         Ok(Response::new(Box::pin(stream::serve(
             self.server.clone(),
             r.into_inner(),
@@ -358,11 +364,13 @@ impl GrpcInferenceService for GrpcFrontend {
 }
 
 /// One `ModelInfer` call once its message is read, by tonic or by [`direct`]: `read` is when the
-/// wait for the message began and ended, `carrier` the call's headers (the trace context).
+/// wait for the message began and ended, `carrier` the call's headers (the trace context, and the
+/// headers `forward` passes on as parameters).
 async fn infer(
     server: &Server,
     message: pb::ModelInferRequest,
     carrier: &(dyn Carrier + Sync),
+    forward: Option<&HeaderForward>,
     read: (Instant, Instant),
 ) -> Result<pb::ModelInferResponse, Status> {
     let trace = start_trace(server, &message, carrier);
@@ -371,6 +379,7 @@ async fn infer(
         trace.capture(FrontendEvent::GrpcWaitReadEnd, read.1);
     }
     let (mut request, shm_outputs, classes) = convert::request(message, server.shm()).map_err(status)?;
+    forward_headers(forward, carrier, &mut request).map_err(status)?;
     request.trace = trace.clone();
     let response = api::infer::run(server, request, &shm_outputs, &classes, "ModelInfer RPC").await.map_err(status)?;
     if let Some(trace) = &trace {
@@ -396,23 +405,63 @@ fn start_trace(server: &Server, message: &pb::ModelInferRequest, carrier: &dyn C
     api::trace::start(server, &message.model_name, version, carrier)
 }
 
-/// A stream's trace context headers, kept for its requests (which tonic hands over without them).
-type TraceContext = Vec<(String, String)>;
+/// What a stream keeps of its call's headers for each of its requests (which tonic hands over
+/// without them): the trace context, and the headers `--grpc-header-forward-pattern` passes on.
+#[derive(Clone, Default)]
+struct StreamHeaders {
+    kept: Vec<(String, String)>,
+    forward: Option<HeaderForward>,
+}
 
-fn trace_context(carrier: &dyn Carrier) -> TraceContext {
-    let mut headers = Vec::new();
-    for key in ["traceparent", "tracestate"] {
-        for value in carrier.values(key) {
-            headers.push((key.to_string(), value.to_string()));
-        }
+impl StreamHeaders {
+    fn new(carrier: &dyn Carrier, forward: Option<&HeaderForward>) -> Self {
+        let kept = carrier
+            .pairs()
+            .into_iter()
+            .filter(|(k, _)| k == "traceparent" || k == "tracestate" || forward.is_some_and(|f| f.matches(k)))
+            .collect();
+        StreamHeaders { kept, forward: forward.cloned() }
     }
-    headers
+
+    /// Where a request of the stream reads its trace context.
+    fn trace(&self) -> &dyn Carrier {
+        &self.kept
+    }
+
+    /// Adds the forwarded headers to a request of the stream.
+    fn forward(&self, request: &mut InferenceRequest) -> Result<(), InferError> {
+        forward_headers(self.forward.as_ref(), &self.kept, request)
+    }
+}
+
+/// Adds the headers `forward` (`--grpc-header-forward-pattern`) matches to `request`.
+fn forward_headers(
+    forward: Option<&HeaderForward>,
+    headers: &dyn Carrier,
+    request: &mut InferenceRequest,
+) -> Result<(), InferError> {
+    forward.map_or(Ok(()), |f| f.apply(headers, request))
 }
 
 /// A call's metadata, where the trace extension looks for the caller's `traceparent`.
 impl Carrier for tonic::metadata::MetadataMap {
     fn values(&self, key: &str) -> Vec<&str> {
         self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
+    }
+
+    fn pairs(&self) -> Vec<(String, String)> {
+        use tonic::metadata::KeyAndValueRef;
+        self.iter()
+            .map(|entry| match entry {
+                KeyAndValueRef::Ascii(k, v) => {
+                    (k.as_str().to_string(), String::from_utf8_lossy(v.as_encoded_bytes()).into_owned())
+                }
+                KeyAndValueRef::Binary(k, v) => {
+                    let value = v.to_bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+                    (k.as_str().to_string(), value)
+                }
+            })
+            .collect()
     }
 }
 
@@ -446,6 +495,7 @@ pub async fn serve(
         server: server.clone(),
         restricted: options.restricted.clone(),
         stream_stall_timeout: options.stream_stall_timeout,
+        forward_headers: options.forward_headers.clone(),
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
@@ -466,6 +516,7 @@ pub async fn serve(
             restricted: options.restricted.clone(),
             max_message_size: options.max_message_size,
             stream_stall_timeout: options.stream_stall_timeout,
+            forward_headers: options.forward_headers.clone(),
         })
     });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });

@@ -31,7 +31,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
 use super::convert;
-use super::{TraceContext, start_trace};
+use super::{StreamHeaders, start_trace};
 use crate::api;
 use crate::error::InferError;
 use crate::model::ModelVersion;
@@ -57,7 +57,7 @@ impl<T: Stream<Item = Result<pb::ModelInferRequest, Status>> + Send + Unpin + 's
 pub(super) fn serve(
     server: Arc<Server>,
     incoming: impl Incoming,
-    context: TraceContext,
+    context: StreamHeaders,
     stall_timeout: Option<Duration>,
 ) -> ReceiverStream<Result<pb::ModelStreamInferResponse, Status>> {
     let (out, rx) = mpsc::channel(64);
@@ -98,7 +98,7 @@ enum Registered {
 async fn read(
     server: Arc<Server>,
     mut incoming: impl Incoming,
-    context: TraceContext,
+    context: StreamHeaders,
     replies: StreamTx,
     register: mpsc::UnboundedSender<Registered>,
 ) {
@@ -143,7 +143,7 @@ async fn read(
 fn start(
     server: &Server,
     message: pb::ModelInferRequest,
-    context: &TraceContext,
+    context: &StreamHeaders,
     read: Option<(Instant, Instant)>,
 ) -> (Reply, Result<(request::InferenceRequest, Arc<ModelVersion>), InferError>) {
     use pb::infer_parameter::ParameterChoice;
@@ -152,7 +152,7 @@ fn start(
         message.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
         Some(ParameterChoice::BoolParam(true))
     );
-    let trace = start_trace(server, &message, context);
+    let trace = start_trace(server, &message, context.trace());
     if let (Some(trace), Some((since, arrived))) = (&trace, read) {
         trace.capture(FrontendEvent::GrpcWaitReadStart, since);
         trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
@@ -161,6 +161,7 @@ fn start(
     let queued = convert::request(message, server.shm()).and_then(|(mut request, places, asked)| {
         (shm_outputs, classes) = (places, asked);
         shm_inputs = std::mem::take(&mut request.shm_inputs);
+        context.forward(&mut request)?;
         request.trace = trace.clone();
         let model = server.model_for(&mut request)?;
         Ok((request, model))

@@ -179,6 +179,13 @@ pub fn decode_request(
     let params = parsed.parameters.as_ref();
     if let Some(map) = params {
         for (key, value) in map.iter() {
+            // tritonserver's HTTP frontend takes none of them from a client (`triton_` keys steer
+            // the server's own behaviour).
+            if key.starts_with("triton_") {
+                return Err(InferError::invalid(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+                ));
+            }
             api::params::apply(&mut request, key, param_value(key, value)?)?;
         }
     }

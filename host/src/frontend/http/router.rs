@@ -43,6 +43,8 @@ pub struct HttpOptions {
     pub header_timeout: std::time::Duration,
     /// How long a client may take to send a request's body (answered 408).
     pub body_timeout: std::time::Duration,
+    /// `--http-header-forward-pattern`: the request headers passed on as request parameters.
+    pub forward_headers: Option<crate::api::headers::HeaderForward>,
 }
 
 impl Default for HttpOptions {
@@ -54,6 +56,7 @@ impl Default for HttpOptions {
             tls: None,
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(60),
+            forward_headers: None,
         }
     }
 }
@@ -533,6 +536,10 @@ impl Carrier for HeaderMap {
     fn values(&self, key: &str) -> Vec<&str> {
         self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
     }
+
+    fn pairs(&self) -> Vec<(String, String)> {
+        self.iter().map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+    }
 }
 
 /// `POST /v2/repository/index` (`{"ready": true}` lists only ready models).
@@ -687,6 +694,9 @@ async fn infer(
         server.shm(),
         &name,
     )?;
+    if let Some(forward) = &options.forward_headers {
+        forward.apply(&parts.headers, &mut request)?;
+    }
     request.model_name = name;
     request.model_version = version;
     request.trace = trace.clone();
