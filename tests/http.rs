@@ -1026,6 +1026,7 @@ fn matching_headers_reach_the_model_as_parameters() {
         let mut request = tonic::Request::new(message.clone());
         request.metadata_mut().insert("x-fwd-a", "1".parse().unwrap());
         request.metadata_mut().insert("my_header_1", "not for grpc".parse().unwrap());
+        request.metadata_mut().insert_bin("x-fwd-c-bin", tonic::metadata::MetadataValue::from_bytes(b"abc"));
         let answer = client.model_infer(request).await.unwrap().into_inner();
         let text = |key: &str| {
             answer.parameters.get(key).and_then(|p| match &p.parameter_choice {
@@ -1035,6 +1036,7 @@ fn matching_headers_reach_the_model_as_parameters() {
         };
         assert_eq!(text("x-fwd-a").as_deref(), Some("1"), "{answer:?}");
         assert_eq!(text("my_header_1"), None, "the gRPC pattern is its own");
+        assert_eq!(text("x-fwd-c-bin").as_deref(), Some("abc"), "a binary value, decoded");
         // A stream's metadata, for each of its requests.
         let mut request = tonic::Request::new(tokio_stream::iter(vec![message.clone(), message]));
         request.metadata_mut().insert("x-fwd-b", "2".parse().unwrap());

@@ -140,7 +140,15 @@ async fn answer(direct: &Direct, request: Request<Body>) -> Result<Frames, Statu
     let message = pb::ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
     super::allow_headers(&direct.restricted, Api::Inference, &parts.headers)?;
     let forward = direct.forward_headers.as_ref();
-    let response = infer(&direct.server, message, &parts.headers, forward, (read_start, read_end)).await?;
+    let response = match forward {
+        // Forwarded headers are read as gRPC metadata (a `-bin` value decoded), as tonic's path
+        // and tritonserver read them.
+        Some(_) => {
+            let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+            infer(&direct.server, message, &metadata, forward, (read_start, read_end)).await?
+        }
+        None => infer(&direct.server, message, &parts.headers, None, (read_start, read_end)).await?,
+    };
     encode(response, direct.max_message_size)
 }
 
@@ -153,7 +161,8 @@ fn serve_stream(direct: &Direct, request: Request<Body>) -> Response<Body> {
         return status.into_http();
     }
     // The stream's headers are every one of its requests' trace context and forwarded headers.
-    let context = super::StreamHeaders::new(&parts.headers, direct.forward_headers.as_ref());
+    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+    let context = super::StreamHeaders::new(&metadata, direct.forward_headers.as_ref());
     let requests = requests(Messages::new(body, direct.max_message_size));
     let answers = super::stream::serve(direct.server.clone(), requests, context, direct.stream_stall_timeout);
     let frames = StreamFrames { answers, chunks: VecDeque::new(), ended: false, limit: direct.max_message_size };

@@ -449,9 +449,21 @@ impl Carrier for tonic::metadata::MetadataMap {
         self.get_all(key).iter().filter_map(|v| v.to_str().ok()).collect()
     }
 
+    /// The call's metadata as tritonserver's gRPC server shows it to the header forward pattern:
+    /// without the headers the transport consumes (`te`, `content-type`, `grpc-*` but the
+    /// tracing ones), `-bin` values decoded.
     fn pairs(&self) -> Vec<(String, String)> {
         use tonic::metadata::KeyAndValueRef;
+        let transport =
+            |key: &str| key == "te" || key == "content-type" || (key.starts_with("grpc-") && !key.ends_with("-bin"));
         self.iter()
+            .filter(|entry| {
+                let key = match entry {
+                    KeyAndValueRef::Ascii(k, _) => k.as_str(),
+                    KeyAndValueRef::Binary(k, _) => k.as_str(),
+                };
+                !transport(key)
+            })
             .map(|entry| match entry {
                 KeyAndValueRef::Ascii(k, v) => {
                     (k.as_str().to_string(), String::from_utf8_lossy(v.as_encoded_bytes()).into_owned())

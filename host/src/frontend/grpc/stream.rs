@@ -161,9 +161,10 @@ fn start(
     let queued = convert::request(message, server.shm()).and_then(|(mut request, places, asked)| {
         (shm_outputs, classes) = (places, asked);
         shm_inputs = std::mem::take(&mut request.shm_inputs);
-        context.forward(&mut request)?;
         request.trace = trace.clone();
         let model = server.model_for(&mut request)?;
+        // After the model is found, as tritonserver forwards headers into a request it made.
+        context.forward(&mut request)?;
         Ok((request, model))
     });
     (Reply { id, empty_final, shm_outputs, shm_inputs, classes, model: None, trace }, queued)
