@@ -288,7 +288,8 @@ fn two_instances_execute_at_once_and_ordering_is_preserved_when_asked() {
 
 /// A request whose client goes away while it waits for an instance is dropped before it executes
 /// and counted (as a failure too, as tritonserver counts a cancelled request); the one holding the
-/// instance runs. With the default scheduler and with the dynamic batcher.
+/// instance runs. With the default scheduler and with the dynamic batcher, whose queue answers it
+/// at once, while the instance is still held (the default scheduler when the instance frees).
 #[test]
 fn queued_requests_whose_client_has_gone_are_dropped_unexecuted() {
     let repo = Repo::new();
@@ -314,6 +315,10 @@ fn queued_requests_whose_client_has_gone_are_dropped_unexecuted() {
         s.post_then_hang_up(&path, &body, || s.queued(model) == 1);
         let hook = |key: &str| s.get(&format!("/nereus/test/models/{model}/executions")).json()[key].as_u64().unwrap();
         s.wait_until("the second request's client to be seen gone", || hook("abandoned") == i as u64 + 1);
+        if model == "batched" {
+            s.wait_until("the abandoned request to leave the queue", || hook("cancelled") == 1);
+            assert_eq!((s.queued(model), s.executions(model).0), (0, 1), "while the first still holds the instance");
+        }
         s.gate(model, true);
         assert_eq!(first.join().unwrap(), 200);
         s.wait_until("the abandoned request to be dropped", || hook("cancelled") == 1);

@@ -78,10 +78,10 @@ pub async fn run(
     let trace = request.trace.clone();
     // Checked once the answer is in, when the backend is done with the inputs read in place.
     let shm_inputs = std::mem::take(&mut request.shm_inputs);
-    let receiver = server.infer(request, endpoint)?;
-    let waiting = Waiting { server, answered: false };
-    let response = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"))?;
-    waiting.answered();
+    let model = server.model_for(&mut request)?;
+    let receiver = model.infer(request, endpoint, crate::scheduler::Caller::IoThread)?;
+    let mut waiting = Waiting { server, model, receiver: Some(receiver), answered: false };
+    let response = waiting.answer().await?;
     if let Some(trace) = &trace {
         trace.capture(FrontendEvent::InferResponseComplete, Instant::now());
     }
@@ -96,15 +96,23 @@ pub async fn run(
 }
 
 /// A frontend waiting for a request's answer; dropped unanswered when the client goes away (the
-/// frontend drops the call), which the server counts.
+/// frontend drops the call), which the server counts, and which answers the request at once if
+/// it still waits in its model's queue.
 struct Waiting<'a> {
     server: &'a Server,
+    model: std::sync::Arc<crate::model::ModelVersion>,
+    receiver: Option<crate::request::ResponseReceiver>,
     answered: bool,
 }
 
 impl Waiting<'_> {
-    fn answered(mut self) {
+    async fn answer(&mut self) -> Result<Result<InferenceResponse, InferError>, InferError> {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return Err(InferError::internal("the request was dropped without a response"));
+        };
+        let outcome = receiver.await.map_err(|_| InferError::internal("the request was dropped without a response"));
         self.answered = true;
+        outcome
     }
 }
 
@@ -112,6 +120,9 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if !self.answered {
             self.server.count_abandoned();
+            // The receiver goes first: the request's sender then reads as cancelled.
+            drop(self.receiver.take());
+            self.model.drop_cancelled();
         }
     }
 }

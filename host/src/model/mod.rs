@@ -323,6 +323,11 @@ impl ModelVersion {
         }
     }
 
+    /// Answers at once the queued requests whose client has gone (see [`Schedule::drop_cancelled`]).
+    pub fn drop_cancelled(&self) {
+        self.scheduler.drop_cancelled();
+    }
+
     /// Requests waiting for an instance (a test hook reads it to queue work deterministically).
     pub fn queued(&self) -> usize {
         self.scheduler.queued()

@@ -147,6 +147,8 @@ struct Shared {
     work: Condvar,
     ordering: OrderedDelivery,
     lifecycle: Lifecycle,
+    /// The version's statistics, for the requests answered from the queue (`drop_cancelled`).
+    stats: Arc<crate::stats::ModelStats>,
 }
 
 pub struct DynamicBatcher {
@@ -168,6 +170,7 @@ impl DynamicBatcher {
             work: Condvar::new(),
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
+            stats: ctx.stats.clone(),
         });
         let workers: Vec<BatchWorker> = instances
             .into_iter()
@@ -212,6 +215,16 @@ impl Schedule for DynamicBatcher {
 
     fn queued(&self) -> usize {
         self.shared.state.lock().queues.len()
+    }
+
+    /// Answers the queued requests whose client has gone, as tritonserver's batcher does while
+    /// every instance is busy (it looks at its queue within its wait interval): their memory, their
+    /// queue places and their traces end now, not when an instance frees.
+    fn drop_cancelled(&self) {
+        let gone = self.shared.state.lock().queues.remove_cancelled();
+        for mut q in gone {
+            super::answer_cancelled(&self.shared.stats, &mut q.job);
+        }
     }
 
     /// Stops taking requests, lets the instances run every queued one, then finalises them.

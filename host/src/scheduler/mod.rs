@@ -46,6 +46,11 @@ pub trait Schedule: Send + Sync {
     }
     /// Stops taking requests, runs every queued one, then finalises the instances. Blocks.
     fn shutdown(&self);
+    /// Answers at once the queued requests whose client has gone (a frontend calls it when one of
+    /// its clients goes away), rather than when an instance next takes them. Only a scheduler
+    /// whose queue can be searched does it (the dynamic batcher's); the others drop such requests
+    /// as they take them.
+    fn drop_cancelled(&self) {}
 }
 
 /// Where a request is queued from, which decides what its scheduler may do with the calling thread.
@@ -94,9 +99,7 @@ impl WorkerContext {
             if !job.sender.is_cancelled() {
                 return true;
             }
-            self.stats.record_cancelled();
-            job.fail(InferError::new(ErrorKind::Cancelled, "the request was cancelled before it executed"));
-            job.sender.flush();
+            answer_cancelled(&self.stats, job);
             false
         });
     }
@@ -143,6 +146,13 @@ impl WorkerContext {
         }
         self.probe.exit();
     }
+}
+
+/// Answers `job`, whose client has gone before it executed: CANCELLED (nobody reads it), counted.
+fn answer_cancelled(stats: &ModelStats, job: &mut Job) {
+    stats.record_cancelled();
+    job.fail(InferError::new(ErrorKind::Cancelled, "the request was cancelled before it executed"));
+    job.sender.flush();
 }
 
 /// Delivers every held response of `batch`.

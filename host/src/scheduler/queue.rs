@@ -155,6 +155,23 @@ impl PriorityQueues {
         self.next_deadline = next;
     }
 
+    /// Removes every request whose client has gone (see [`Job`]'s sender), in queue order.
+    pub fn remove_cancelled(&mut self) -> Vec<Queued> {
+        let mut out = Vec::new();
+        for level in &mut self.levels {
+            for queue in [&mut level.queue, &mut level.delayed] {
+                if queue.iter().any(|q| q.job.sender.is_cancelled()) {
+                    let (gone, kept): (VecDeque<Queued>, VecDeque<Queued>) =
+                        queue.drain(..).partition(|q| q.job.sender.is_cancelled());
+                    *queue = kept;
+                    out.extend(gone);
+                }
+            }
+        }
+        self.len -= out.len().min(self.len);
+        out
+    }
+
     /// When the next queued request's timeout expires.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.next_deadline
