@@ -358,3 +358,40 @@ fn strict_model_config_is_deprecated_as_in_tritonserver() {
     let s = Server::start(repo.path(), &["--disable-auto-complete-config"]);
     assert!(!s.log().contains("--strict-model-config"), "{}", s.log());
 }
+
+/// `reshape` with variable-size dimensions, as tritonserver applies it: the backend sees the input
+/// in the reshape's shape, each -1 taking the size of the request's -1 dimension (in order), and
+/// the client sees the output in its `dims`, the sizes carried back; also through an ensemble
+/// whose own output has a reshape.
+#[test]
+fn variable_dimensions_carry_across_reshapes() {
+    let repo = Repo::new();
+    repo.model(
+        "flip",
+        r#"backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2, 2, -1 ] reshape: { shape: [ 4, -1 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2, 2, -1 ] reshape: { shape: [ 4, -1 ] } } ]"#,
+        &["1"],
+    );
+    repo.model(
+        "flat",
+        r#"platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2, 2, -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 1, 2, -1 ] reshape: { shape: [ 2, 2, -1 ] } } ]
+ensemble_scheduling { step [ { model_name: "flip" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }"#,
+        &["1"],
+    );
+    let s = Server::start(repo.path(), &[]);
+    let data: Vec<i32> = (0..12).collect();
+    let cases = [("flip", "INPUT0", "OUTPUT0", json!([1, 2, 2, 3])), ("flat", "IN", "OUT", json!([1, 2, 1, 2, 3]))];
+    for (model, input, output, want) in cases {
+        let body = json!({"inputs": [{"name": input, "shape": [1, 2, 2, 3], "datatype": "INT32", "data": data}]});
+        let r = s.post_json(&format!("/v2/models/{model}/infer"), &body);
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+        let out = &r.json()["outputs"][0];
+        assert_eq!((&out["name"], &out["shape"], &out["data"]), (&json!(output), &want, &json!(data)), "{model}");
+    }
+}

@@ -37,6 +37,10 @@ GENERATORS = {
     "qa_ensemble_model_repository/qa_sequence_model_repository": ("gen_qa_sequence_models.py", ["--ensemble"]),
     "qa_ensemble_model_repository/qa_variable_sequence_model_repository":
         ("gen_qa_sequence_models.py", ["--ensemble", "--variable"]),
+    "qa_reshape_model_repository": ("gen_qa_reshape_models.py", ["--onnx", "--variable", ONNX_OPSET]),
+    "qa_ensemble_model_repository/qa_reshape_model_repository": ("gen_qa_reshape_models.py", ["--ensemble"]),
+    "qa_variable_model_repository": ("gen_qa_models.py", ["--onnx", "--variable", ONNX_OPSET]),
+    "qa_ensemble_model_repository/qa_variable_model_repository": ("gen_qa_models.py", ["--ensemble", "--variable"]),
 }
 
 # Framework prefixes of Triton's QA model names that a stand-in may replace.
@@ -81,6 +85,13 @@ class Models:
         if not path.is_dir():
             raise FileNotFoundError(f"{name} is not among the generated {repo}")
         return path
+
+    def copy_all(self, repos, dest: Path):
+        """`cp -r $DATADIR/<repo>/* dest` for each generated repository of `repos`."""
+        for repo in repos:
+            for model in self.repository(repo).iterdir():
+                if model.is_dir():
+                    shutil.copytree(model, dest / model.name, dirs_exist_ok=True)
 
     def copy(self, repo: str, name: str, dest: Path) -> Path:
         """`cp -r $DATADIR/<repo>/<name> dest` (dest a folder to copy into, or the new path)."""

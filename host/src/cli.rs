@@ -15,8 +15,9 @@ use crate::server::ServerOptions;
     about = "Inference server speaking Triton's protocols, with sandboxed WebAssembly backends"
 )]
 // tritonserver parses its options with getopt_long, which takes any unambiguous prefix of a long
-// option (`--log-warn=false` is `--log-warning=false`); Triton's own QA scripts rely on it.
-#[command(args_conflicts_with_subcommands = true, infer_long_args = true)]
+// option (`--log-warn=false` is `--log-warning=false`) and lets a later value of an option replace
+// an earlier one (`--log-verbose=1 … --log-verbose=0`); Triton's own QA scripts rely on both.
+#[command(args_conflicts_with_subcommands = true, infer_long_args = true, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -28,7 +29,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve a model repository over HTTP and gRPC.
-    #[command(infer_long_args = true)]
+    #[command(infer_long_args = true, args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Write, build and check sandboxed backends (WebAssembly components).
     #[command(subcommand)]
@@ -668,6 +669,15 @@ mod tests {
         }
         let err = serve(&["--log-error=yes"]).unwrap_err().to_string();
         assert!(err.contains("invalid value for bool option: yes"), "{err}");
+    }
+
+    #[test]
+    fn a_later_value_replaces_an_earlier_one_and_lists_add_up() {
+        let args = serve(&["--log-verbose=1", "--log-verbose", "2", "--load-model", "a", "--load-model=b"]).unwrap();
+        assert_eq!(args.log_verbose, 2);
+        assert_eq!(args.load_model, ["a", "b"]);
+        let args = serve(&["--model-repository", "other"]).unwrap();
+        assert_eq!(args.repositories().len(), 2, "{:?}", args.repositories());
     }
 
     #[test]

@@ -198,7 +198,8 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
         check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
         if let Some(reshape) = &s.reshape {
             let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
-            shape.extend_from_slice(reshape);
+            // The configuration's checks (`config::io_rules`) give both as many -1 dimensions.
+            shape.extend(reshape_dims(&s.dims, inner, reshape).unwrap_or_else(|| reshape.clone()));
             input.shape = shape;
         }
     }
@@ -303,18 +304,38 @@ pub fn check_output_of_len(spec: &IoSpec, t: &Tensor, len: usize, batch: i64) ->
     }
     check_len(t, len, None)
         .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
-    if s.reshape.is_some() && !s.dims.contains(&-1) {
+    if let Some(reshape) = &s.reshape {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };
-        shape.extend_from_slice(&s.dims);
+        shape.extend(reshape_dims(reshape, inner, &s.dims).unwrap_or_else(|| inner.to_vec()));
         return Ok(Some(shape));
     }
     Ok(None)
+}
+
+/// A shape reshaped as tritonserver reshapes tensors (its `InferenceRequest::Normalize` for inputs,
+/// `InferenceResponse::Output::Reshape` for outputs): `actual` (without a batch dimension) has the
+/// shape `from` declares, its -1 dimensions of any size; the result has the shape `to` declares,
+/// its -1 dimensions taking the sizes of `actual`'s, in order. `None` when `to` has more -1
+/// dimensions than `from` (the configuration's checks allow no such pair).
+pub fn reshape_dims(from: &[i64], actual: &[i64], to: &[i64]) -> Option<Vec<i64>> {
+    let mut variable = from.iter().zip(actual).filter(|(d, _)| **d == -1).map(|(_, a)| *a);
+    to.iter().map(|&d| if d == -1 { variable.next() } else { Some(d) }).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn variable_dimensions_carry_across_a_reshape() {
+        // Triton's L0_infer_reshape: dims [2,4,-1,6] as reshape [8,-1,1,6], and back.
+        assert_eq!(reshape_dims(&[2, 4, -1, 6], &[2, 4, 3, 6], &[8, -1, 1, 6]), Some(vec![8, 3, 1, 6]));
+        assert_eq!(reshape_dims(&[8, -1, 1, 6], &[8, 3, 1, 6], &[2, 4, -1, 6]), Some(vec![2, 4, 3, 6]));
+        assert_eq!(reshape_dims(&[-1, 2, -1], &[5, 2, 7], &[-1, -1, 2]), Some(vec![5, 7, 2]));
+        assert_eq!(reshape_dims(&[16], &[16], &[4, 4]), Some(vec![4, 4]));
+        assert_eq!(reshape_dims(&[4], &[4], &[-1]), None);
+    }
 
     fn spec() -> IoSpec {
         let cfg = crate::config::parse_pbtxt(

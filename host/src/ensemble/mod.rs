@@ -81,6 +81,9 @@ pub struct Ensemble {
     /// Each output's dims (its reshape's where it has one), which a tensor from a step is
     /// reshaped against (see [`batch_dims`]).
     output_dims: HashMap<String, Vec<i64>>,
+    /// The ensemble's outputs with a `reshape`: (its shape, the `dims` the client sees), undone on
+    /// the way out as tritonserver undoes an output's reshape.
+    output_reshapes: HashMap<String, (Vec<i64>, Vec<i64>)>,
     /// Some step's model is decoupled: every response it sends drives the steps after it, and the
     /// ensemble answers each time a set of its outputs is complete (so it is decoupled too).
     decoupled: bool,
@@ -165,6 +168,11 @@ impl Ensemble {
                 .output
                 .iter()
                 .map(|o| (o.name.clone(), o.reshape.as_ref().map_or(&o.dims, |r| &r.shape).clone()))
+                .collect(),
+            output_reshapes: config
+                .output
+                .iter()
+                .filter_map(|o| Some((o.name.clone(), (o.reshape.as_ref()?.shape.clone(), o.dims.clone()))))
                 .collect(),
             limits,
             held_back: AtomicUsize::new(0),
@@ -575,7 +583,17 @@ impl Ensemble {
 
     /// The ensemble output `name` as the response carries it, for a request of `request_batch`.
     fn output(&self, name: &str, held: &Held, request_batch: u64) -> Tensor {
-        held.meeting(name, self.output_dims.get(name).map(Vec::as_slice), request_batch != 0)
+        let mut tensor = held.meeting(name, self.output_dims.get(name).map(Vec::as_slice), request_batch != 0);
+        if let Some((reshape, dims)) = self.output_reshapes.get(name) {
+            // As `meeting` reads it: a request of a batching ensemble has a batch size.
+            let batched = request_batch != 0;
+            let (batch, inner) =
+                if batched { tensor.shape.split_at(1.min(tensor.shape.len())) } else { (&[][..], &tensor.shape[..]) };
+            if let Some(shaped) = crate::validate::reshape_dims(reshape, inner, dims) {
+                tensor.shape = [batch, shaped.as_slice()].concat();
+            }
+        }
+        tensor
     }
 }
 

@@ -71,7 +71,18 @@ pub struct Direct {
 #[derive(Clone)]
 pub struct DirectInfer<S> {
     pub direct: Option<Arc<Direct>>,
+    /// tritonserver's testing hook `TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC`: every call but
+    /// the inference ones is answered this much later, after its work is done (Triton's
+    /// L0_client_timeout sets it to see clients' deadlines expire); `None` without it.
+    pub delay: Option<std::time::Duration>,
     pub inner: S,
+}
+
+/// The delay of `TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC` (whole seconds, as tritonserver's
+/// `atoi` reads them: a value that is no number, or zero, is no delay).
+pub fn response_delay(value: Option<&str>) -> Option<std::time::Duration> {
+    let seconds: u64 = value?.trim().parse().ok()?;
+    (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -80,6 +91,7 @@ impl<S> tower_service::Service<Request<Body>> for DirectInfer<S>
 where
     S: tower_service::Service<Request<Body>, Response = Response<Body>>,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
 {
     type Response = Response<Body>;
     type Error = S::Error;
@@ -99,9 +111,26 @@ where
                 let response = serve_stream(direct, request);
                 Box::pin(async move { Ok(response) })
             }
-            _ => Box::pin(self.inner.call(request)),
+            _ => {
+                let delayed = self.delay.filter(|_| !is_inference(&request));
+                let answer = self.inner.call(request);
+                match delayed {
+                    None => Box::pin(answer),
+                    Some(delay) => Box::pin(async move {
+                        let response = answer.await;
+                        tokio::time::sleep(delay).await;
+                        response
+                    }),
+                }
+            }
         }
     }
+}
+
+/// Whether a call is an inference one (`ModelInfer`, `ModelStreamInfer`), which the testing delay
+/// leaves alone.
+fn is_inference(request: &Request<Body>) -> bool {
+    matches!(request.uri().path(), MODEL_INFER | MODEL_STREAM_INFER)
 }
 
 /// The calls this layer answers.

@@ -552,6 +552,7 @@ pub async fn serve(
     // tensors want more: windows of 8 MiB a stream and 32 MiB a connection (a 64 MiB request waits
     // for fewer window updates) and frames of up to 1 MiB (64 frames for it, not 4,096), the bare
     // tonic ceiling's settings (bench/tensors).
+    let delay = direct::response_delay(std::env::var("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC").ok().as_deref());
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = options.tls {
         builder = match builder.tls_config(tls) {
@@ -570,7 +571,7 @@ pub async fn serve(
         .http2_keepalive_timeout(options.keepalive_timeout)
         .layer(tower_layer::layer_fn(verbose::LogCalls))
         .layer(tower_layer::layer_fn(compression::InferOnly))
-        .layer(tower_layer::layer_fn(move |inner| direct::DirectInfer { direct: direct.clone(), inner }))
+        .layer(tower_layer::layer_fn(move |inner| direct::DirectInfer { direct: direct.clone(), delay, inner }))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)
