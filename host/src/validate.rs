@@ -88,7 +88,8 @@ impl IoSpec {
     }
 }
 
-fn dims_match(dims: &[i64], shape: &[i64]) -> bool {
+/// Whether `shape` has the configured `dims` (a -1 matches any size).
+pub(crate) fn dims_match(dims: &[i64], shape: &[i64]) -> bool {
     dims.len() == shape.len() && dims.iter().zip(shape).all(|(d, s)| *d == -1 || d == s)
 }
 

@@ -80,6 +80,9 @@ pub async fn run(
     let shm_inputs = std::mem::take(&mut request.shm_inputs);
     let model = server.model_for(&mut request)?;
     let receiver = model.infer(request, endpoint, crate::scheduler::Caller::IoThread)?;
+    // Weak: a version being unloaded waits for the strong references that are between finding it
+    // and queueing on it, not for every request waiting for its answer.
+    let model = std::sync::Arc::downgrade(&model);
     let mut waiting = Waiting { server, model, receiver: Some(receiver), answered: false };
     let response = waiting.answer().await?;
     if let Some(trace) = &trace {
@@ -100,7 +103,7 @@ pub async fn run(
 /// it still waits in its model's queue.
 struct Waiting<'a> {
     server: &'a Server,
-    model: std::sync::Arc<crate::model::ModelVersion>,
+    model: std::sync::Weak<crate::model::ModelVersion>,
     receiver: Option<crate::request::ResponseReceiver>,
     answered: bool,
 }
@@ -122,7 +125,9 @@ impl Drop for Waiting<'_> {
             self.server.count_abandoned();
             // The receiver goes first: the request's sender then reads as cancelled.
             drop(self.receiver.take());
-            self.model.drop_cancelled();
+            if let Some(model) = self.model.upgrade() {
+                model.drop_cancelled();
+            }
         }
     }
 }

@@ -585,11 +585,16 @@ impl Ensemble {
     fn output(&self, name: &str, held: &Held, request_batch: u64) -> Tensor {
         let mut tensor = held.meeting(name, self.output_dims.get(name).map(Vec::as_slice), request_batch != 0);
         if let Some((reshape, dims)) = self.output_reshapes.get(name) {
-            // As `meeting` reads it: a request of a batching ensemble has a batch size.
-            let batched = request_batch != 0;
-            let (batch, inner) =
-                if batched { tensor.shape.split_at(1.min(tensor.shape.len())) } else { (&[][..], &tensor.shape[..]) };
-            if let Some(shaped) = crate::validate::reshape_dims(reshape, inner, dims) {
+            // As tritonserver's `Output::Reshape`: a batching ensemble's outputs have a batch
+            // dimension (a batch of zero too); only a tensor in the reshape's shape is mapped.
+            let (batch, inner) = if self.batching {
+                tensor.shape.split_at(1.min(tensor.shape.len()))
+            } else {
+                (&[][..], &tensor.shape[..])
+            };
+            if crate::validate::dims_match(reshape, inner)
+                && let Some(shaped) = crate::validate::reshape_dims(reshape, inner, dims)
+            {
                 tensor.shape = [batch, shaped.as_slice()].concat();
             }
         }

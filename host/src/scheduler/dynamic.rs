@@ -221,7 +221,19 @@ impl Schedule for DynamicBatcher {
     /// every instance is busy (it looks at its queue within its wait interval): their memory, their
     /// queue places and their traces end now, not when an instance frees.
     fn drop_cancelled(&self) {
-        let gone = self.shared.state.lock().queues.remove_cancelled();
+        let (gone, left) = {
+            let mut state = self.shared.state.lock();
+            let gone = state.queues.remove_cancelled();
+            (gone, !state.queues.is_empty())
+        };
+        if gone.is_empty() {
+            return;
+        }
+        // What is left may now make a batch that waited for more (a preferred size).
+        if left {
+            self.shared.work.notify_one();
+            self.shared.lifecycle.wake_one();
+        }
         for mut q in gone {
             super::answer_cancelled(&self.shared.stats, &mut q.job);
         }
