@@ -144,12 +144,25 @@ impl CacheKey {
         field(&(parameters.len() as u64).to_le_bytes());
         for (key, value) in parameters {
             field(key.as_bytes());
+            // The value's kind, then its bytes: a field each, so nothing is joined to hash it.
             match value {
                 ParamValue::Bool(b) => field(&[0, u8::from(*b)]),
-                ParamValue::Int64(v) => field(&[&[1u8][..], &v.to_le_bytes()].concat()),
-                ParamValue::Uint64(v) => field(&[&[2u8][..], &v.to_le_bytes()].concat()),
-                ParamValue::Double(v) => field(&[&[3u8][..], &v.to_bits().to_le_bytes()].concat()),
-                ParamValue::String(s) => field(&[&[4u8][..], s.as_bytes()].concat()),
+                ParamValue::Int64(v) => {
+                    field(&[1]);
+                    field(&v.to_le_bytes());
+                }
+                ParamValue::Uint64(v) => {
+                    field(&[2]);
+                    field(&v.to_le_bytes());
+                }
+                ParamValue::Double(v) => {
+                    field(&[3]);
+                    field(&v.to_bits().to_le_bytes());
+                }
+                ParamValue::String(s) => {
+                    field(&[4]);
+                    field(s.as_bytes());
+                }
             }
         }
         Some(CacheKey(h.finalize().into()))

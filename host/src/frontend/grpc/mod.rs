@@ -457,21 +457,16 @@ impl Carrier for tonic::metadata::MetadataMap {
         let transport =
             |key: &str| key == "te" || key == "content-type" || (key.starts_with("grpc-") && !key.ends_with("-bin"));
         self.iter()
-            .filter(|entry| {
-                let key = match entry {
-                    KeyAndValueRef::Ascii(k, _) => k.as_str(),
-                    KeyAndValueRef::Binary(k, _) => k.as_str(),
+            .filter_map(|entry| {
+                let (key, value) = match entry {
+                    KeyAndValueRef::Ascii(k, v) => {
+                        (k.as_str(), String::from_utf8_lossy(v.as_encoded_bytes()).into_owned())
+                    }
+                    KeyAndValueRef::Binary(k, v) => {
+                        (k.as_str(), v.to_bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default())
+                    }
                 };
-                !transport(key)
-            })
-            .map(|entry| match entry {
-                KeyAndValueRef::Ascii(k, v) => {
-                    (k.as_str().to_string(), String::from_utf8_lossy(v.as_encoded_bytes()).into_owned())
-                }
-                KeyAndValueRef::Binary(k, v) => {
-                    let value = v.to_bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-                    (k.as_str().to_string(), value)
-                }
+                (!transport(key)).then(|| (key.to_string(), value))
             })
             .collect()
     }
