@@ -683,6 +683,53 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
     });
 }
 
+/// A call's deadline (`grpc-timeout`) is kept by the server as gRPC core keeps it: a call still
+/// running when it passes ends with DEADLINE_EXCEEDED "Deadline Exceeded" (tonic's own server says
+/// CANCELLED "Timeout expired"), and its request is cancelled. The calls go over a bare HTTP/2
+/// connection, with no timer on the client's side, so the status read is the server's.
+#[test]
+fn a_call_past_its_deadline_ends_with_deadline_exceeded_and_is_cancelled() {
+    use prost::Message;
+    let repo = Repo::new();
+    waiting_faults_model(&repo, "waiter");
+    let s = Server::start(repo.path(), &[]);
+    let request = |fault: Option<&str>| {
+        let mut parameters = std::collections::HashMap::new();
+        if let Some(fault) = fault {
+            parameters.insert(
+                "fault".to_string(),
+                pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam(fault.into())) },
+            );
+        }
+        let message = pb::ModelInferRequest {
+            model_name: "waiter".into(),
+            inputs: vec![raw_input("INPUT0", "INT32", vec![2])],
+            raw_input_contents: vec![Bytes::from(le_i32(&[7, 8]))],
+            parameters,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        grpc_framed(0, message.len(), &message)
+    };
+    runtime().block_on(async {
+        // Waits until cancelled: only the deadline can end it.
+        let call = raw_call_with(&s, "ModelInfer", request(Some("until_cancelled")), &[("grpc-timeout", "200m")]);
+        let (_, status, message) = tokio::time::timeout(WAIT, call).await.expect("the server ends the call");
+        assert_eq!((status.as_str(), message.as_str()), ("4", "Deadline Exceeded"));
+        // A deadline the call meets changes nothing.
+        let (body, status, message) = raw_call_with(&s, "ModelInfer", request(None), &[("grpc-timeout", "60S")]).await;
+        assert_eq!(status, "0", "{message}");
+        let answer = pb::ModelInferResponse::decode(&body[5..]).unwrap();
+        assert_eq!(i32s(&answer.raw_output_contents[0]), [7, 8]);
+    });
+    // The first request ended as cancelled, counted as a failure, and freed the model's one
+    // instance for the second.
+    let stats = s.get("/v2/models/waiter/stats").json();
+    let inference = &stats["model_stats"][0]["inference_stats"];
+    assert_eq!(inference["fail"]["count"], 1, "{inference}");
+    assert_eq!(inference["success"]["count"], 1, "{inference}");
+}
+
 /// Sends `body` as one `ModelInfer` call over a bare HTTP/2 connection (no gRPC library in the
 /// way, so that the message may be malformed) and returns the call's `grpc-status` and
 /// `grpc-message`, from the headers of a trailers-only answer or from the trailers.
@@ -694,6 +741,11 @@ async fn raw_model_infer(s: &Server, body: Vec<u8>) -> (String, String) {
 /// Sends `body` as one call of `method` over a bare HTTP/2 connection: the answer's body, and its
 /// `grpc-status` and `grpc-message` (see [`raw_model_infer`]).
 async fn raw_call(s: &Server, method: &str, body: Vec<u8>) -> (Bytes, String, String) {
+    raw_call_with(s, method, body, &[]).await
+}
+
+/// [`raw_call`] with more request headers.
+async fn raw_call_with(s: &Server, method: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (Bytes, String, String) {
     use http_body_util::BodyExt;
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.grpc_port)).await.unwrap();
     let (mut sender, conn) =
@@ -701,12 +753,14 @@ async fn raw_call(s: &Server, method: &str, body: Vec<u8>) -> (Bytes, String, St
             .await
             .unwrap();
     tokio::spawn(conn);
-    let request =
+    let mut request =
         hyper::Request::post(format!("http://127.0.0.1:{}/inference.GRPCInferenceService/{method}", s.grpc_port))
             .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(http_body_util::Full::new(Bytes::from(body)))
-            .unwrap();
+            .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(http_body_util::Full::new(Bytes::from(body))).unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
     let (parts, body) = response.into_parts();

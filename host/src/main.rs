@@ -6,7 +6,7 @@ use nereus::cli::{Cli, Command, ServeArgs};
 use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
 use nereus::frontend::restricted::Restrictions;
-use nereus::frontend::tls::TlsFiles;
+use nereus::frontend::tls::{Alpn, TlsFiles};
 use nereus::large_pages::LargePages;
 use nereus::server::Server;
 use nereus::shutdown::{self, OpenConnections, Outcome};
@@ -223,15 +223,16 @@ fn grpc_io_threads(flag: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
-/// The frontends' TLS settings from the flags (checked before any model loads).
-fn tls_settings(
-    args: &ServeArgs,
-) -> anyhow::Result<(Option<Arc<tokio_rustls::rustls::ServerConfig>>, Option<tonic::transport::ServerTlsConfig>)> {
+/// A frontend's TLS settings; `None`: plain TCP.
+type Tls = Option<Arc<tokio_rustls::rustls::ServerConfig>>;
+
+/// The frontends' TLS settings from the flags (HTTP's, gRPC's), checked before any model loads.
+fn tls_settings(args: &ServeArgs) -> anyhow::Result<(Tls, Tls)> {
     let http = match (&args.http_ssl_cert, &args.http_ssl_key) {
         (None, None) if args.http_ssl_client_ca.is_none() => None,
         (Some(cert), Some(key)) => Some(
             TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.http_ssl_client_ca.clone() }
-                .server_config()
+                .server_config(Alpn::Http)
                 .map_err(|e| anyhow::anyhow!("HTTP TLS: {e}"))?,
         ),
         _ => anyhow::bail!("HTTP TLS needs both --http-ssl-cert and --http-ssl-key"),
@@ -244,14 +245,9 @@ fn tls_settings(
             anyhow::bail!("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA of client certificates)");
         }
         let client_ca = args.grpc_root_cert.clone().filter(|_| args.grpc_use_ssl_mutual);
-        let pem = TlsFiles { cert: cert.clone(), key: key.clone(), client_ca }
-            .read()
+        let tls = TlsFiles { cert: cert.clone(), key: key.clone(), client_ca }
+            .server_config(Alpn::Grpc)
             .map_err(|e| anyhow::anyhow!("gRPC TLS: {e}"))?;
-        let identity = tonic::transport::Identity::from_pem(pem.cert, pem.key);
-        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
-        if let Some(ca) = pem.client_ca {
-            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
         Some(tls)
     } else {
         None

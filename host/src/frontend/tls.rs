@@ -2,11 +2,35 @@
 //! and optionally a CA whose certificates clients must present (mutual TLS).
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
+
+/// How long a client may take to finish its TLS handshake; a stalled one is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An accepted connection's TLS handshake, bounded in time; `None` (logged at debug level, with the
+/// `frontend`'s name) when it fails or stalls. Run in the connection's task, never in the accept
+/// loop, so that a stalled client holds up no other.
+pub async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream, frontend: &str) -> Option<TlsStream<TcpStream>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            tracing::debug!("{frontend} TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("{frontend} TLS handshake timed out");
+            None
+        }
+    }
+}
 
 /// Where a frontend's certificate, key and (for mutual TLS) client CA come from.
 #[derive(Clone, Debug)]
@@ -27,33 +51,18 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// The PEM bytes of a server identity and client CA, checked to parse.
-pub struct Pem {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-    pub client_ca: Option<Vec<u8>>,
+/// The application protocols a frontend offers in the TLS handshake (ALPN), in its preference.
+#[derive(Clone, Copy, Debug)]
+pub enum Alpn {
+    /// HTTP/2, then HTTP/1.1: the HTTP frontend serves both.
+    Http,
+    /// HTTP/2 only: gRPC.
+    Grpc,
 }
 
 impl TlsFiles {
-    /// The PEM files as PEM bytes, for tonic's TLS settings.
-    pub fn read(&self) -> Result<Pem, String> {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
-        // Parse once here too, so a bad file is reported the same way for both frontends.
-        certificates(&self.cert)?;
-        PrivateKeyDer::from_pem_file(&self.key)
-            .map_err(|e| format!("cannot read a private key from {}: {e}", self.key.display()))?;
-        let ca = match &self.client_ca {
-            Some(p) => {
-                certificates(p)?;
-                Some(read(p)?)
-            }
-            None => None,
-        };
-        Ok(Pem { cert: read(&self.cert)?, key: read(&self.key)?, client_ca: ca })
-    }
-
-    /// A rustls server configuration (HTTP/1.1 and HTTP/2 by ALPN).
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>, String> {
+    /// A rustls server configuration offering `alpn`'s protocols.
+    pub fn server_config(&self, alpn: Alpn) -> Result<Arc<ServerConfig>, String> {
         let chain = certificates(&self.cert)?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|e| format!("cannot read a private key from {}: {e}", self.key.display()))?;
@@ -77,7 +86,10 @@ impl TlsFiles {
         let mut config = builder.with_single_cert(chain, key).map_err(|e| {
             format!("{} and {} do not make a usable identity: {e}", self.cert.display(), self.key.display())
         })?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = match alpn {
+            Alpn::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Alpn::Grpc => vec![b"h2".to_vec()],
+        };
         Ok(Arc::new(config))
     }
 }

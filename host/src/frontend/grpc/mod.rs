@@ -2,7 +2,9 @@
 //! tonic. The service only translates: every decision is the server's.
 pub mod compression;
 pub mod convert;
+mod deadline;
 mod direct;
+mod listen;
 mod stream;
 mod verbose;
 
@@ -12,14 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api;
 use crate::api::headers::HeaderForward;
 use crate::error::InferError;
-use crate::frontend::connections::{Connections, Counted};
+use crate::frontend::connections::Connections;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
 use crate::proto::health::health_check_response::ServingStatus;
@@ -46,8 +47,8 @@ pub struct GrpcOptions {
     pub keepalive_timeout: Option<Duration>,
     /// `--grpc-restricted-protocol`.
     pub restricted: Arc<Restrictions>,
-    /// `--grpc-use-ssl[-mutual]`; plain HTTP/2 when `None`.
-    pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// `--grpc-use-ssl[-mutual]` (ALPN `h2`); plain HTTP/2 when `None`.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// `--grpc-infer-response-compression-level`.
     pub response_compression: ResponseCompression,
     /// `--grpc-stream-stall-timeout-ms`: how long a stream may wait for its client to take the
@@ -527,53 +528,19 @@ pub async fn serve(
         })
     });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
-    // tonic takes the next connection at once after any failed accept: the pause is ours.
-    let incoming = TcpListenerStream::new(listener).then(move |stream| {
-        let connections = connections.clone();
-        async move {
-            match stream {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    Ok(Counted::new(s, &connections))
-                }
-                Err(e) => {
-                    crate::frontend::accept::after_error("gRPC", &e).await;
-                    Err(e)
-                }
-            }
-        }
-    });
-    // Loopback latency halves with nodelay and larger HTTP/2 windows (toolchain facts). Megabyte
-    // tensors want more: windows of 8 MiB a stream and 32 MiB a connection (a 64 MiB request waits
-    // for fewer window updates) and frames of up to 1 MiB (64 frames for it, not 4,096), the bare
-    // tonic ceiling's settings (bench/tensors).
     let delay = direct::response_delay(std::env::var("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC").ok().as_deref());
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = options.tls {
-        builder = match builder.tls_config(tls) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!("gRPC TLS settings are unusable: {e}");
-                return;
-            }
-        };
-    }
-    let result = builder
-        .initial_stream_window_size(Some(8 << 20))
-        .initial_connection_window_size(Some(32 << 20))
-        .max_frame_size(Some(1 << 20))
-        .http2_keepalive_interval(options.keepalive_time)
-        .http2_keepalive_timeout(options.keepalive_timeout)
-        .layer(tower_layer::layer_fn(verbose::LogCalls))
-        .layer(tower_layer::layer_fn(compression::InferOnly))
-        .layer(tower_layer::layer_fn(move |inner| direct::DirectInfer { direct: direct.clone(), delay, inner }))
-        .add_service(inference)
-        .add_service(health)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
-    if let Err(e) = result {
-        tracing::error!("gRPC server failed: {e}");
-    }
+    let routes = tonic::service::Routes::new(inference).add_service(health);
+    let service = deadline::Deadline(verbose::LogCalls(compression::InferOnly(direct::DirectInfer {
+        direct,
+        delay,
+        inner: routes,
+    })));
+    let transport = listen::Transport {
+        keepalive_time: options.keepalive_time,
+        keepalive_timeout: options.keepalive_timeout,
+        tls: options.tls,
+    };
+    listen::serve(listener, service, transport, connections, shutdown).await;
 }
 
 /// A region name from a shared-memory request: empty means "every region".

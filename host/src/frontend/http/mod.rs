@@ -24,9 +24,6 @@ use super::connections::Connections;
 use crate::server::{Phase, Server};
 use watchdog::Activity;
 
-/// How long a client may take to finish its TLS handshake; a stalled one is dropped.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves HTTP on `listener` (over TLS when `options.tls` is set) until `shutdown` resolves; then
 /// stops accepting, as tritonserver, and returns when every open connection has closed. Those
 /// connections are served meanwhile; an HTTP/1.1 answer given once a shutdown has begun says
@@ -89,21 +86,13 @@ pub async fn serve(
                             let served = builder.serve_connection(TokioIo::new(stream), service);
                             until_quiet(served, &connection.activity, quiet_period).await
                         }
-                        // The handshake runs in the connection's task, bounded, never in the accept loop.
-                        Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(tls)) => {
-                                let served = builder.serve_connection(TokioIo::new(tls), service);
-                                until_quiet(served, &connection.activity, quiet_period).await
-                            }
-                            Ok(Err(e)) => {
-                                tracing::debug!("TLS handshake failed: {e}");
+                        Some(acceptor) => {
+                            let Some(tls) = super::tls::handshake(&acceptor, stream, "HTTP").await else {
                                 return;
-                            }
-                            Err(_) => {
-                                tracing::debug!("TLS handshake timed out");
-                                return;
-                            }
-                        },
+                            };
+                            let served = builder.serve_connection(TokioIo::new(tls), service);
+                            until_quiet(served, &connection.activity, quiet_period).await
+                        }
                     };
                     if let Err(e) = ended {
                         tracing::debug!("HTTP connection ended: {e}");
