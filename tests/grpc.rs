@@ -458,7 +458,7 @@ fn statistics_over_grpc() {
             .model_statistics(pb::ModelStatisticsRequest { name: "nope".into(), version: String::new() })
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Code::NotFound);
+        assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "requested model 'nope' is not available"));
     });
 }
 

@@ -43,7 +43,10 @@ fn health_and_server_metadata() {
     assert_eq!(s.get("/v2/health/ready").status, 200);
     let meta = s.get("/v2").json();
     assert_eq!(meta["name"], "nereus");
-    assert!(meta["extensions"].as_array().unwrap().contains(&json!("binary_tensor_data")));
+    let extensions = meta["extensions"].as_array().unwrap();
+    assert!(extensions.contains(&json!("binary_tensor_data")));
+    // tritonserver's word for the sequence extension (Triton's L0_server_status looks for it).
+    assert!(extensions.contains(&json!("sequence")), "{extensions:?}");
     assert_eq!(s.get("/v2/nothing/here").status, 404);
 }
 
@@ -133,6 +136,78 @@ fn json_inference() {
         .json();
     assert_eq!(v["outputs"][0]["data"], json!([2.0, 3.0, 0.0]));
     assert_eq!(v["outputs"][1]["data"], json!([1.0, 1.0, -2.0]));
+}
+
+/// NaN and the infinities go both ways as tritonserver's JSON library writes and reads them (the
+/// bare tokens `NaN`, `Infinity` and `-Infinity`, as Python's `json` does), not as `null` and not
+/// refused; in strings they stay text, and a non-float input refuses them as tritonserver does.
+#[test]
+fn json_floats_carry_nan_and_infinities() {
+    let s = server();
+    let body = r#"{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,6],"data":[NaN,Infinity,-Infinity,Inf,-Inf,1.5]}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":false}}],"id":"NaN Infinity"}"#;
+    let r =
+        s.request("POST", "/v2/models/identity_fp32/infer", &[("Content-Type", "application/json")], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains(r#""data":[NaN,Infinity,-Infinity,Infinity,-Infinity,1.5]"#), "{text}");
+    assert!(text.contains(r#""id":"NaN Infinity""#), "{text}");
+    // The same values as binary data: each arrived as the float it names.
+    let binary = body.replace(r#""binary_data":false"#, r#""binary_data":true"#);
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[], binary.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    let floats: Vec<f32> = r.body[n..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert!(floats[0].is_nan());
+    assert_eq!(&floats[1..], [f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY, f32::NEG_INFINITY, 1.5]);
+    // Not a number for an integer input; a word that only starts like one is still no JSON.
+    let ints = r#"{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[NaN,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}"#;
+    let r = s.request("POST", "/v2/models/simple/infer", &[], ints.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("attempt to access JSON non-signed-integer as signed-integer"), "{}", r.text());
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[], body.replace("[NaN,", "[NaNs,").as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().starts_with("failed to parse the request JSON"), "{}", r.text());
+}
+
+/// BYTES tensors: a count of elements that disagrees with the shape is refused with tritonserver's
+/// words (it stops at the first element too many), and an element that is not UTF-8 text is never
+/// altered into JSON: asked for as JSON it is refused; as binary data it comes back as it was.
+#[test]
+fn bytes_elements_are_counted_as_tritonserver_counts_them_and_never_altered() {
+    let s = server();
+    let element = |b: &[u8]| [&(b.len() as u32).to_le_bytes()[..], b].concat();
+    let call = |shape: &str, data: &[u8], binary_output: bool| {
+        let header = format!(
+            r#"{{"inputs":[{{"name":"INPUT0","datatype":"BYTES","shape":{shape},"parameters":{{"binary_data_size":{}}}}}],"outputs":[{{"name":"OUTPUT0","parameters":{{"binary_data":{binary_output}}}}}]}}"#,
+            data.len()
+        );
+        let body = [header.as_bytes(), data].concat();
+        s.request(
+            "POST",
+            "/v2/models/raw_bytes/infer",
+            &[("Inference-Header-Content-Length", &header.len().to_string())],
+            &body,
+        )
+    };
+    let three = [element(b"a"), element(b"b"), element(b"c")].concat();
+    let r = call("[2,1]", &three, true);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.error(),
+        "unexpected number of string elements 3 for inference input 'INPUT0' for model 'raw_bytes', expecting 2"
+    );
+    let r = call("[4,1]", &three, true);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "expected 4 string elements for inference input 'INPUT0' for model 'raw_bytes', got 3");
+
+    let not_text = [element(b"\xff\xfeA"), element(b"ok")].concat();
+    let r = call("[2,1]", &not_text, false);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("output 'OUTPUT0' holds an element that is not UTF-8 text"), "{}", r.text());
+    let r = call("[2,1]", &not_text, true);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n: usize = r.header("Inference-Header-Content-Length").unwrap().parse().unwrap();
+    assert_eq!(&r.body[n..], &not_text[..]);
 }
 
 #[test]
@@ -698,7 +773,12 @@ fn statistics_count_exactly_what_was_served() {
     let all = stats("/v2/models/stats");
     let names: Vec<&str> = all["model_stats"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(names, vec!["identity_fp32", "simple"]);
-    assert_eq!(s.get("/v2/models/nope/stats").status, 404);
+    // As tritonserver's TRITONSERVER_ServerModelStatistics: INVALID_ARG for a model with no ready
+    // version (known or not) and for a version that is not ready.
+    let r = s.get("/v2/models/nope/stats");
+    assert_eq!((r.status, r.error()), (400, "requested model 'nope' is not available".to_string()));
+    let r = s.get("/v2/models/simple/versions/7/stats");
+    assert_eq!((r.status, r.error()), (400, "requested model version is not available for model 'simple'".to_string()));
 }
 
 /// `--http-restricted-api`, as tritonserver: a restricted group answers 403 with Triton's message

@@ -168,3 +168,40 @@ async fn a_64_mib_tensor_through_every_path_and_backend() {
     assert_eq!(r.json()["outputs"][0]["shape"], json!([2, 1]));
     assert_eq!(r.json()["outputs"][0]["data"], json!([6.5, -0.75]));
 }
+
+/// An answer larger than wasmtime's default hostcall fuel (128 MiB of guest lists and strings a
+/// call into the host may name) passes when the model's `sandbox.max_output_bytes` allows it: the
+/// fuel follows the model's limit. Before, `send-response` failed with wasmtime's "fuel allocated
+/// for hostcalls has been exhausted" whatever the limit said (Triton's L0_large_payload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_past_wasmtimes_default_hostcall_fuel_passes_within_the_models_limit() {
+    const BIG: usize = 130 << 20;
+    let repo = Repo::new();
+    let config = r#"backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+parameters { key: "sandbox.max_output_bytes" value: { string_value: "150000000" } }
+parameters { key: "sandbox.memory_limit_mb" value: { string_value: "1024" } }"#;
+    repo.model("identity_big", config, &["1"]);
+    let s = Server::start(repo.path(), &[]);
+    let mut client = grpc_client(&s).await.max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
+    let data: Vec<u8> = (0..BIG / 4).flat_map(|i| ((i % 4093) as f32).to_le_bytes()).collect();
+    let request = |data: Bytes| pb::ModelInferRequest {
+        model_name: "identity_big".into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "FP32".into(),
+            shape: vec![(data.len() / 4) as i64],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![data],
+        ..Default::default()
+    };
+    let resp = client.model_infer(request(Bytes::from(data.clone()))).await.expect("130 MiB answered").into_inner();
+    assert!(resp.raw_output_contents[0] == data, "the answer differs from the input");
+    // Past the model's own limit it is still refused, by the host's count.
+    let more = Bytes::from(vec![0u8; 152_000_000]);
+    let e = client.model_infer(request(more)).await.unwrap_err();
+    assert!(e.message().contains("exceeds the model's output limit of 150000000 bytes"), "{e:?}");
+}

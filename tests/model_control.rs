@@ -418,6 +418,48 @@ async fn grpc_load_uploads_a_plugin_and_unloads_it() {
 }
 
 /// The override files of an HTTP load are base64, as tritonclient sends them.
+/// A load's model name is checked as tritonserver's `ValidateModelName` checks it, with its
+/// messages (INVALID_ARGUMENT): empty or whitespace only, or `..` or a `/` once trimmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_refuses_empty_and_traversing_names_with_tritons_messages() {
+    use nereus::proto::inference as pb;
+    let repo = Repo::new();
+    repo.model("simple", &add_sub_config("simple", ""), &["1"]);
+    let s = Server::start(repo.path(), &["--model-control-mode", "explicit"]);
+    let mut client = grpc_client(&s).await;
+    let empty = "Model name cannot be empty. Please enter a valid name to deploy.";
+    let traversal =
+        |name: &str| format!("invalid model name '{name}', model name must not contain path traversal characters");
+    let cases = [
+        ("", empty.to_string()),
+        (" ", empty.to_string()),
+        ("\t\n ", empty.to_string()),
+        ("..", traversal("..")),
+        (" ..", traversal(" ..")),
+        (".. ", traversal(".. ")),
+        ("../etc", traversal("../etc")),
+        ("a/b", traversal("a/b")),
+        (".", "failed to load '.': invalid model name".to_string()),
+    ];
+    for (name, message) in cases {
+        let e = client
+            .repository_model_load(pb::RepositoryModelLoadRequest { model_name: name.into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, message.as_str()), "{name:?}");
+    }
+    // A name that is only padded is looked up as it is, and is no model here.
+    let e = client
+        .repository_model_load(pb::RepositoryModelLoadRequest { model_name: " simple".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_ne!(e.code(), tonic::Code::Ok);
+    client
+        .repository_model_load(pb::RepositoryModelLoadRequest { model_name: "simple".into(), ..Default::default() })
+        .await
+        .unwrap();
+}
+
 #[test]
 fn http_load_uploads_a_plugin() {
     let repo = Repo::new();

@@ -119,7 +119,7 @@ fn main() -> anyhow::Result<()> {
                 let (a1, t1) = (allocations(), Instant::now());
                 let response = infer(request)?;
                 let (a2, t2) = (allocations(), Instant::now());
-                std::hint::black_box(codec::encode_response(&response, &options).into_chunks());
+                std::hint::black_box(codec::encode_response(&response, &options)?.into_chunks());
                 drop(response);
                 let (a3, t3) = (allocations(), Instant::now());
                 if i >= WARMUP {

@@ -220,9 +220,7 @@ impl ModelControl {
         if self.mode != ControlMode::Explicit {
             return Err(InferError::unavailable(NOT_EXPLICIT));
         }
-        if !is_plain_name(name) {
-            return Err(InferError::invalid(format!("failed to load '{name}': invalid model name")));
-        }
+        check_load_name(name)?;
         let _ops = self.ops.lock();
         self.remote.sync();
         self.explicit.lock().insert(name.to_string());
@@ -750,4 +748,25 @@ impl ModelControl {
             _ => Fingerprint::of(dir, &[]),
         }
     }
+}
+
+/// A load's model name, checked as tritonserver's `ValidateModelName` checks it (with its
+/// messages): not empty or only whitespace, not `..` and no `/` once trimmed; then it must be one
+/// plain folder name (not `.`, no backslash), which tritonserver does not check but a folder lookup
+/// needs.
+fn check_load_name(name: &str) -> Result<(), InferError> {
+    // boost::trim's whitespace: C's isspace.
+    let trimmed = name.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    if trimmed.is_empty() {
+        return Err(InferError::invalid("Model name cannot be empty. Please enter a valid name to deploy."));
+    }
+    if trimmed == ".." || trimmed.contains('/') {
+        return Err(InferError::invalid(format!(
+            "invalid model name '{name}', model name must not contain path traversal characters"
+        )));
+    }
+    if !is_plain_name(name) {
+        return Err(InferError::invalid(format!("failed to load '{name}': invalid model name")));
+    }
+    Ok(())
 }

@@ -30,7 +30,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
-    "sequence(string_id)",
+    "sequence",
     "parameters",
     "statistics",
     "trace",
@@ -412,37 +412,44 @@ impl Server {
     }
 
     /// The statistics extension: every ready version of `name` (or of every model), or one version.
+    /// A model with no ready version, unknown or not, and a version that is not ready are refused
+    /// with tritonserver's `TRITONSERVER_ServerModelStatistics` words (INVALID_ARG).
     pub fn statistics(
         &self,
         name: Option<&str>,
         version: Option<i64>,
     ) -> Result<pb::ModelStatisticsResponse, InferError> {
-        let mut out = Vec::new();
-        let ready_versions = |entry: &ModelEntry, out: &mut Vec<pb::ModelStatistics>| {
-            for state in entry.versions.values() {
-                if let VersionState::Ready(m) = state {
-                    out.push(m.stats.snapshot(&m.name, m.version));
+        let ready = |entry: &ModelEntry| -> Vec<Arc<ModelVersion>> {
+            entry
+                .versions
+                .values()
+                .filter_map(|state| match state {
+                    VersionState::Ready(m) => Some(m.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let versions: Vec<Arc<ModelVersion>> = match name {
+            None => self.models.read().values().flat_map(|entry| ready(entry)).collect(),
+            Some(name) => {
+                let entry = self.models.read().get(name).cloned();
+                let versions = entry.map(|entry| ready(&entry)).unwrap_or_default();
+                if versions.is_empty() {
+                    return Err(InferError::invalid(format!("requested model '{name}' is not available")));
+                }
+                match version {
+                    None => versions,
+                    Some(v) => {
+                        let m = versions.into_iter().find(|m| m.version == v).ok_or_else(|| {
+                            InferError::invalid(format!("requested model version is not available for model '{name}'"))
+                        })?;
+                        vec![m]
+                    }
                 }
             }
         };
-        match (name, version) {
-            (Some(name), Some(v)) => {
-                let m = self.version(name, Some(v))?;
-                out.push(m.stats.snapshot(&m.name, m.version));
-            }
-            (Some(name), None) => {
-                ready_versions(&*self.entry(name)?, &mut out);
-                if out.is_empty() {
-                    self.version(name, None)?;
-                }
-            }
-            (None, _) => {
-                for entry in self.models.read().values() {
-                    ready_versions(entry, &mut out);
-                }
-            }
-        }
-        Ok(pb::ModelStatisticsResponse { model_stats: out })
+        let model_stats = versions.iter().map(|m| m.stats.snapshot(&m.name, m.version)).collect();
+        Ok(pb::ModelStatisticsResponse { model_stats })
     }
 
     /// The repository index: every model folder of the repositories, with each version's state

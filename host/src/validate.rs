@@ -147,7 +147,7 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
 
     let mut batch: Option<i64> = None;
     let on_device = &request.device_inputs;
-    for input in request.inputs.iter_mut() {
+    for input in request.inputs.iter() {
         let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else {
             continue;
         };
@@ -194,15 +194,32 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
                 shape_string(&input.shape)
             )));
         }
-        // An input left in a client's GPU memory has its bytes there.
-        let len = on_device.get(&input.name).map_or(input.data.len(), |span| span.len());
-        check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
-        if let Some(reshape) = &s.reshape {
-            let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
-            // The configuration's checks (`config::io_rules`) give both as many -1 dimensions.
-            shape.extend(reshape_dims(&s.dims, inner, reshape).unwrap_or_else(|| reshape.clone()));
-            input.shape = shape;
+    }
+    // The bytes, once every input's datatype and shape passed, as tritonserver checks them (its
+    // `ValidateRequestInputs` after `Normalize`), and last input first: where several inputs are
+    // wrong, the one named is the one tritonserver names. It walks a request's inputs in the order
+    // of their `std::unordered_map`, which libstdc++ gives newest first (each key in a bucket of its
+    // own goes to the list's front), and Triton's QA asserts the last input's message
+    // (L0_input_validation).
+    for input in request.inputs.iter().rev() {
+        if spec.inputs.iter().any(|s| s.name == input.name) {
+            // An input left in a client's GPU memory has its bytes there.
+            let len = on_device.get(&input.name).map_or(input.data.len(), |span| span.len());
+            check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
         }
+    }
+    for input in request.inputs.iter_mut() {
+        let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else {
+            continue;
+        };
+        let Some(reshape) = &s.reshape else {
+            continue;
+        };
+        let inner = if spec.batching() { &input.shape[1..] } else { &input.shape[..] };
+        let mut shape = if spec.batching() { vec![input.shape[0]] } else { Vec::new() };
+        // The configuration's checks (`config::io_rules`) give both as many -1 dimensions.
+        shape.extend(reshape_dims(&s.dims, inner, reshape).unwrap_or_else(|| reshape.clone()));
+        input.shape = shape;
     }
 
     if request.requested_outputs.is_empty() {
@@ -254,11 +271,19 @@ pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(
         Some(size) => check_fixed_len(&t.name, model, elements, size, len as u64)?,
         None => {
             let count = count_bytes_elements(&t.data).map_err(|e| format!("tensor '{}': {e}", t.name))?;
-            if count != elements {
+            // tritonserver's `ValidateBytesInputs` words: it stops at the first element too many.
+            let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
+            if count > elements {
                 return Err(format!(
-                    "tensor '{}' has {count} BYTES elements but its shape {} needs {elements}",
-                    t.name,
-                    shape_string(&t.shape)
+                    "unexpected number of string elements {} for inference input '{}'{whose}, expecting {elements}",
+                    elements + 1,
+                    t.name
+                ));
+            }
+            if count < elements {
+                return Err(format!(
+                    "expected {elements} string elements for inference input '{}'{whose}, got {count}",
+                    t.name
                 ));
             }
         }

@@ -213,6 +213,7 @@ impl Sandbox {
         let state = SandboxState::new(wasi.build(), policy.memory_limit_bytes as usize, meter, label);
         let mut store = Store::new(component.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(hostcall_fuel(policy.max_output_bytes));
         store.epoch_deadline_trap();
         store.set_epoch_deadline(Self::deadline_ticks(policy.load_timeout));
         store.data_mut().armed = Armed::Lifecycle(policy.load_timeout);
@@ -413,6 +414,18 @@ impl Write for Bounded {
         self.0.push_str(s);
         Ok(())
     }
+}
+
+/// wasmtime's hostcall fuel: how many bytes of the guest's lists and strings one call into the
+/// host may name. wasmtime counts them as it makes handles on them, before `send-response` counts
+/// the response against `sandbox.max_output_bytes`, so its default (128 MiB) refused a response the
+/// model's limit allows. It follows that limit, with room for the response's names, shapes and
+/// parameters, and never goes below wasmtime's default (which bounds the other calls, such as a
+/// business-logic call's inputs, as before).
+fn hostcall_fuel(max_output_bytes: u64) -> usize {
+    const WASMTIME_DEFAULT: usize = 128 << 20;
+    const ROOM: u64 = 16 << 20;
+    usize::try_from(max_output_bytes.saturating_add(ROOM)).unwrap_or(usize::MAX).max(WASMTIME_DEFAULT)
 }
 
 #[cfg(test)]

@@ -249,7 +249,7 @@ fn input_tensor(input: &IoTensor, batching: bool, value: &Value) -> Result<Tenso
             return Err(unshapeable());
         }
     }
-    let data = json_to_bytes(name, input.datatype, count as u64, value)?;
+    let data = json_to_bytes(name, input.datatype, count as u64, value, false)?;
     Ok(Tensor { name: name.clone(), datatype: input.datatype, shape, data })
 }
 
@@ -272,7 +272,7 @@ fn encode(r: &InferenceResponse) -> Result<Value, InferError> {
                 t.name, t.datatype
             )));
         }
-        let data = serde_json::to_value(JsonData(t))
+        let data = serde_json::to_value(JsonData { tensor: t, tokens: false })
             .map_err(|e| InferError::internal(format!("output '{}' could not be written as JSON: {e}", t.name)))?;
         let value = match data {
             Value::Array(mut items) if items.len() == 1 => items.pop().unwrap_or(Value::Null),

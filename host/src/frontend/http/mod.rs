@@ -3,6 +3,7 @@ mod body;
 pub mod codec;
 mod compression;
 mod generate;
+mod non_finite;
 mod request_body;
 mod router;
 mod watchdog;

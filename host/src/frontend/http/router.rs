@@ -702,7 +702,7 @@ async fn infer(
     request.trace = trace.clone();
     let response =
         api::infer::run(server, request, &output_options.shm, &output_options.classes, "HTTP end point").await?;
-    let encoded = codec::encode_response(&response, &output_options);
+    let encoded = codec::encode_response(&response, &output_options)?;
     // tritonserver compresses inference responses and nothing else: clients such as aiohttp
     // (tritonclient's asyncio HTTP client) read every other answer as plain JSON whatever they
     // advertised in Accept-Encoding.
