@@ -167,6 +167,15 @@ fn json_floats_carry_nan_and_infinities() {
     let r = s.request("POST", "/v2/models/identity_fp32/infer", &[], body.replace("[NaN,", "[NaNs,").as_bytes());
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.error().starts_with("failed to parse the request JSON"), "{}", r.text());
+    // A token where a string goes, or as a key, is no string.
+    let r =
+        s.request("POST", "/v2/models/identity_fp32/infer", &[], body.replace(r#""NaN Infinity""#, "NaN").as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("Unable to parse 'id'"), "{}", r.text());
+    let keyed = body.replace(r#""binary_data":false"#, r#""binary_data":false,NaN:1"#);
+    let r = s.request("POST", "/v2/models/identity_fp32/infer", &[], keyed.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().starts_with("failed to parse the request JSON"), "{}", r.text());
 }
 
 /// BYTES tensors: a count of elements that disagrees with the shape is refused with tritonserver's

@@ -328,8 +328,11 @@ pub fn check_output_of_len(spec: &IoSpec, t: &Tensor, len: usize, batch: i64) ->
             shape_string(declared)
         ));
     }
-    check_len(t, len, None)
-        .map_err(|e| e.replace("input byte size", "output byte size").replace("for input", "for output"))?;
+    check_len(t, len, None).map_err(|e| {
+        e.replace("input byte size", "output byte size")
+            .replace("for input", "for output")
+            .replace("for inference input", "for output")
+    })?;
     if let Some(reshape) = &s.reshape {
         let mut shape = if spec.batching() { vec![batch] } else { Vec::new() };
         shape.extend(reshape_dims(reshape, inner, &s.dims).unwrap_or_else(|| inner.to_vec()));

@@ -420,8 +420,9 @@ impl Write for Bounded {
 /// host may name. wasmtime counts them as it makes handles on them, before `send-response` counts
 /// the response against `sandbox.max_output_bytes`, so its default (128 MiB) refused a response the
 /// model's limit allows. It follows that limit, with room for the response's names, shapes and
-/// parameters, and never goes below wasmtime's default (which bounds the other calls, such as a
-/// business-logic call's inputs, as before).
+/// parameters, and never goes below wasmtime's default. The fuel is the store's, for every call
+/// into the host: a model whose limit is above 112 MiB also lets its other calls (a business-logic
+/// call's inputs, lifted whole) hand the host that much, which its operator chose to allow.
 fn hostcall_fuel(max_output_bytes: u64) -> usize {
     const WASMTIME_DEFAULT: usize = 128 << 20;
     const ROOM: u64 = 16 << 20;

@@ -189,7 +189,12 @@ pub fn decode_request(
     };
     let mut binary = body.slice(header_len..);
 
-    let mut request = InferenceRequest { id: parsed.id.unwrap_or_default(), ..Default::default() };
+    let id = parsed.id.unwrap_or_default();
+    if tokens && id.starts_with('\0') {
+        // A rewritten NaN or infinity where the id's string goes (no string holds a NUL otherwise).
+        return Err(InferError::invalid("Unable to parse 'id': attempt to access JSON non-string as string"));
+    }
+    let mut request = InferenceRequest { id, ..Default::default() };
     let params = parsed.parameters.as_ref();
     if let Some(map) = params {
         for (key, value) in map.iter() {
@@ -214,7 +219,7 @@ pub fn decode_request(
         check_json_shape(&input.shape)?;
         let (datatype, elements) = Tensor::parse_header(&input.name, &input.datatype, &input.shape)?;
         let ip = input.parameters.as_ref();
-        let data = match (shm_place(&input.name, ip)?, ip.and_then(|m| m.get("binary_data_size"))) {
+        let data = match (shm_place(&input.name, ip, tokens)?, ip.and_then(|m| m.get("binary_data_size"))) {
             (Some(place), _) => {
                 if input.data.is_some() || ip.is_some_and(|m| m.contains_key("binary_data_size")) {
                     return Err(InferError::invalid(format!(
@@ -267,7 +272,7 @@ pub fn decode_request(
     }
     for output in parsed.outputs.unwrap_or_default() {
         let op = output.parameters.as_ref();
-        let place = shm_place(&output.name, op)?;
+        let place = shm_place(&output.name, op, tokens)?;
         if let Some(value) = op.and_then(|m| m.get("classification")) {
             let value = param_value("classification", value, tokens)?;
             if let Some(count) = classification::requested(Wire::Http, &value, place.is_some())? {
@@ -299,9 +304,9 @@ fn check_json_shape(shape: &[i64]) -> Result<(), InferError> {
 }
 
 /// The shared-memory place a tensor's JSON parameters name, if any.
-fn shm_place(tensor: &str, params: Option<&Params>) -> Result<Option<ShmPlace>, InferError> {
+fn shm_place(tensor: &str, params: Option<&Params>, tokens: bool) -> Result<Option<ShmPlace>, InferError> {
     let Some(m) = params else { return Ok(None) };
-    let get = |key: &str| m.get(key).map(|v| param_value(key, v, false)).transpose();
+    let get = |key: &str| m.get(key).map(|v| param_value(key, v, tokens)).transpose();
     api::params::shm_place(
         tensor,
         get("shared_memory_region")?,

@@ -17,10 +17,12 @@ use serde_json::Value;
 /// The mark that starts a rewritten token's string: a NUL, which no JSON text holds unescaped.
 const MARK: char = '\0';
 
-/// `header` with every NaN or infinity token outside strings rewritten as a marked string, or
-/// `None` when it holds none (the parse error then stands as it is). A header that spells the mark
-/// itself (`\u0000`) is not rewritten, so every marked string of a rewritten one is a token; the
-/// marks count only in a header that was rewritten ([`value`]'s callers know).
+/// `header` with every NaN or infinity token in a value's place rewritten as a marked string, or
+/// `None` when it holds none (the parse error then stands as it is). Only where a value may stand
+/// (after `:`, `[`, or `,` in an array; never in a string or where an object's key goes), so a
+/// token as a key stays an error. A header that spells the mark itself (`\u0000`) is not rewritten,
+/// so every marked string of a rewritten one is a token; the marks count only in a header that was
+/// rewritten ([`value`]'s callers know), and where a number may be.
 pub fn rewrite(header: &str) -> Option<String> {
     if header.to_ascii_lowercase().contains("\\u0000") {
         return None;
@@ -34,6 +36,8 @@ pub fn rewrite(header: &str) -> Option<String> {
     ];
     let (bytes, mut out, mut copied, mut i) = (header.as_bytes(), String::new(), 0, 0);
     let mut in_string = false;
+    // The open objects and arrays, innermost last; whether the next token is a value.
+    let (mut open, mut value_next) = (Vec::new(), true);
     while i < bytes.len() {
         let b = bytes[i];
         if in_string {
@@ -45,8 +49,20 @@ pub fn rewrite(header: &str) -> Option<String> {
             i += 1;
             continue;
         }
-        if b == b'"' {
-            in_string = true;
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                open.push(b);
+                value_next = b == b'[';
+            }
+            b'}' | b']' => {
+                open.pop();
+            }
+            b':' => value_next = true,
+            b',' => value_next = open.last() == Some(&b'['),
+            _ => {}
+        }
+        if b == b'"' || !value_next {
             i += 1;
             continue;
         }
@@ -133,6 +149,10 @@ mod tests {
         assert_eq!(v["s"], "NaN \" Infinity");
         assert_eq!(token(&v["s"]), None);
         assert_eq!(v["k"], -1);
+        // Where a key goes a token stays as it is (and the header an error).
+        assert_eq!(rewrite(r#"{NaN: 1}"#), None);
+        assert_eq!(rewrite(r#"{"a": 1, Infinity: 2}"#), None);
+        assert!(rewrite(r#"{"a": {"b": [1, NaN]}, "c": -Inf}"#).is_some());
         // Characters of more than one byte outside strings (no JSON, but a client may send them).
         assert!(rewrite("{\"a\": [é NaN ü]}").is_some());
         assert_eq!(rewrite("{é: ü}"), None);
