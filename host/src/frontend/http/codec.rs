@@ -2,11 +2,12 @@
 //! ways. Decoding checks every size against the declared shape before allocating; binary tensors
 //! stay slices of the request body.
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde::ser::{SerializeSeq, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::non_finite;
 use crate::api;
@@ -560,6 +561,19 @@ pub(super) fn param_json(v: &ParamValue) -> Value {
     }
 }
 
+/// A response parameter as the response's JSON writes it: a non-finite double as its token (see
+/// [`non_finite`]), the rest as [`param_json`] has them.
+struct ParamOut<'a>(&'a ParamValue);
+
+impl serde::Serialize for ParamOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            ParamValue::Double(d) if !d.is_finite() => serde::Serialize::serialize(&non_finite::NonFinite(*d), s),
+            other => serde::Serialize::serialize(&param_json(other), s),
+        }
+    }
+}
+
 /// Encodes a response as JSON, with binary outputs appended per `options`. Fails only for a BYTES
 /// output asked for as JSON that holds bytes no JSON string can carry.
 pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) -> Result<EncodedResponse, InferError> {
@@ -594,8 +608,8 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         model_version: VersionString,
         #[serde(skip_serializing_if = "str::is_empty")]
         id: &'a str,
-        #[serde(skip_serializing_if = "Map::is_empty")]
-        parameters: Map<String, Value>,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        parameters: BTreeMap<&'a str, ParamOut<'a>>,
         outputs: Vec<Out<'a>>,
     }
     let mut binary: Vec<Bytes> = Vec::new();
@@ -639,7 +653,8 @@ pub fn encode_response(response: &InferenceResponse, options: &OutputOptions) ->
         model_name: &response.model_name,
         model_version: VersionString(response.model_version),
         id: &response.id,
-        parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_json(v))).collect(),
+        // In key order, the last of a repeated key, as a JSON object built from them had them.
+        parameters: response.parameters.iter().map(|(k, v)| (k.as_str(), ParamOut(v))).collect(),
         outputs,
     };
     let binary_len: usize = binary.iter().map(Bytes::len).sum();
@@ -665,6 +680,30 @@ mod tests {
 
     fn no_raw() -> Result<(String, DataType, Vec<i64>, bool), InferError> {
         Err(InferError::invalid("no raw"))
+    }
+
+    /// Response parameters: in key order, the last of a repeated key, a non-finite double as its
+    /// token (tritonserver's writer), the other kinds as they are.
+    #[test]
+    fn response_parameters_in_key_order_with_nan_and_infinities_as_tokens() {
+        let response = InferenceResponse {
+            in_place: Vec::new(),
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            parameters: vec![
+                ("z".into(), ParamValue::Double(f64::NEG_INFINITY)),
+                ("a".into(), ParamValue::Double(f64::NAN)),
+                ("b".into(), ParamValue::Int64(1)),
+                ("b".into(), ParamValue::String("last".into())),
+                ("c".into(), ParamValue::Double(0.5)),
+                ("d".into(), ParamValue::Bool(true)),
+            ],
+            outputs: Vec::new(),
+        };
+        let encoded = encode_response(&response, &OutputOptions::default()).unwrap();
+        let text = String::from_utf8(encoded.header.to_vec()).unwrap();
+        assert!(text.contains(r#""parameters":{"a":NaN,"b":"last","c":0.5,"d":true,"z":-Infinity}"#), "{text}");
     }
 
     /// Small binary outputs travel in the header's buffer, large ones as buffers of their own,
