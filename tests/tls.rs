@@ -155,6 +155,37 @@ fn both_frontends_serve_over_tls_and_refuse_plain_text() {
     assert!(grpc_live(s.grpc_port, None).is_err(), "plain-text gRPC is refused");
 }
 
+/// A shutdown gives up the TLS handshakes still going (no request has started on them) instead of
+/// waiting out their timeout, on both frontends. Each stalled connection is opened before a full
+/// TLS call on the same port: the listener's backlog hands connections out in order, so the call's
+/// answer means the stalled one was accepted and its handshake is waiting.
+#[test]
+fn a_shutdown_gives_up_the_tls_handshakes_still_going() {
+    let pki = pki();
+    let repo = Repo::new();
+    repo.example("simple");
+    let args = tls_args(&pki);
+    let mut s = Server::start(repo.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    // Through the logging API: the tests' NEREUS_LOG would override --log-verbose.
+    let verbose = https(s.port, client_config(&pki, false), "POST", "/v2/logging", r#"{"log_verbose_level": 1}"#);
+    assert!(verbose.as_deref().is_ok_and(|r| r.starts_with("HTTP/1.1 200")), "{verbose:?}");
+    let stalled_http = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let ready = https(s.port, client_config(&pki, false), "GET", "/v2/health/ready", "").unwrap();
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let stalled_grpc = TcpStream::connect(("127.0.0.1", s.grpc_port)).unwrap();
+    let ca = tonic::transport::Certificate::from_pem(pki.ca_pem.clone());
+    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(ca).domain_name("localhost");
+    assert_eq!(grpc_live(s.grpc_port, Some(tls)), Ok(true));
+
+    s.terminate();
+    let log = s.log();
+    for frontend in ["HTTP", "gRPC"] {
+        let line = format!("{frontend} TLS handshake given up: the server is shutting down");
+        assert!(log.contains(&line), "{line}\n{log}");
+    }
+    drop((stalled_http, stalled_grpc));
+}
+
 #[test]
 fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     let pki = pki();

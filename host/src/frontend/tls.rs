@@ -15,18 +15,31 @@ use tokio_rustls::server::TlsStream;
 /// How long a client may take to finish its TLS handshake; a stalled one is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An accepted connection's TLS handshake, bounded in time; `None` (logged at debug level, with the
-/// `frontend`'s name) when it fails or stalls. Run in the connection's task, never in the accept
-/// loop, so that a stalled client holds up no other.
-pub async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream, frontend: &str) -> Option<TlsStream<TcpStream>> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => Some(tls),
-        Ok(Err(e)) => {
-            tracing::debug!("{frontend} TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            tracing::debug!("{frontend} TLS handshake timed out");
+/// An accepted connection's TLS handshake, bounded in time and given up once `stop` turns true (a
+/// shutdown need not wait out a stalled client: no request has started on it); `None` (logged at
+/// debug level, with the `frontend`'s name) when it fails, stalls or is given up. Run in the
+/// connection's task, never in the accept loop, so that a stalled client holds up no other.
+pub async fn handshake(
+    acceptor: &TlsAcceptor,
+    stream: TcpStream,
+    frontend: &str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<TlsStream<TcpStream>> {
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+    tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(tls)) => Some(tls),
+            Ok(Err(e)) => {
+                tracing::debug!("{frontend} TLS handshake failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("{frontend} TLS handshake timed out");
+                None
+            }
+        },
+        _ = stop.wait_for(|stopping| *stopping) => {
+            tracing::debug!("{frontend} TLS handshake given up: the server is shutting down");
             None
         }
     }

@@ -97,14 +97,8 @@ pub async fn serve<S>(
                     let ended = match acceptor {
                         None => until_stopped(builder.serve_connection(TokioIo::new(stream), service), stop).await,
                         Some(acceptor) => {
-                            // A handshake still going when the shutdown begins is dropped: no call
-                            // has started on it, and the shutdown need not wait out its timeout.
-                            let mut stopping = stop.clone();
-                            let tls = tokio::select! {
-                                tls = crate::frontend::tls::handshake(&acceptor, stream, "gRPC") => tls,
-                                _ = stopping.wait_for(|stopping| *stopping) => None,
-                            };
-                            let Some(tls) = tls else {
+                            let Some(tls) = crate::frontend::tls::handshake(&acceptor, stream, "gRPC", stop.clone()).await
+                            else {
                                 return;
                             };
                             until_stopped(builder.serve_connection(TokioIo::new(tls), service), stop).await

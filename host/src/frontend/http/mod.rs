@@ -42,6 +42,8 @@ pub async fn serve(
     let routes = Arc::new(router::Routes::default());
     // No per-request header timer: a connection's watchdog closes it once its client goes quiet.
     let builder = auto::Builder::new(TokioExecutor::new());
+    // Turns true once, when the shutdown begins: TLS handshakes still going are then given up.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -79,7 +81,7 @@ pub async fn serve(
                         Ok::<_, Infallible>(response)
                     }
                 });
-                let (builder, acceptor) = (builder.clone(), acceptor.clone());
+                let (builder, acceptor, stop) = (builder.clone(), acceptor.clone(), stop.clone());
                 tokio::spawn(async move {
                     let _open = open;
                     let ended = match acceptor {
@@ -88,7 +90,7 @@ pub async fn serve(
                             until_quiet(served, &connection.activity, quiet_period).await
                         }
                         Some(acceptor) => {
-                            let Some(tls) = super::tls::handshake(&acceptor, stream, "HTTP").await else {
+                            let Some(tls) = super::tls::handshake(&acceptor, stream, "HTTP", stop).await else {
                                 return;
                             };
                             let served = builder.serve_connection(TokioIo::new(tls), service);
@@ -104,6 +106,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    let _ = stopping.send(true);
     connections.all_closed().await;
 }
 
