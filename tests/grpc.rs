@@ -652,10 +652,10 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let mut responses =
             c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-        for id in ["long1", "long2"] {
+        for id in ["long1", "long2", "queued"] {
             tx.send(repeat(&values, &delays, 0, id, false)).await.unwrap();
         }
-        // both are running: each sent its first response
+        // the first two are running (each sent its first response); the third waits for an instance
         for _ in 0..2 {
             let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
             assert!(m.error_message.is_empty(), "{}", m.error_message);
@@ -667,9 +667,15 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
     s.wait_until("the cancelled requests to complete", || {
         s.get("/v2/models/repeat_int32/stats").json()["model_stats"][0]["inference_stats"]["success"]["count"] == 2
     });
+    // the waiting one is answered CANCELLED once an instance takes it, which tritonserver counts
+    // as a response apart from the failures
+    s.wait_until("the queued request to be answered", || {
+        s.get("/v2/models/repeat_int32/stats").json()["model_stats"][0]["response_stats"]["0"]["cancel"]["count"] == 1
+    });
     let stats = s.get("/v2/models/repeat_int32/stats").json();
     let rs = &stats["model_stats"][0]["response_stats"];
     assert_eq!(rs["0"]["success"]["count"], 2, "{rs}");
+    assert_eq!(rs["0"]["fail"]["count"], 0, "{rs}");
     assert_eq!(rs["1"]["empty_response"]["count"], 2, "{rs}");
     // and the instances serve a new stream
     runtime().block_on(async {

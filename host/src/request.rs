@@ -582,8 +582,9 @@ impl ResponseSender {
             Final::Outcome(Err(e)) => Err(reason.unwrap_or(crate::metrics::FailureReason::of(e.kind))),
             _ => Ok(()),
         };
-        self.count_response(match last {
+        self.count_response(match &last {
             Final::Outcome(Ok(_)) => ResponseKind::Success,
+            Final::Outcome(Err(e)) if e.kind == crate::error::ErrorKind::Cancelled => ResponseKind::Cancel,
             Final::Outcome(Err(_)) => ResponseKind::Fail,
             Final::FlagOnly => ResponseKind::Empty,
         });

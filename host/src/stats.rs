@@ -57,6 +57,7 @@ struct ResponseStat {
     success: StatDuration,
     fail: StatDuration,
     empty_response: StatDuration,
+    cancel: StatDuration,
 }
 
 /// What a decoupled model's response was.
@@ -64,6 +65,8 @@ struct ResponseStat {
 pub enum ResponseKind {
     Success,
     Fail,
+    /// An error of kind CANCELLED (tritonserver counts it apart from other failures).
+    Cancel,
     /// The final flag without a response.
     Empty,
 }
@@ -136,6 +139,7 @@ impl ModelStats {
                 r.success.record(took);
             }
             ResponseKind::Fail => r.fail.record(took),
+            ResponseKind::Cancel => r.cancel.record(took),
             ResponseKind::Empty => r.empty_response.record(took),
         }
     }
@@ -245,6 +249,7 @@ impl ModelStats {
                             success: Some(r.success.proto()),
                             fail: Some(r.fail.proto()),
                             empty_response: Some(r.empty_response.proto()),
+                            cancel: Some(r.cancel.proto()),
                         },
                     )
                 })
