@@ -200,18 +200,15 @@ pub fn validate_request(spec: &IoSpec, request: &mut InferenceRequest) -> Result
     // wrong, the one named is the one tritonserver names. It walks a request's inputs in the order
     // of their `std::unordered_map`, which libstdc++ gives newest first (each key in a bucket of its
     // own goes to the list's front), and Triton's QA asserts the last input's message
-    // (L0_input_validation).
-    for input in request.inputs.iter().rev() {
-        if spec.inputs.iter().any(|s| s.name == input.name) {
-            // An input left in a client's GPU memory has its bytes there.
-            let len = on_device.get(&input.name).map_or(input.data.len(), |span| span.len());
-            check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
-        }
-    }
-    for input in request.inputs.iter_mut() {
+    // (L0_input_validation). Each input's reshape, which keeps its element count, follows its
+    // byte check.
+    for input in request.inputs.iter_mut().rev() {
         let Some(s) = spec.inputs.iter().find(|s| s.name == input.name) else {
             continue;
         };
+        // An input left in a client's GPU memory has its bytes there.
+        let len = on_device.get(&input.name).map_or(input.data.len(), |span| span.len());
+        check_len(input, len, Some(&**model)).map_err(InferError::invalid)?;
         let Some(reshape) = &s.reshape else {
             continue;
         };
@@ -272,18 +269,20 @@ pub(crate) fn check_len(t: &Tensor, len: usize, model: Option<&str>) -> Result<(
         None => {
             let count = count_bytes_elements(&t.data).map_err(|e| format!("tensor '{}': {e}", t.name))?;
             // tritonserver's `ValidateBytesInputs` words: it stops at the first element too many.
-            let whose = model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
+            let whose = || model.map(|m| format!(" for model '{m}'")).unwrap_or_default();
             if count > elements {
                 return Err(format!(
-                    "unexpected number of string elements {} for inference input '{}'{whose}, expecting {elements}",
+                    "unexpected number of string elements {} for inference input '{}'{}, expecting {elements}",
                     elements + 1,
-                    t.name
+                    t.name,
+                    whose()
                 ));
             }
             if count < elements {
                 return Err(format!(
-                    "expected {elements} string elements for inference input '{}'{whose}, got {count}",
-                    t.name
+                    "expected {elements} string elements for inference input '{}'{}, got {count}",
+                    t.name,
+                    whose()
                 ));
             }
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::http::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -119,10 +120,10 @@ pub async fn serve<S>(
 
 /// Serves a connection until it ends; once `stop` turns true, it takes no new calls (GOAWAY) and
 /// ends when those in flight have been answered.
-async fn until_stopped<C, E>(connection: C, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<(), E>
-where
-    C: Future<Output = Result<(), E>> + GracefulShutdown,
-{
+async fn until_stopped<C: GracefulConnection>(
+    connection: C,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), C::Error> {
     tokio::pin!(connection);
     tokio::select! {
         ended = connection.as_mut() => return ended,
@@ -130,23 +131,4 @@ where
     }
     connection.as_mut().graceful_shutdown();
     connection.await
-}
-
-/// hyper's HTTP/2 connection, whose graceful shutdown is an inherent method.
-trait GracefulShutdown {
-    fn graceful_shutdown(self: std::pin::Pin<&mut Self>);
-}
-
-impl<I, S, E> GracefulShutdown for hyper::server::conn::http2::Connection<I, S, E>
-where
-    S: hyper::service::HttpService<Incoming>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    S::ResBody: hyper::body::Body + 'static,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
-{
-    fn graceful_shutdown(self: std::pin::Pin<&mut Self>) {
-        hyper::server::conn::http2::Connection::graceful_shutdown(self)
-    }
 }

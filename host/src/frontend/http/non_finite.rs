@@ -24,7 +24,7 @@ const MARK: char = '\0';
 /// so every marked string of a rewritten one is a token; the marks count only in a header that was
 /// rewritten ([`value`]'s callers know), and where a number may be.
 pub fn rewrite(header: &str) -> Option<String> {
-    if header.to_ascii_lowercase().contains("\\u0000") {
+    if header.as_bytes().windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
         return None;
     }
     const TOKENS: [(&str, &str); 5] = [
