@@ -572,3 +572,105 @@ fn the_delay_scheduler_hooks_hold_the_first_batch() {
     assert_eq!(infer(&s, "acc", seq(json!(1), 2, false, true)), (3, vec![1]));
     assert_eq!(sum_and_slots(three.join().unwrap()).0, 100);
 }
+
+/// A cancelled request ends its whole sequence, as tritonserver's sequence batcher does: the
+/// requests queued after it are answered CANCELLED, and so is a request that arrives for the
+/// sequence before its slot is free again; the slot is released once the request already
+/// executing has run, and a backlogged sequence with a cancelled request is answered CANCELLED
+/// whole. Here a client that hangs up is seen at once: everything is answered while the
+/// sequence's first request still holds the instance.
+#[test]
+fn a_cancelled_request_cancels_the_rest_of_its_sequence_and_frees_its_slot() {
+    let repo = Repo::new();
+    accumulate(&repo, "acc", 1, &format!("control_input [ {CONTROLS} ]"), "");
+    let s = Server::start(repo.path(), &[]);
+    let path = "/v2/models/acc/infer";
+    s.gate("acc", false);
+    // Sequence 1 holds the one slot, its first request waiting at the gate.
+    let first = send(&s, "acc", seq(json!(1), 1, true, false));
+    s.wait_until("sequence 1 to hold the instance", || s.executions("acc").0 == 1);
+    // Its second request queues, its third behind it; then the second's client hangs up.
+    let mut third = None;
+    s.post_then_hang_up(path, &seq(json!(1), 2, false, false), || {
+        if third.is_none() && s.queued("acc") == 1 {
+            third = Some(send(&s, "acc", seq(json!(1), 3, false, false)));
+        }
+        s.queued("acc") == 2
+    });
+    let cancelled = |r: Resp, id: u64| {
+        assert_eq!((r.status, r.error()), (400, format!("sequence {id} was cancelled")));
+    };
+    let third = third.expect("sent");
+    s.wait_until("the third request to be answered", || third.is_finished());
+    cancelled(third.join().unwrap(), 1);
+    assert_eq!((s.queued("acc"), s.executions("acc").0), (0, 1), "the first request still executes");
+    // A request arriving while the slot is still held is answered the same.
+    cancelled(s.post_json(path, &seq(json!(1), 4, false, false)), 1);
+
+    // Sequence 2 waits in the backlog with two requests; its first one's client hangs up.
+    let mut second = None;
+    s.post_then_hang_up(path, &seq(json!(2), 10, true, false), || {
+        if second.is_none() && s.queued("acc") == 1 {
+            second = Some(send(&s, "acc", seq(json!(2), 20, false, false)));
+        }
+        s.queued("acc") == 2
+    });
+    let second = second.expect("sent");
+    s.wait_until("sequence 2's second request to be answered", || second.is_finished());
+    cancelled(second.join().unwrap(), 2);
+    assert_eq!((s.queued("acc"), s.executions("acc").0), (0, 1));
+
+    // The first request runs; then the slot is free, and neither sequence goes on.
+    s.gate("acc", true);
+    assert_eq!(sum_and_slots(first.join().unwrap()), (1, vec![1]));
+    for id in [1, 2] {
+        let r = s.post_json(path, &seq(json!(id), 5, false, false));
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.error().contains("must specify the START flag"), "{}", r.error());
+    }
+    // A new sequence takes the slot, with fresh state.
+    assert_eq!(infer(&s, "acc", seq(json!(3), 100, true, true)), (100, vec![1]));
+    assert_eq!(s.executions("acc").2, 2, "only sequence 1's first request and sequence 3 executed");
+    let stats = s.get("/v2/models/acc/stats").json()["model_stats"][0]["inference_stats"].clone();
+    assert_eq!((stats["success"]["count"].as_u64(), stats["fail"]["count"].as_u64()), (Some(2), Some(7)), "{stats}");
+    let metrics = s.metrics();
+    assert!(
+        metrics.contains(r#"nv_inference_request_failure{model="acc",reason="CANCELED",version="1"} 5"#),
+        "the five cancelled requests: {metrics}"
+    );
+}
+
+/// The requests of a gRPC stream that was cancelled are found at the head of their slot when the
+/// instance next looks (as tritonserver finds them): the sequence is ended, its requests answered
+/// CANCELLED unexecuted, and its slot goes to the next sequence.
+#[test]
+fn a_cancelled_stream_ends_its_sequences_when_the_instance_next_looks() {
+    let repo = Repo::new();
+    accumulate(&repo, "acc", 1, &format!("control_input [ {CONTROLS} ]"), "");
+    let s = Server::start(repo.path(), &[]);
+    s.gate("acc", false);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let id = || ParameterChoice::Uint64Param(9);
+    rt.block_on(async {
+        let mut client = grpc_client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let responses =
+            client.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        for (value, start) in [(1, true), (2, false), (3, false)] {
+            tx.send(grpc_seq("acc", id(), value, start, false)).await.unwrap();
+        }
+        s.wait_until("one request to execute and two to queue", || s.executions("acc").0 == 1 && s.queued("acc") == 2);
+        drop(responses); // cancels the call
+        drop(tx);
+    });
+    // A backlogged sequence waits for the slot meanwhile.
+    let next = send(&s, "acc", seq(json!(7), 70, true, true));
+    s.wait_until("sequence 7 to be backlogged", || s.queued("acc") == 3);
+    s.gate("acc", true);
+    assert_eq!(sum_and_slots(next.join().unwrap()), (70, vec![1]));
+    assert_eq!(s.executions("acc").2, 2, "the stream's queued requests did not execute");
+    let stats = s.get("/v2/models/acc/stats").json()["model_stats"][0]["inference_stats"].clone();
+    assert_eq!(stats["fail"]["count"], 2, "{stats}");
+    let r = s.post_json("/v2/models/acc/infer", &seq(json!(9), 4, false, false));
+    assert!(r.error().contains("must specify the START flag"), "{}", r.error());
+}

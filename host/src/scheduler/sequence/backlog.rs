@@ -114,6 +114,17 @@ impl Backlog {
         expired
     }
 
+    /// The sequences with a request whose client has gone, taken out.
+    pub fn take_cancelled(&mut self) -> Vec<Backlogged> {
+        let keys: Vec<u64> = self
+            .order
+            .iter()
+            .filter(|(_, b)| b.queue.iter().any(|j| j.sender.is_cancelled()))
+            .map(|(key, _)| *key)
+            .collect();
+        keys.into_iter().filter_map(|key| self.order.remove(&key).map(|b| self.forget(key, b))).collect()
+    }
+
     /// When the next backlogged sequence expires.
     pub fn next_expiry(&self) -> Option<Instant> {
         self.expiring.first().map(|(at, _)| *at)
@@ -152,6 +163,28 @@ mod tests {
         let (sender, _rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
         let request = InferenceRequest { timeout_us, ..Default::default() };
         Job { request, sender, enqueued: Instant::now() }
+    }
+
+    #[test]
+    fn a_sequence_with_a_cancelled_request_is_taken_out_whole() {
+        let now = Instant::now();
+        let mut clients = Vec::new();
+        // A job whose client still waits (`job`'s has gone by the time it returns).
+        let mut live = |timeout_us: u64| {
+            let (sender, rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
+            clients.push(rx);
+            Job { request: InferenceRequest { timeout_us, ..Default::default() }, sender, enqueued: now }
+        };
+        let mut b = Backlog::default();
+        b.start(id(1), live(0), false, now);
+        b.start(id(2), live(5_000), false, now);
+        assert!(b.join(&id(2), job(0), false, now).is_ok());
+        assert!(b.join(&id(2), live(0), false, now).is_ok());
+        let taken = b.take_cancelled();
+        assert_eq!(taken.iter().map(|t| (t.id.clone(), t.queue.len())).collect::<Vec<_>>(), [(id(2), 3)]);
+        assert_eq!((b.len(), b.requests(), b.next_expiry()), (1, 1, None));
+        assert!(b.join(&id(2), job(0), false, now).is_err(), "a cancelled sequence is forgotten");
+        assert!(b.take_cancelled().is_empty());
     }
 
     fn id(n: u64) -> CorrelationId {

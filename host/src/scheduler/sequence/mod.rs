@@ -22,6 +22,7 @@
 //! CORRID) and each implicit state's input; after it ran, the state output is kept for the
 //! sequence's next request and removed from the response unless the client asked for it.
 mod backlog;
+mod cancel;
 mod hold;
 mod reaper;
 mod rules;
@@ -61,6 +62,9 @@ struct Slot {
     last_seen: Option<Instant>,
     /// A request of this slot is executing.
     busy: bool,
+    /// Its sequence was cancelled ([`cancel`]): the requests queued before the cancelled one
+    /// still run, later ones are answered CANCELLED, and the slot is released once they ran.
+    cancelled: bool,
 }
 
 /// What tritonserver answers to each request of a sequence whose backlog expired.
@@ -80,6 +84,8 @@ struct State {
     /// The reaper will look at the slots (armed, or looking now): set when a slot takes a
     /// sequence, cleared when the reaper finds none held.
     reaping: bool,
+    /// Requests of cancelled sequences, to be answered CANCELLED once the lock is let go.
+    cancelled: Vec<Job>,
 }
 
 struct Shared {
@@ -92,6 +98,8 @@ struct Shared {
     reaper: Registration,
     /// Statistics sink for padding requests (never reported).
     padding_stats: Arc<ModelStats>,
+    /// The version's statistics, for the requests of cancelled sequences.
+    stats: Arc<ModelStats>,
     ordering: OrderedDelivery,
     lifecycle: Lifecycle,
 }
@@ -119,11 +127,13 @@ impl SequenceBatcher {
                 next_ticket: 0,
                 hold: Hold::from_env(),
                 reaping: false,
+                cancelled: Vec::new(),
             }),
             rules,
             work: (0..count).map(|_| Condvar::new()).collect(),
             reaper: REAPER.register(me.clone() as Weak<dyn Reap>),
             padding_stats: Arc::new(ModelStats::default()),
+            stats: ctx.stats.clone(),
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
         });
@@ -178,6 +188,11 @@ impl SequenceBatcher {
                 state.active.remove(&id);
             }
             let s = &mut state.slots[instance][slot];
+            if s.cancelled {
+                drop(state);
+                self.shared.answer_cancelled(vec![job]);
+                return Ok(());
+            }
             s.queue.push_back(job);
             s.last_seen = Some(now);
             drop(state);
@@ -248,6 +263,18 @@ impl Schedule for SequenceBatcher {
     fn in_flight(&self, _executing: usize) -> usize {
         let state = self.shared.state.lock();
         state.active.len() + state.backlog.len()
+    }
+
+    /// Ends at once the sequences with a request whose client has gone: such a request and those
+    /// after it in its slot are answered CANCELLED (the slot is released once the earlier ones
+    /// ran), a backlogged sequence is answered CANCELLED whole. See [`cancel`].
+    fn drop_cancelled(&self) {
+        let cancelled = {
+            let mut state = self.shared.state.lock();
+            self.shared.cancel_sequences(&mut state);
+            std::mem::take(&mut state.cancelled)
+        };
+        self.shared.answer_cancelled(cancelled);
     }
 
     /// Stops taking requests; runs what is queued in slots, fails what waits in the backlog (it
@@ -415,6 +442,14 @@ impl Shared {
     /// ask for it, and frees the slots whose sequence ended.
     fn finish(&self, i: usize, batch: &mut [Job], entries: &[Entry]) {
         let mut state = self.state.lock();
+        self.keep_states(&mut state, i, batch, entries);
+        let cancelled = std::mem::take(&mut state.cancelled);
+        drop(state);
+        self.answer_cancelled(cancelled);
+    }
+
+    /// [`finish`](Self::finish)'s work under the lock.
+    fn keep_states(&self, state: &mut State, i: usize, batch: &mut [Job], entries: &[Entry]) {
         for (job, entry) in batch.iter_mut().zip(entries) {
             if entry.padding {
                 continue;
@@ -436,8 +471,10 @@ impl Shared {
                     slot.state = kept;
                 }
             }
-            if entry.end {
-                self.release(&mut state, (i, entry.slot));
+            // A cancelled sequence's slot is released once the requests queued before the
+            // cancelled one have run.
+            if entry.end || (slot.cancelled && slot.queue.is_empty()) {
+                self.release(state, (i, entry.slot));
             }
         }
     }
@@ -452,9 +489,10 @@ impl Shared {
         }
         let slot = &mut state.slots[i][s];
         slot.state.clear();
+        slot.cancelled = false;
         // Requests still queued here belong to a sequence that restarted without ending; they
         // were taken over by this slot's next owner in Triton too, so keep them in order.
-        match state.backlog.pop_front() {
+        match self.next_backlogged(state) {
             Some(b) => {
                 let slot = &mut state.slots[i][s];
                 slot.sequence = Some(b.id.clone());
@@ -526,7 +564,9 @@ impl Reap for Shared {
             }
         }
         state.reaping = next.is_some();
+        let cancelled = std::mem::take(&mut state.cancelled);
         drop(state);
+        self.answer_cancelled(cancelled);
         for mut b in expired_backlog {
             tracing::info!("model '{}': sequence {} timed out in the backlog", self.model, id_text(&b.id));
             for job in &mut b.queue {
@@ -557,7 +597,15 @@ impl Worker for SlotWorker {
             self.ctx.poll,
             rest,
             || {},
-            |state, now| shared.next(state, self.index, now),
+            |state, now| {
+                // A cancelled request at the head of a slot ends its sequence (the streams'
+                // requests, whose cancellation no frontend reports).
+                if shared.cancel_heads(state, self.index) {
+                    let cancelled = std::mem::take(&mut state.cancelled);
+                    parking_lot::MutexGuard::unlocked(state, || shared.answer_cancelled(cancelled));
+                }
+                shared.next(state, self.index, now)
+            },
         )
     }
 
@@ -608,10 +656,12 @@ mod tests {
                 next_ticket: 0,
                 hold: None,
                 reaping: false,
+                cancelled: Vec::new(),
             }),
             work: vec![Condvar::new()],
             reaper: REAPER.register(me.clone() as Weak<dyn Reap>),
             padding_stats: Arc::new(ModelStats::default()),
+            stats: Arc::new(ModelStats::default()),
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
         })
