@@ -176,6 +176,15 @@ fn json_floats_carry_nan_and_infinities() {
     let r = s.request("POST", "/v2/models/identity_fp32/infer", &[], keyed.as_bytes());
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.error().starts_with("failed to parse the request JSON"), "{}", r.text());
+    // The generate extension reads and writes them the same, its one element unwrapped too.
+    for (data, written) in [("[NaN,-Infinity,2.5]", "[NaN,-Infinity,2.5]"), ("Infinity", "Infinity")] {
+        let body = format!(r#"{{"INPUT0":{data},"score":-Inf}}"#);
+        let r = s.request("POST", "/v2/models/identity_fp32/generate", &[], body.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains(&format!(r#""OUTPUT0":{written}"#)), "{}", r.text());
+    }
+    let r = s.request("POST", "/v2/models/identity_fp32/generate", &[], br#"{"INPUT0":[1],"id":NaN}"#);
+    assert_eq!((r.status, r.error()), (400, "Unable to get request ID as string".to_string()));
 }
 
 /// BYTES tensors: a count of elements that disagrees with the shape is refused with tritonserver's

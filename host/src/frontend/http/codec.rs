@@ -563,7 +563,7 @@ pub(super) fn param_json(v: &ParamValue) -> Value {
 
 /// A response parameter as the response's JSON writes it: a non-finite double as its token (see
 /// [`non_finite`]), the rest as [`param_json`] has them.
-struct ParamOut<'a>(&'a ParamValue);
+pub(super) struct ParamOut<'a>(pub &'a ParamValue);
 
 impl serde::Serialize for ParamOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

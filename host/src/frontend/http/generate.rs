@@ -16,12 +16,13 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::body::ReplyBody;
-use super::codec::{JsonData, json_to_bytes, param_json};
+use super::codec::{JsonData, ParamOut, json_to_bytes};
+use super::non_finite;
 use crate::error::InferError;
 use crate::model::ModelVersion;
 use crate::request::{InferenceRequest, InferenceResponse, ParamValue, StreamItem, StreamReceiver, Tensor};
 use crate::server::Server;
-use crate::tensor::DataType;
+use crate::tensor::{DataType, count_bytes_elements};
 use crate::validate::IoTensor;
 
 /// How many events a stream holds for a client that reads slowly; past them the forwarding task
@@ -99,19 +100,19 @@ async fn one_response(items: &mut StreamReceiver) -> (StatusCode, Bytes) {
         )),
     };
     match outcome {
-        Ok(value) => (StatusCode::OK, Bytes::from(value.to_string())),
+        Ok(json) => (StatusCode::OK, Bytes::from(json)),
         Err(e) => (error_status(&e), Bytes::from(json!({ "error": e.message }).to_string())),
     }
 }
 
 /// A stream item as a server-sent event; `None` for an item that only ends the stream.
 fn event(item: &StreamItem) -> Option<Vec<u8>> {
-    let value = match item.response.as_ref()? {
-        Ok(r) => encode(r).unwrap_or_else(|e| json!({ "error": e.message })),
-        Err(e) => json!({ "error": e.message }),
+    let json = match item.response.as_ref()? {
+        Ok(r) => encode(r).unwrap_or_else(|e| json!({ "error": e.message }).to_string().into_bytes()),
+        Err(e) => json!({ "error": e.message }).to_string().into_bytes(),
     };
     let mut event = b"data: ".to_vec();
-    event.extend_from_slice(value.to_string().as_bytes());
+    event.extend_from_slice(&json);
     event.extend_from_slice(b"\n\n");
     Some(event)
 }
@@ -129,15 +130,28 @@ fn error_status(e: &InferError) -> StatusCode {
 
 /// The request a generate body describes for `model`.
 fn decode(body: &[u8], model: &ModelVersion) -> Result<InferenceRequest, InferError> {
-    let Members(fields) = if body.is_empty() {
-        Members(Vec::new())
+    let unparsable = |e: serde_json::Error| InferError::invalid(format!("failed to parse the request JSON: {e}"));
+    // `tokens`: the body had NaN or infinities as rapidjson's tokens, now marked strings (see
+    // `non_finite`), read as numbers only where a number may go.
+    let (Members(fields), tokens) = if body.is_empty() {
+        (Members(Vec::new()), false)
     } else {
-        serde_json::from_slice(body)
-            .map_err(|e| InferError::invalid(format!("failed to parse the request JSON: {e}")))?
+        match serde_json::from_slice(body) {
+            Ok(members) => (members, false),
+            Err(e) => {
+                let rewritten =
+                    std::str::from_utf8(body).ok().and_then(non_finite::rewrite).ok_or_else(|| unparsable(e))?;
+                (serde_json::from_str(&rewritten).map_err(unparsable)?, true)
+            }
+        }
     };
     let mut request = InferenceRequest::default();
     if let Some((_, id)) = fields.iter().find(|(key, _)| key == "id") {
-        request.id = id.as_str().ok_or_else(|| InferError::invalid("Unable to get request ID as string"))?.to_string();
+        request.id = id
+            .as_str()
+            .filter(|_| non_finite::token(id).is_none())
+            .ok_or_else(|| InferError::invalid("Unable to get request ID as string"))?
+            .to_string();
     }
     let inputs = &model.io.inputs;
     for (key, value) in &fields {
@@ -153,13 +167,13 @@ fn decode(body: &[u8], model: &ModelVersion) -> Result<InferenceRequest, InferEr
                 ));
             };
             for (key, value) in nested {
-                field(&mut request, model, key, value).map_err(|e| InferError {
+                field(&mut request, model, key, value, tokens).map_err(|e| InferError {
                     message: format!("Converting keyword: 'parameters': {}", e.message),
                     ..e
                 })?;
             }
         } else if key != "id" {
-            field(&mut request, model, key, value)?;
+            field(&mut request, model, key, value, tokens)?;
         }
     }
     Ok(request)
@@ -191,17 +205,26 @@ impl<'de> serde::Deserialize<'de> for Members {
 }
 
 /// One key of the body: an input of the model, or a request parameter.
-fn field(request: &mut InferenceRequest, model: &ModelVersion, key: &str, value: &Value) -> Result<(), InferError> {
+fn field(
+    request: &mut InferenceRequest,
+    model: &ModelVersion,
+    key: &str,
+    value: &Value,
+    tokens: bool,
+) -> Result<(), InferError> {
     match model.io.inputs.iter().find(|i| i.name == key) {
         Some(input) => {
             if request.inputs.iter().any(|i| i.name == key) {
                 return Err(InferError::invalid(format!("input '{key}' already exists in request")));
             }
-            request.inputs.push(input_tensor(input, model.io.max_batch_size > 0, value)?);
+            request.inputs.push(input_tensor(input, model.io.max_batch_size > 0, value, tokens)?);
             Ok(())
         }
         None => {
             let value = match value {
+                Value::String(_) if let Some(number) = non_finite::token(value).filter(|_| tokens) => {
+                    ParamValue::Double(number)
+                }
                 Value::String(s) => ParamValue::String(s.clone()),
                 Value::Bool(b) => ParamValue::Bool(*b),
                 Value::Number(n) => match n.as_i64() {
@@ -222,7 +245,7 @@ fn field(request: &mut InferenceRequest, model: &ModelVersion, key: &str, value:
 /// An input from a value or a 1-D array, shaped as tritonserver shapes it from the model's
 /// metadata (the batch dimension, when the model batches, is -1 there): the fixed dimensions take
 /// their share of the elements, the innermost variable one the rest, other variable ones 1.
-fn input_tensor(input: &IoTensor, batching: bool, value: &Value) -> Result<Tensor, InferError> {
+fn input_tensor(input: &IoTensor, batching: bool, value: &Value, tokens: bool) -> Result<Tensor, InferError> {
     let name = &input.name;
     let count = match value {
         Value::Array(items) => items.len() as i64,
@@ -249,21 +272,30 @@ fn input_tensor(input: &IoTensor, batching: bool, value: &Value) -> Result<Tenso
             return Err(unshapeable());
         }
     }
-    let data = json_to_bytes(name, input.datatype, count as u64, value, false)?;
+    let data = json_to_bytes(name, input.datatype, count as u64, value, tokens)?;
     Ok(Tensor { name: name.clone(), datatype: input.datatype, shape, data })
+}
+
+/// One field of generate's flat object.
+enum Field<'a> {
+    Value(Value),
+    Param(&'a ParamValue),
+    /// An output's elements, already written.
+    Output(Vec<u8>),
 }
 
 /// A response as generate's flat JSON object. Keys are unique: the response's own fields first,
 /// then its parameters, then its outputs, the first of a name kept (as tritonserver's map does).
-fn encode(r: &InferenceResponse) -> Result<Value, InferError> {
-    let mut fields: BTreeMap<String, Value> = BTreeMap::new();
+/// Non-finite floats are rapidjson's tokens (`NaN`, `Infinity`), as in inference responses.
+fn encode(r: &InferenceResponse) -> Result<Vec<u8>, InferError> {
+    let mut fields: BTreeMap<&str, Field<'_>> = BTreeMap::new();
     if !r.id.is_empty() {
-        fields.insert("id".into(), Value::String(r.id.clone()));
+        fields.insert("id", Field::Value(Value::String(r.id.clone())));
     }
-    fields.insert("model_name".into(), Value::String(r.model_name.to_string()));
-    fields.insert("model_version".into(), Value::String(r.model_version.to_string()));
+    fields.insert("model_name", Field::Value(Value::String(r.model_name.to_string())));
+    fields.insert("model_version", Field::Value(Value::String(r.model_version.to_string())));
     for (key, value) in &r.parameters {
-        fields.entry(key.clone()).or_insert_with(|| param_json(value));
+        fields.entry(key).or_insert(Field::Param(value));
     }
     for t in &r.outputs {
         if matches!(t.datatype, DataType::Fp16 | DataType::Bf16) {
@@ -272,15 +304,44 @@ fn encode(r: &InferenceResponse) -> Result<Value, InferError> {
                 t.name, t.datatype
             )));
         }
-        let data = serde_json::to_value(JsonData { tensor: t, tokens: false })
+        if fields.contains_key(t.name.as_str()) {
+            continue;
+        }
+        let mut data = Vec::new();
+        write_tokens(&mut data, &JsonData { tensor: t, tokens: true })
             .map_err(|e| InferError::internal(format!("output '{}' could not be written as JSON: {e}", t.name)))?;
-        let value = match data {
-            Value::Array(mut items) if items.len() == 1 => items.pop().unwrap_or(Value::Null),
-            data => data,
+        // A single element stands for itself, without its array's brackets.
+        let single = match t.datatype.element_size() {
+            Some(size) => t.data.len() == size,
+            None => count_bytes_elements(&t.data) == Ok(1),
         };
-        fields.entry(t.name.clone()).or_insert(value);
+        if single && data.len() >= 2 {
+            data.pop();
+            data.remove(0);
+        }
+        fields.insert(&t.name, Field::Output(data));
     }
-    Ok(Value::Object(fields.into_iter().collect()))
+    let unwritable = |e: serde_json::Error| InferError::internal(format!("the response could not be written: {e}"));
+    let mut out = vec![b'{'];
+    for (i, (key, field)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_tokens(&mut out, key).map_err(unwritable)?;
+        out.push(b':');
+        match field {
+            Field::Value(v) => write_tokens(&mut out, v).map_err(unwritable)?,
+            Field::Param(p) => write_tokens(&mut out, &ParamOut(p)).map_err(unwritable)?,
+            Field::Output(data) => out.extend_from_slice(data),
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// Appends `value` to `out` as JSON, non-finite floats as their tokens.
+fn write_tokens(out: &mut Vec<u8>, value: &impl serde::Serialize) -> Result<(), serde_json::Error> {
+    value.serialize(&mut serde_json::Serializer::with_formatter(out, non_finite::Tokens))
 }
 
 #[cfg(test)]
@@ -293,15 +354,15 @@ mod tests {
 
     #[test]
     fn inputs_are_shaped_from_the_metadata() {
-        let t = input_tensor(&input(&[-1], DataType::Int32), true, &json!([1, 2, 3])).unwrap();
+        let t = input_tensor(&input(&[-1], DataType::Int32), true, &json!([1, 2, 3]), false).unwrap();
         assert_eq!(t.shape, vec![1, 3]);
-        let t = input_tensor(&input(&[2, -1], DataType::Int32), false, &json!([1, 2, 3, 4])).unwrap();
+        let t = input_tensor(&input(&[2, -1], DataType::Int32), false, &json!([1, 2, 3, 4]), false).unwrap();
         assert_eq!(t.shape, vec![2, 2]);
-        let t = input_tensor(&input(&[1], DataType::Bytes), true, &json!("hello")).unwrap();
+        let t = input_tensor(&input(&[1], DataType::Bytes), true, &json!("hello"), false).unwrap();
         assert_eq!((t.shape.clone(), &t.data[4..]), (vec![1, 1], &b"hello"[..]));
-        let e = input_tensor(&input(&[4], DataType::Int32), false, &json!([1, 2, 3])).unwrap_err();
+        let e = input_tensor(&input(&[4], DataType::Int32), false, &json!([1, 2, 3]), false).unwrap_err();
         assert_eq!(e.message, "The schema can not convert input 'X' to tensor with proper shape");
-        let e = input_tensor(&input(&[-1], DataType::Int32), false, &json!(["a"])).unwrap_err();
+        let e = input_tensor(&input(&[-1], DataType::Int32), false, &json!(["a"]), false).unwrap_err();
         assert!(e.message.contains("non-signed-integer as signed-integer"), "{}", e.message);
     }
 
@@ -328,9 +389,33 @@ mod tests {
                 },
             ],
         };
+        let written: Value = serde_json::from_slice(&encode(&r).unwrap()).unwrap();
         assert_eq!(
-            encode(&r).unwrap(),
+            written,
             json!({"model_name": "m", "model_version": "3", "score": 0.5, "ONE": 7, "TEXT": ["hi", "!"]})
+        );
+    }
+
+    /// NaN and infinities are written as rapidjson's tokens, as inference responses write them.
+    #[test]
+    fn non_finite_floats_are_written_as_tokens() {
+        let floats = |name: &str, values: &[f32]| Tensor {
+            name: name.into(),
+            datatype: DataType::Fp32,
+            shape: vec![values.len() as i64],
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into(),
+        };
+        let r = InferenceResponse {
+            in_place: Vec::new(),
+            model_name: "m".into(),
+            model_version: 1,
+            id: "x".into(),
+            parameters: vec![("p".into(), ParamValue::Double(f64::NAN))],
+            outputs: vec![floats("A", &[f32::NAN, f32::INFINITY, 1.5]), floats("B", &[f32::NEG_INFINITY])],
+        };
+        assert_eq!(
+            String::from_utf8(encode(&r).unwrap()).unwrap(),
+            r#"{"A":[NaN,Infinity,1.5],"B":-Infinity,"id":"x","model_name":"m","model_version":"1","p":NaN}"#
         );
     }
 }
