@@ -736,6 +736,34 @@ fn a_call_past_its_deadline_ends_with_deadline_exceeded_and_is_cancelled() {
     assert_eq!(inference["success"]["count"], 1, "{inference}");
 }
 
+/// tritonserver's testing hooks `TRITONSERVER_DELAY_RESPONSE_COMPLETION` and `_COMPLETE_EXEC`
+/// (Triton's L0_request_cancellation sets them) hold a `ModelInfer` answer back once its request
+/// is done: a deadline shorter than the hold ends the call although its request succeeded; other
+/// calls are not held.
+#[test]
+fn the_response_completion_hooks_hold_a_model_infer_answer_back() {
+    use prost::Message;
+    let repo = Repo::new();
+    repo.example("simple");
+    let env =
+        [("TRITONSERVER_DELAY_RESPONSE_COMPLETION", "300000"), ("TRITONSERVER_DELAY_RESPONSE_COMPLETE_EXEC", "300000")];
+    let s = Server::start_with_env(repo.path(), &[], &env);
+    let message = grpc_simple_request(1).encode_to_vec();
+    runtime().block_on(async {
+        let call = raw_call_with(&s, "ModelInfer", grpc_framed(0, message.len(), &message), &[("grpc-timeout", "1S")]);
+        let (_, status, message) = tokio::time::timeout(WAIT, call).await.expect("the deadline ends the call");
+        assert_eq!((status.as_str(), message.as_str()), ("4", "Deadline Exceeded"));
+        let ready = pb::ModelReadyRequest { name: "simple".into(), version: String::new() }.encode_to_vec();
+        let call = raw_call_with(&s, "ModelReady", grpc_framed(0, ready.len(), &ready), &[("grpc-timeout", "60S")]);
+        let (body, status, message) = tokio::time::timeout(WAIT, call).await.expect("not held");
+        assert_eq!(status, "0", "{message}");
+        assert!(pb::ModelReadyResponse::decode(&body[5..]).unwrap().ready);
+    });
+    let stats = s.get("/v2/models/simple/stats").json();
+    let inference = &stats["model_stats"][0]["inference_stats"];
+    assert_eq!((inference["success"]["count"].as_u64(), inference["fail"]["count"].as_u64()), (Some(1), Some(0)));
+}
+
 /// Sends `body` as one `ModelInfer` call over a bare HTTP/2 connection (no gRPC library in the
 /// way, so that the message may be malformed) and returns the call's `grpc-status` and
 /// `grpc-message`, from the headers of a trailers-only answer or from the trailers.

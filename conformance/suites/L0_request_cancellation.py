@@ -12,8 +12,10 @@ Block by block as test.sh, in its order:
   instance, `execute_delay_ms: 10000`), each with the environment test.sh gives it (tritonserver's
   testing hooks `TRITONSERVER_DELAY_GRPC_PROCESS`, `..._NOTIFICATION`, `..._ENQUEUE`,
   `..._PROCESS_ENTRY`, `TRITONSERVER_DELAY_RESPONSE_COMPLETION`, `..._COMPLETE_EXEC`, which delay
-  steps of its gRPC frontend's C++ handler state machine; Nereus has no such steps and ignores
-  them, and the tests read them back from their own environment); after each, test.sh's checks of
+  steps of its gRPC frontend's C++ handler state machine; Nereus has no such steps and ignores the
+  `TRITONSERVER_DELAY_GRPC_*` ones, while the two `..._RESPONSE_COMPLETE*` ones hold a ModelInfer
+  answer back once its request is done, as there, and the tests read them back from their own
+  environment); after each, test.sh's checks of
   the server log: tritonserver's "Cancellation notification received for " exactly once, and,
   but after the two plain async tests, its "StateRelease" once;
 - one server run with the dynamic_batch, sequence_direct, sequence_oldest and ensemble_model of

@@ -75,6 +75,11 @@ pub struct DirectInfer<S> {
     /// the inference ones is answered this much later, after its work is done (Triton's
     /// L0_client_timeout sets it to see clients' deadlines expire); `None` without it.
     pub delay: Option<std::time::Duration>,
+    /// tritonserver's testing hooks `TRITONSERVER_DELAY_RESPONSE_COMPLETION` and
+    /// `TRITONSERVER_DELAY_RESPONSE_COMPLETE_EXEC` (ms, added up): a `ModelInfer` call's answer is
+    /// held this much longer once its request is done, so that a client's cancellation meanwhile
+    /// finds the call still open (Triton's L0_request_cancellation); `None` without them.
+    pub infer_delay: Option<std::time::Duration>,
     pub inner: S,
 }
 
@@ -83,6 +88,14 @@ pub struct DirectInfer<S> {
 pub fn response_delay(value: Option<&str>) -> Option<std::time::Duration> {
     let seconds: u64 = value?.trim().parse().ok()?;
     (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
+}
+
+/// The delay of `TRITONSERVER_DELAY_RESPONSE_COMPLETION` and `_COMPLETE_EXEC` (milliseconds each;
+/// a value that is no number, or zero, is no delay).
+pub fn infer_delay(completion: Option<&str>, complete_exec: Option<&str>) -> Option<std::time::Duration> {
+    let ms = |v: Option<&str>| v.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let total = ms(completion).saturating_add(ms(complete_exec));
+    (total > 0).then(|| std::time::Duration::from_millis(total))
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -102,7 +115,12 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        match (&self.direct, takes(&request)) {
+        let delayed = match request.uri().path() {
+            MODEL_INFER => self.infer_delay,
+            MODEL_STREAM_INFER => None,
+            _ => self.delay,
+        };
+        let answer: Self::Future = match (&self.direct, takes(&request)) {
             (Some(direct), Some(Call::Infer)) => {
                 let direct = direct.clone();
                 Box::pin(async move { Ok(serve(&direct, request).await) })
@@ -111,26 +129,17 @@ where
                 let response = serve_stream(direct, request);
                 Box::pin(async move { Ok(response) })
             }
-            _ => {
-                let delayed = self.delay.filter(|_| !is_inference(&request));
-                let answer = self.inner.call(request);
-                match delayed {
-                    None => Box::pin(answer),
-                    Some(delay) => Box::pin(async move {
-                        let response = answer.await;
-                        tokio::time::sleep(delay).await;
-                        response
-                    }),
-                }
-            }
+            _ => Box::pin(self.inner.call(request)),
+        };
+        match delayed {
+            None => answer,
+            Some(delay) => Box::pin(async move {
+                let response = answer.await;
+                tokio::time::sleep(delay).await;
+                response
+            }),
         }
     }
-}
-
-/// Whether a call is an inference one (`ModelInfer`, `ModelStreamInfer`), which the testing delay
-/// leaves alone.
-fn is_inference(request: &Request<Body>) -> bool {
-    matches!(request.uri().path(), MODEL_INFER | MODEL_STREAM_INFER)
 }
 
 /// The calls this layer answers.
@@ -628,6 +637,18 @@ impl hyper::body::Body for StreamFrames {
 mod tests {
     use super::*;
     use crate::proto::inference::model_infer_request::InferInputTensor;
+
+    #[test]
+    fn the_testing_delays_read_as_tritonserver_reads_them() {
+        use std::time::Duration;
+        assert_eq!(response_delay(Some("3")), Some(Duration::from_secs(3)));
+        assert_eq!(response_delay(Some("0")), None);
+        assert_eq!(response_delay(Some("soon")), None);
+        assert_eq!(infer_delay(Some("5000"), None), Some(Duration::from_millis(5000)));
+        assert_eq!(infer_delay(Some("5000"), Some("250")), Some(Duration::from_millis(5250)));
+        assert_eq!(infer_delay(Some("x"), Some("0")), None);
+        assert_eq!(infer_delay(None, None), None);
+    }
 
     fn request(raw: Vec<Bytes>) -> pb::ModelInferRequest {
         pb::ModelInferRequest {

@@ -528,11 +528,17 @@ pub async fn serve(
         })
     });
     let health = HealthServer::new(HealthService { server, restricted: options.restricted.clone() });
-    let delay = direct::response_delay(std::env::var("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC").ok().as_deref());
+    let env = |key: &str| std::env::var(key).ok();
+    let delay = direct::response_delay(env("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC").as_deref());
+    let infer_delay = direct::infer_delay(
+        env("TRITONSERVER_DELAY_RESPONSE_COMPLETION").as_deref(),
+        env("TRITONSERVER_DELAY_RESPONSE_COMPLETE_EXEC").as_deref(),
+    );
     let routes = tonic::service::Routes::new(inference).add_service(health);
     let service = deadline::Deadline(verbose::LogCalls(compression::InferOnly(direct::DirectInfer {
         direct,
         delay,
+        infer_delay,
         inner: routes,
     })));
     let transport = listen::Transport {
