@@ -191,7 +191,7 @@ fn control_tensors_of_every_kind_and_datatype() {
             "inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [3]}]
         })
     };
-    for i in 0..4 {
+    for (i, corrid) in types.iter().enumerate().take(4) {
         let model = format!("/v2/models/echo{i}/infer");
         let first = s.post_json(&model, &body(json!(42), true, false));
         assert_eq!(output(&first, "S"), [json!(7)], "echo{i}");
@@ -200,15 +200,21 @@ fn control_tensors_of_every_kind_and_datatype() {
         assert_eq!(output(&first, "C"), [json!(42)]);
         let last = s.post_json(&model, &body(json!(42), false, true));
         assert_eq!((output(&last, "S"), output(&last, "E")), (vec![json!(5)], vec![json!(1.5)]));
-        // A string id needs a TYPE_STRING CORRID.
+        // A string id needs a TYPE_STRING CORRID, in tritonserver's words.
         let r = s.post_json(&model, &body(json!("abc"), true, true));
         assert_eq!(r.status, 400, "{}", r.text());
-        assert!(r.error().contains("is a string"), "{}", r.error());
+        let expected = corrid.trim_start_matches("TYPE_");
+        assert_eq!(
+            r.error(),
+            format!("sequence batching control 'C' data-type is 'BYTES', but model 'echo{i}' expects '{expected}'")
+        );
     }
     let r = s.post_json("/v2/models/echo4/infer", &body(json!("seq-α"), true, true));
     assert_eq!(output(&r, "C"), [json!("seq-α")]);
+    // And a numeric id an integer one.
     let r = s.post_json("/v2/models/echo4/infer", &body(json!(77), true, true));
-    assert_eq!(output(&r, "C"), [json!("77")]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error(), "sequence batching control 'C' data-type is 'UINT64', but model 'echo4' expects 'BYTES'");
 }
 
 fn state_model(repo: &Repo, name: &str, initial: &str, extra_output: &str) {

@@ -150,3 +150,36 @@ fn sigterm_waits_for_sequences_in_flight() {
     assert!(log.contains("Model 'simple_sequence' (version 1) has 1 in-flight inferences"), "{log}");
     assert!(log.contains("All models are stopped, unloading models"), "{log}");
 }
+
+/// A gRPC stream opened before a shutdown keeps its answers, but a request it sends once the
+/// shutdown has begun is refused as tritonserver refuses it (UNAVAILABLE, in the stream's
+/// message), so that a client that keeps sending cannot hold the shutdown open; the process exits
+/// once the client closes the stream.
+#[test]
+fn a_grpc_stream_starts_nothing_new_once_a_shutdown_began() {
+    use nereus::proto::inference as pb;
+    let repo = Repo::new();
+    repo.example("simple");
+    let mut s = Server::start(repo.path(), &[]);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut client = grpc_client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut responses =
+            client.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(grpc_simple_request(1)).await.unwrap();
+        let first: pb::ModelStreamInferResponse = responses.message().await.unwrap().unwrap();
+        assert_eq!(first.error_message, "", "answered before the shutdown");
+        s.send_sigterm();
+        s.wait_until("the gRPC listener to close", || TcpStream::connect(("127.0.0.1", s.grpc_port)).is_err());
+        tx.send(grpc_simple_request(2)).await.unwrap();
+        let refused = responses.message().await.unwrap().unwrap();
+        assert_eq!(refused.error_message, "GRPC server is shutting down and has stopped accepting new requests.");
+        drop(tx);
+        assert!(responses.message().await.unwrap().is_none(), "the stream ends when the client closes it");
+    });
+    let status = s.wait_exit();
+    assert!(status.success(), "exit status {status:?}\n{}", s.log());
+    let log = s.log();
+    assert!(log.contains("All models are stopped, unloading models"), "{log}");
+}

@@ -38,7 +38,7 @@ use crate::model::ModelVersion;
 use crate::proto::inference as pb;
 use crate::request::{self, StreamItem, StreamReceiver, StreamTx};
 use crate::scheduler::Caller;
-use crate::server::Server;
+use crate::server::{Phase, Server};
 use crate::shm::ShmInputs;
 use crate::trace::{FrontendEvent, Trace};
 
@@ -158,16 +158,31 @@ fn start(
         trace.capture(FrontendEvent::GrpcWaitReadEnd, arrived);
     }
     let (mut shm_outputs, mut shm_inputs, mut classes) = (Vec::new(), ShmInputs::default(), Vec::new());
-    let queued = convert::request(message, server.shm()).and_then(|(mut request, places, asked)| {
-        (shm_outputs, classes) = (places, asked);
-        shm_inputs = std::mem::take(&mut request.shm_inputs);
-        request.trace = trace.clone();
-        let model = server.model_for(&mut request)?;
-        // After the model is found, as tritonserver forwards headers into a request it made.
-        context.forward(&mut request)?;
-        Ok((request, model))
-    });
+    let queued = accepting(server).and_then(|()| convert::request(message, server.shm())).and_then(
+        |(mut request, places, asked)| {
+            (shm_outputs, classes) = (places, asked);
+            shm_inputs = std::mem::take(&mut request.shm_inputs);
+            request.trace = trace.clone();
+            let model = server.model_for(&mut request)?;
+            // After the model is found, as tritonserver forwards headers into a request it made.
+            context.forward(&mut request)?;
+            Ok((request, model))
+        },
+    );
     (Reply { id, empty_final, shm_outputs, shm_inputs, classes, model: None, trace }, queued)
+}
+
+/// Refuses a stream's request once a shutdown has begun, as tritonserver's stream handler does
+/// (`accepting_new_conn_`): a stream opened before keeps being answered what it sent until then,
+/// but starts nothing new, whatever the request (the rest of a sequence too), so that the
+/// shutdown is not held open by a client that keeps sending.
+fn accepting(server: &Server) -> Result<(), InferError> {
+    match server.phase() {
+        Phase::Draining | Phase::Stopping => {
+            Err(InferError::unavailable("GRPC server is shutting down and has stopped accepting new requests."))
+        }
+        Phase::Starting | Phase::Serving => Ok(()),
+    }
 }
 
 /// Forwards every request's answers to the client, in the order they were given, until the client

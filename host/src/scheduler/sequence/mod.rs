@@ -165,7 +165,7 @@ impl SequenceBatcher {
             );
             return Err((job, InferError::invalid(message)));
         }
-        if let Err(e) = self.shared.rules.check_id(&id) {
+        if let Err(e) = self.shared.rules.check_id(model, &id) {
             return Err((job, e));
         }
         let (start, end) = (job.request.sequence_start, job.request.sequence_end);

@@ -236,15 +236,21 @@ impl SequenceRules {
         out
     }
 
-    /// Checks that a request's sequence id can be given to the CORRID control.
-    pub fn check_id(&self, id: &CorrelationId) -> Result<(), InferError> {
-        match (&self.controls.corrid, id) {
-            (Some((_, dt)), CorrelationId::Text(s)) if *dt != DataType::Bytes => Err(InferError::invalid(format!(
-                "sequence id '{s}' is a string, but the model's CONTROL_SEQUENCE_CORRID is {}",
-                dt.wire_name()
-            ))),
-            _ => Ok(()),
-        }
+    /// Checks that a request's sequence id can be given to `model`'s CORRID control: a string id
+    /// needs a TYPE_STRING control, a numeric one an integer control, with tritonserver's words
+    /// (`InferenceRequest::ValidateCorrelationId`).
+    pub fn check_id(&self, model: &str, id: &CorrelationId) -> Result<(), InferError> {
+        let Some((name, expected)) = &self.controls.corrid else { return Ok(()) };
+        let given = match id {
+            CorrelationId::Text(_) if *expected != DataType::Bytes => DataType::Bytes,
+            CorrelationId::Numeric(_) if *expected == DataType::Bytes => DataType::Uint64,
+            _ => return Ok(()),
+        };
+        Err(InferError::invalid(format!(
+            "sequence batching control '{name}' data-type is '{}', but model '{model}' expects '{}'",
+            given.wire_name(),
+            expected.wire_name()
+        )))
     }
 
     /// A state's input tensor for one request: `value` (kept without a batch dimension) with the
@@ -265,8 +271,8 @@ impl SequenceRules {
     }
 }
 
-/// The CORRID control's value: the id in the configured type (a string id as a BYTES element; a
-/// numeric id as its decimal text when the control is TYPE_STRING).
+/// The CORRID control's value: the id in the configured type (a string id as a BYTES element;
+/// [`SequenceRules::check_id`] lets no numeric id reach a TYPE_STRING control).
 fn corrid_bytes(id: &CorrelationId, datatype: DataType) -> Bytes {
     let n = match id {
         CorrelationId::Numeric(n) => *n,
