@@ -191,8 +191,8 @@ pub fn decode_request(
     let mut binary = body.slice(header_len..);
 
     let id = parsed.id.unwrap_or_default();
-    if tokens && id.starts_with('\0') {
-        // A rewritten NaN or infinity where the id's string goes (no string holds a NUL otherwise).
+    if tokens && non_finite::is_marked(&id) {
+        // A rewritten NaN or infinity where the id's string goes.
         return Err(InferError::invalid("Unable to parse 'id': attempt to access JSON non-string as string"));
     }
     let mut request = InferenceRequest { id, ..Default::default() };

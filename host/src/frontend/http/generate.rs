@@ -149,7 +149,7 @@ fn decode(body: &[u8], model: &ModelVersion) -> Result<InferenceRequest, InferEr
     if let Some((_, id)) = fields.iter().find(|(key, _)| key == "id") {
         request.id = id
             .as_str()
-            .filter(|_| non_finite::token(id).is_none())
+            .filter(|id| !non_finite::is_marked(id))
             .ok_or_else(|| InferError::invalid("Unable to get request ID as string"))?
             .to_string();
     }
@@ -280,8 +280,8 @@ fn input_tensor(input: &IoTensor, batching: bool, value: &Value, tokens: bool) -
 enum Field<'a> {
     Value(Value),
     Param(&'a ParamValue),
-    /// An output's elements, already written.
-    Output(Vec<u8>),
+    /// An output: its elements, or its one element alone.
+    Output(&'a Tensor),
 }
 
 /// A response as generate's flat JSON object. Keys are unique: the response's own fields first,
@@ -304,22 +304,7 @@ fn encode(r: &InferenceResponse) -> Result<Vec<u8>, InferError> {
                 t.name, t.datatype
             )));
         }
-        if fields.contains_key(t.name.as_str()) {
-            continue;
-        }
-        let mut data = Vec::new();
-        write_tokens(&mut data, &JsonData { tensor: t, tokens: true })
-            .map_err(|e| InferError::internal(format!("output '{}' could not be written as JSON: {e}", t.name)))?;
-        // A single element stands for itself, without its array's brackets.
-        let single = match t.datatype.element_size() {
-            Some(size) => t.data.len() == size,
-            None => count_bytes_elements(&t.data) == Ok(1),
-        };
-        if single && data.len() >= 2 {
-            data.pop();
-            data.remove(0);
-        }
-        fields.insert(&t.name, Field::Output(data));
+        fields.entry(&t.name).or_insert(Field::Output(t));
     }
     let unwritable = |e: serde_json::Error| InferError::internal(format!("the response could not be written: {e}"));
     let mut out = vec![b'{'];
@@ -332,7 +317,21 @@ fn encode(r: &InferenceResponse) -> Result<Vec<u8>, InferError> {
         match field {
             Field::Value(v) => write_tokens(&mut out, v).map_err(unwritable)?,
             Field::Param(p) => write_tokens(&mut out, &ParamOut(p)).map_err(unwritable)?,
-            Field::Output(data) => out.extend_from_slice(data),
+            Field::Output(t) => {
+                let start = out.len();
+                write_tokens(&mut out, &JsonData { tensor: t, tokens: true }).map_err(|e| {
+                    InferError::internal(format!("output '{}' could not be written as JSON: {e}", t.name))
+                })?;
+                // A single element stands for itself, without its array's brackets.
+                let single = match t.datatype.element_size() {
+                    Some(size) => t.data.len() == size,
+                    None => count_bytes_elements(&t.data) == Ok(1),
+                };
+                if single && out.len() >= start + 2 {
+                    out.pop();
+                    out.remove(start);
+                }
+            }
         }
     }
     out.push(b'}');

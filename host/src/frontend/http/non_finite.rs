@@ -93,6 +93,11 @@ pub fn value(v: &Value, tokens: bool) -> Option<f64> {
     v.as_f64().or_else(|| token(v).filter(|_| tokens))
 }
 
+/// Whether `s` is a rewritten token's string (in a header that was rewritten; see [`rewrite`]).
+pub fn is_marked(s: &str) -> bool {
+    s.starts_with(MARK)
+}
+
 /// A marked string's number; `None` for anything else.
 pub fn token(v: &Value) -> Option<f64> {
     match v.as_str()?.strip_prefix(MARK)? {

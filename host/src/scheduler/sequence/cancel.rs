@@ -57,7 +57,8 @@ impl Shared {
         }
         let rest: Vec<Job> = slot.queue.drain(k..).collect();
         let done = slot.queue.is_empty() && !slot.busy;
-        slot.cancelled = true;
+        // Released now when nothing of the sequence runs or waits; else once that has run.
+        slot.cancelled = !done;
         state.cancelled.extend(rest);
         if done {
             self.release(state, at);
@@ -83,7 +84,7 @@ impl Shared {
     pub(super) fn answer_cancelled(&self, jobs: Vec<Job>) {
         for mut job in jobs {
             if job.sender.is_cancelled() {
-                super::super::answer_cancelled(&self.stats, &mut job);
+                crate::scheduler::answer_cancelled(&self.stats, &mut job);
             } else {
                 let id = id_text(&job.request.correlation_id);
                 job.fail(InferError::new(ErrorKind::Cancelled, format!("sequence {id} was cancelled")));
