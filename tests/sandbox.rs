@@ -488,6 +488,46 @@ fn only_fast_well_behaved_models_run_inline() {
     assert!(inline("spiky") > before_spin + 2, "inline again after the warm-up");
 }
 
+/// The dynamic batcher's inline batches (docs/scheduling.md): once the model's warm-up is over, a
+/// batch that an arrival completes (here every arrival: no queue delay) runs on the I/O thread that
+/// queued it, with the right answer; a backend that blocks there gives the batch back to the
+/// worker, which answers it, and the model's batches run inline no more.
+#[test]
+fn a_batch_an_arrival_completes_runs_inline_until_its_backend_blocks() {
+    let repo = Repo::new();
+    let config = r#"name: "batched"
+backend: "test_faults"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { }"#;
+    let dir = repo.model("batched", config, &["1"]);
+    install_faults_component(&dir);
+    let s = Server::start(repo.path(), &["--inline-execution-us", "1000"]);
+    let inline = || s.get("/nereus/test/models/batched/executions").json()["inline"].as_u64().unwrap();
+    let ok = |fault: &str| {
+        let body = json!({
+            "parameters": {"fault": fault},
+            "inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "INT32", "data": [1, 2, 3]}]
+        });
+        let r = s.post_json("/v2/models/batched/infer", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["outputs"][0]["data"], json!([1, 2, 3]));
+        assert_eq!(r.json()["outputs"][0]["shape"], json!([1, 3]));
+    };
+    for _ in 0..200 {
+        ok("");
+    }
+    let before_nap = inline();
+    assert!(before_nap > 0, "no batch ran inline\n{}", s.log());
+    ok("nap");
+    for _ in 0..100 {
+        ok("");
+    }
+    assert_eq!(inline(), before_nap + 1, "only the nap's batch was tried inline");
+}
+
 /// The frames of the last guest backtrace logged for `model` (an error line whose message, a JSON
 /// string, holds the fault and then one line per frame), with the fault's line first; empty when
 /// there is none yet.

@@ -24,7 +24,7 @@ const INLINE_RUN: usize = 4;
 
 /// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
 /// it); `None` once finalised.
-type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
+pub(super) type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
 
 pub struct DefaultScheduler {
     /// What a worker takes next: a request (its own batch), or the signal to stop once the
@@ -227,7 +227,7 @@ impl Pool {
 
 /// Executes one batch (less the requests whose client has gone) and tells the inline gate how it
 /// went.
-fn run_batch(
+pub(super) fn run_batch(
     ctx: &WorkerContext,
     inline: &InlineGate,
     instance: &mut dyn BackendInstance,

@@ -15,11 +15,21 @@
 //! lock, so the batch goes to the first idle instance and grows for as long as every instance is
 //! busy. With `preserve_ordering`, responses are delivered in the order the batches were formed,
 //! whichever instance finishes first.
+//!
+//! A batch that a request completes (a preferred size reached, or nothing left to wait for) runs
+//! inline on the I/O thread that queued that request, when an instance is free and the model may
+//! run inline at all (see [`super::inline`]: the same gate and I/O-thread budget as the default
+//! scheduler's). Its responses then wake their connections from a thread of the server's runtime
+//! instead of from the instance's worker thread: for a small model that handoff cost more CPU a
+//! request than the batch saved (docs/performance.md, *Dynamic batching*). Batches that wait out
+//! `max_queue_delay_microseconds` are still formed and run by the workers.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::default::{SharedInstance, run_batch};
+use super::inline::InlineGate;
 use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
@@ -149,6 +159,12 @@ struct Shared {
     lifecycle: Lifecycle,
     /// The version's statistics, for the requests answered from the queue (`drop_cancelled`).
     stats: Arc<crate::stats::ModelStats>,
+    /// The instances, each run by its worker or, for a batch an arrival completes, by the I/O
+    /// thread that queued the arrival; `None` once finalised.
+    instances: Vec<SharedInstance>,
+    /// Whether the model's batches may run on I/O threads, learned from every execution.
+    inline: InlineGate,
+    ctx: WorkerContext,
 }
 
 pub struct DynamicBatcher {
@@ -164,6 +180,8 @@ impl DynamicBatcher {
         rules: BatchRules,
         config: &ModelDynamicBatching,
     ) -> Self {
+        let instances: Vec<SharedInstance> =
+            instances.into_iter().map(|i| Arc::new(parking_lot::Mutex::new(Some(i)))).collect();
         let shared = Arc::new(Shared {
             rules,
             state: Mutex::new(State { queues: PriorityQueues::new(config), next_ticket: 0 }),
@@ -171,11 +189,12 @@ impl DynamicBatcher {
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
             stats: ctx.stats.clone(),
+            instances: instances.clone(),
+            inline: InlineGate::new(ctx.inline_under),
+            ctx: ctx.clone(),
         });
-        let workers: Vec<BatchWorker> = instances
-            .into_iter()
-            .map(|instance| BatchWorker { shared: shared.clone(), instance, ctx: ctx.clone() })
-            .collect();
+        let workers: Vec<BatchWorker> =
+            instances.into_iter().map(|instance| BatchWorker { shared: shared.clone(), instance }).collect();
         shared.lifecycle.start(model, workers);
         DynamicBatcher { shared }
     }
@@ -184,7 +203,7 @@ impl DynamicBatcher {
 impl Schedule for DynamicBatcher {
     /// Queues a request. A full queue answers it at once with Triton's error, an unloading model
     /// with its own.
-    fn enqueue(&self, mut job: Job, _caller: Caller) {
+    fn enqueue(&self, mut job: Job, caller: Caller) {
         let now = Instant::now();
         job.enqueued = now;
         let batch_size = job.request.batch_size(self.shared.rules.batching).max(1) as usize;
@@ -200,17 +219,29 @@ impl Schedule for DynamicBatcher {
             job.reject(InferError::unavailable(QUEUE_FULL));
             return;
         }
-        // Wake an idle worker only when the arrival changes what it would do: the queue was empty
-        // (it waits without a deadline), a batch is now ready, or a timeout now expires sooner.
-        // Every other arrival would wake a worker only for it to go back to sleep.
-        let wake = was_empty
-            || state.queues.next_deadline() != deadline_before
-            || matches!(self.shared.rules.decide(&state.queues, now, false), Decision::Take(_));
-        drop(state);
-        if wake {
-            self.shared.work.notify_one();
-            self.shared.lifecycle.wake_one();
+        let decision = self.shared.rules.decide(&state.queues, now, false);
+        let Decision::Take(n) = decision else {
+            // Wake an idle worker only when the arrival changes what it would do: the queue was
+            // empty (it waits without a deadline) or a timeout now expires sooner. Every other
+            // arrival would wake a worker only for it to go back to sleep.
+            let wake = was_empty || state.queues.next_deadline() != deadline_before;
+            drop(state);
+            if wake {
+                self.shared.work.notify_one();
+                self.shared.lifecycle.wake_one();
+            }
+            return;
+        };
+        // A batch is ready: run here when this is an I/O thread that may, else left to a worker.
+        if caller == Caller::IoThread {
+            match self.shared.run_inline(state, n) {
+                None => return,
+                Some(back) => state = back,
+            }
         }
+        drop(state);
+        self.shared.work.notify_one();
+        self.shared.lifecycle.wake_one();
     }
 
     fn queued(&self) -> usize {
@@ -251,6 +282,68 @@ impl Schedule for DynamicBatcher {
 }
 
 impl Shared {
+    /// Runs the first `n` queued requests, the batch an arrival just completed, here on an I/O
+    /// thread, if the model may run inline, an I/O slot is free and an instance is idle. Returns
+    /// the queue's lock when the batch is left for a worker; `None` when it ran here (the lock
+    /// was let go before the execution).
+    fn run_inline<'a>(&'a self, mut state: MutexGuard<'a, State>, n: usize) -> Option<MutexGuard<'a, State>> {
+        // Not while a test gate may hold executions: the calling thread must never wait at it.
+        if !self.inline.open() || self.ctx.hooks.as_ref().is_some_and(|h| h.gate_engaged()) {
+            return Some(state);
+        }
+        let Some(_slot) = self.ctx.io_threads.take() else { return Some(state) };
+        let Some(mut guard) = self.instances.iter().find_map(|i| i.try_lock()) else { return Some(state) };
+        let Some(instance) = guard.as_mut() else { return Some(state) };
+        let mut batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        let left = !state.queues.is_empty();
+        drop(state);
+        if left {
+            // Another idle instance may take what is left.
+            self.work.notify_one();
+            self.lifecycle.wake_one();
+        }
+        self.ctx.probe.count_inline();
+        run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch, ExecutionThread::Inline);
+        drop(guard);
+        if batch.iter().any(|j| !j.sender.is_complete()) {
+            // The backend could not run here (a blocking call): the model runs on its workers from
+            // now on, and this batch with them, first.
+            self.inline.bar();
+            let (done, again): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|j| j.sender.is_complete());
+            self.deliver(ticket, done);
+            self.requeue(again);
+            return None;
+        }
+        self.deliver(ticket, batch);
+        None
+    }
+
+    /// Gives back to the queue requests an I/O thread could not run, and wakes a worker for them.
+    fn requeue(&self, jobs: Vec<Job>) {
+        let mut state = self.state.lock();
+        if self.lifecycle.is_closed() {
+            // The workers may have drained the queue and stopped already.
+            drop(state);
+            for mut job in jobs {
+                job.fail(InferError::unavailable("the model's instances have stopped"));
+            }
+            return;
+        }
+        let now = Instant::now();
+        for mut job in jobs {
+            let batch_size = job.request.batch_size(self.rules.batching).max(1) as usize;
+            job.enqueued = now;
+            if let Err(mut job) = state.queues.push(job, batch_size, now) {
+                job.fail(InferError::unavailable(QUEUE_FULL));
+            }
+        }
+        drop(state);
+        self.work.notify_one();
+        self.lifecycle.wake_one();
+    }
+
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
     fn next_batch(&self, poll: Duration, rest: &Rest<'_>, on_rest: impl FnMut()) -> Step<(Vec<Job>, u64)> {
@@ -299,28 +392,46 @@ fn reject(rejected: Vec<Queued>) {
 /// An instance's worker: forms its own next batch from the shared queue.
 struct BatchWorker {
     shared: Arc<Shared>,
-    instance: Box<dyn BackendInstance>,
-    ctx: WorkerContext,
+    instance: SharedInstance,
 }
 
 impl Worker for BatchWorker {
     type Batch = (Vec<Job>, u64);
 
     fn next(&mut self, rest: &Rest<'_>) -> Step<Self::Batch> {
-        let instance = &mut self.instance;
-        self.shared.next_batch(self.ctx.poll, rest, || instance.idle())
+        let instance = &self.instance;
+        // Idle: the instance may give back what it holds (not while an I/O thread runs it).
+        let idle = || {
+            if let Some(mut guard) = instance.try_lock()
+                && let Some(instance) = guard.as_mut()
+            {
+                instance.idle();
+            }
+        };
+        self.shared.next_batch(self.shared.ctx.poll, rest, idle)
     }
 
     fn run(&mut self, (mut batch, ticket): Self::Batch) {
-        self.ctx.drop_cancelled(&mut batch);
-        if !batch.is_empty() {
-            self.ctx.execute(self.instance.as_mut(), &mut batch, ExecutionThread::Worker);
+        let mut guard = self.instance.lock();
+        match guard.as_mut() {
+            Some(instance) => {
+                let shared = &*self.shared;
+                run_batch(&shared.ctx, &shared.inline, instance.as_mut(), &mut batch, ExecutionThread::Worker);
+            }
+            None => {
+                for job in &mut batch {
+                    job.fail(InferError::unavailable("the model's instances have stopped"));
+                }
+            }
         }
+        drop(guard);
         self.shared.deliver(ticket, batch);
     }
 
     fn finish(self) {
-        self.instance.finalize();
+        if let Some(instance) = self.instance.lock().take() {
+            instance.finalize();
+        }
     }
 }
 
