@@ -12,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use super::handoff::Handoff;
 use super::inline::InlineGate;
 use super::lifecycle::{Lifecycle, Rest, Step, Worker};
-use super::{Caller, Schedule, WorkerContext, flush};
+use super::{Caller, INSTANCES_STOPPED, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
 use crate::error::InferError;
 use crate::request::Job;
@@ -220,7 +220,7 @@ impl Pool {
     /// block, and it has no budget; what does (an instance finalised under it) fails.
     fn run_handoff_on_worker(&self) {
         for mut job in self.run_handoff(Runner::Worker, usize::MAX, || true) {
-            job.fail(InferError::unavailable("the model's instances have stopped"));
+            job.fail(InferError::unavailable(INSTANCES_STOPPED));
         }
     }
 }

@@ -33,7 +33,7 @@ use super::inline::InlineGate;
 use super::lifecycle::{Lifecycle, Next, Rest, Step, Worker, wait_for_batch};
 use super::ordering::OrderedDelivery;
 use super::queue::{PriorityQueues, QUEUE_FULL, Queued, TIMEOUT_EXPIRED};
-use super::{Caller, Schedule, WorkerContext, flush};
+use super::{Caller, INSTANCES_STOPPED, Schedule, WorkerContext, flush};
 use crate::backend::{BackendInstance, ExecutionThread};
 use crate::config::schema::ModelDynamicBatching;
 use crate::error::InferError;
@@ -294,16 +294,8 @@ impl Shared {
         let Some(_slot) = self.ctx.io_threads.take() else { return Some(state) };
         let Some(mut guard) = self.instances.iter().find_map(|i| i.try_lock()) else { return Some(state) };
         let Some(instance) = guard.as_mut() else { return Some(state) };
-        let mut batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
-        let ticket = state.next_ticket;
-        state.next_ticket += 1;
-        let left = !state.queues.is_empty();
+        let (mut batch, ticket) = self.take_batch(&mut state, n);
         drop(state);
-        if left {
-            // Another idle instance may take what is left.
-            self.work.notify_one();
-            self.lifecycle.wake_one();
-        }
         self.ctx.probe.count_inline();
         run_batch(&self.ctx, &self.inline, instance.as_mut(), &mut batch, ExecutionThread::Inline);
         drop(guard);
@@ -327,7 +319,7 @@ impl Shared {
             // The workers may have drained the queue and stopped already.
             drop(state);
             for mut job in jobs {
-                job.fail(InferError::unavailable("the model's instances have stopped"));
+                job.fail(InferError::unavailable(INSTANCES_STOPPED));
             }
             return;
         }
@@ -344,6 +336,19 @@ impl Shared {
         self.lifecycle.wake_one();
     }
 
+    /// Takes the first `n` queued requests as the next batch, with its ticket (`preserve_ordering`),
+    /// and wakes a worker for what is left: another idle instance may take it.
+    fn take_batch(&self, state: &mut State, n: usize) -> (Vec<Job>, u64) {
+        let batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        if !state.queues.is_empty() {
+            self.work.notify_one();
+            self.lifecycle.wake_one();
+        }
+        (batch, ticket)
+    }
+
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
     fn next_batch(&self, poll: Duration, rest: &Rest<'_>, on_rest: impl FnMut()) -> Step<(Vec<Job>, u64)> {
@@ -355,17 +360,7 @@ impl Shared {
             }
             let closed = self.lifecycle.is_closed();
             match self.rules.decide(&state.queues, now, closed) {
-                Decision::Take(n) => {
-                    let batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
-                    let ticket = state.next_ticket;
-                    state.next_ticket += 1;
-                    if !state.queues.is_empty() {
-                        // Another idle instance may take what is left.
-                        self.work.notify_one();
-                        self.lifecycle.wake_one();
-                    }
-                    Next::Run((batch, ticket))
-                }
+                Decision::Take(n) => Next::Run(self.take_batch(state, n)),
                 Decision::Wait(_) if closed => Next::Exit,
                 Decision::Wait(at) => Next::Wait(at),
             }
@@ -420,7 +415,7 @@ impl Worker for BatchWorker {
             }
             None => {
                 for job in &mut batch {
-                    job.fail(InferError::unavailable("the model's instances have stopped"));
+                    job.fail(InferError::unavailable(INSTANCES_STOPPED));
                 }
             }
         }

@@ -156,6 +156,9 @@ fn answer_cancelled(stats: &ModelStats, job: &mut Job) {
 }
 
 /// Delivers every held response of `batch`.
+/// What a request gets that is left for instances already finalised (a model unloading).
+const INSTANCES_STOPPED: &str = "the model's instances have stopped";
+
 fn flush(batch: &mut [Job]) {
     for job in batch {
         job.sender.flush();
