@@ -22,7 +22,10 @@
 //! scheduler's). Its responses then wake their connections from a thread of the server's runtime
 //! instead of from the instance's worker thread: for a small model that handoff cost more CPU a
 //! request than the batch saved (docs/performance.md, *Dynamic batching*). Batches that wait out
-//! `max_queue_delay_microseconds` are still formed and run by the workers.
+//! `max_queue_delay_microseconds` are still formed and run by the workers. While batches run
+//! inline, one worker sleeps until the queue's next deadline instead of polling the queue, and
+//! arrivals do not wake it for a batch that can wait until then (`State::dozing_until`): polling
+//! cost a `sched_yield` loop for as long as requests waited for a batch to fill.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -148,6 +151,20 @@ struct State {
     queues: PriorityQueues,
     /// The number the next formed batch gets (for `preserve_ordering`).
     next_ticket: u64,
+    /// When the worker that sleeps until the queue's next deadline wakes (at most one does): an
+    /// arrival whose batch can wait until then need not wake it.
+    dozing_until: Option<Instant>,
+}
+
+impl State {
+    /// Whether a worker must be woken for what the queue waits for (`decision`): not when one
+    /// sleeps until no later than that.
+    fn needs_a_worker(&self, decision: &Decision) -> bool {
+        match (self.dozing_until, decision) {
+            (Some(until), Decision::Wait(Some(at))) => until > *at,
+            _ => true,
+        }
+    }
 }
 
 struct Shared {
@@ -184,7 +201,7 @@ impl DynamicBatcher {
             instances.into_iter().map(|i| Arc::new(parking_lot::Mutex::new(Some(i)))).collect();
         let shared = Arc::new(Shared {
             rules,
-            state: Mutex::new(State { queues: PriorityQueues::new(config), next_ticket: 0 }),
+            state: Mutex::new(State { queues: PriorityQueues::new(config), next_ticket: 0, dozing_until: None }),
             work: Condvar::new(),
             ordering: OrderedDelivery::default(),
             lifecycle: Lifecycle::default(),
@@ -224,7 +241,8 @@ impl Schedule for DynamicBatcher {
             // Wake an idle worker only when the arrival changes what it would do: the queue was
             // empty (it waits without a deadline) or a timeout now expires sooner. Every other
             // arrival would wake a worker only for it to go back to sleep.
-            let wake = was_empty || state.queues.next_deadline() != deadline_before;
+            let wake =
+                (was_empty || state.queues.next_deadline() != deadline_before) && state.needs_a_worker(&decision);
             drop(state);
             if wake {
                 self.shared.work.notify_one();
@@ -342,7 +360,7 @@ impl Shared {
         let batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
         let ticket = state.next_ticket;
         state.next_ticket += 1;
-        if !state.queues.is_empty() {
+        if !state.queues.is_empty() && state.needs_a_worker(&self.rules.decide(&state.queues, Instant::now(), false)) {
             self.work.notify_one();
             self.lifecycle.wake_one();
         }
@@ -352,7 +370,11 @@ impl Shared {
     /// Waits for and takes the next batch; `None` once the model is unloading and its queue is
     /// empty. Requests whose queue timeout expired under a REJECT policy are answered on the way.
     fn next_batch(&self, poll: Duration, rest: &Rest<'_>, on_rest: impl FnMut()) -> Step<(Vec<Job>, u64)> {
+        let mut dozed = false;
         wait_for_batch(&self.state, &self.work, poll, rest, on_rest, |state, now| {
+            if std::mem::take(&mut dozed) {
+                state.dozing_until = None;
+            }
             let mut rejected = Vec::new();
             state.queues.expire(now, &mut rejected);
             if !rejected.is_empty() {
@@ -362,6 +384,13 @@ impl Shared {
             match self.rules.decide(&state.queues, now, closed) {
                 Decision::Take(n) => Next::Run(self.take_batch(state, n)),
                 Decision::Wait(_) if closed => Next::Exit,
+                // Batches run where their last request arrives: sleep until the deadline, which
+                // only a batch that waits it out needs this worker for.
+                Decision::Wait(Some(at)) if state.dozing_until.is_none() && self.inline.open() => {
+                    state.dozing_until = Some(at);
+                    dozed = true;
+                    Next::Doze(at)
+                }
                 Decision::Wait(at) => Next::Wait(at),
             }
         })
@@ -500,5 +529,21 @@ mod tests {
         assert_eq!(r.decide(&queue_of(&[(1, 2), (1, 2), (1, 3), (1, 2)], t0), t0, false), Decision::Take(2));
         let ragged = BatchRules { equal_shape_inputs: vec![], ..r };
         assert_eq!(ragged.decide(&queue_of(&[(1, 2), (1, 2), (1, 3), (1, 2)], t0), t0, false), Decision::Take(4));
+    }
+
+    #[test]
+    fn a_dozing_worker_is_woken_only_for_what_cannot_wait_for_it() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_micros(100);
+        let mut state = State { queues: queue_of(&[], t0), next_ticket: 0, dozing_until: None };
+        // No worker sleeps until a deadline: one must be woken for anything.
+        assert!(state.needs_a_worker(&Decision::Wait(Some(later))));
+        // One sleeps until the batch's deadline or before: it will look in time.
+        state.dozing_until = Some(later);
+        assert!(!state.needs_a_worker(&Decision::Wait(Some(later))));
+        assert!(!state.needs_a_worker(&Decision::Wait(Some(later + Duration::from_micros(1)))));
+        // A batch due sooner than it wakes, or due now, needs a worker awake.
+        assert!(state.needs_a_worker(&Decision::Wait(Some(t0))));
+        assert!(state.needs_a_worker(&Decision::Take(1)));
     }
 }

@@ -237,6 +237,10 @@ pub(super) enum Next<B> {
     Run(B),
     /// Nothing to execute yet: look again at this time (or without one, when woken).
     Wait(Option<Instant>),
+    /// Nothing to execute until this time, and arrivals do not need this worker before then (the
+    /// scheduler knows it sleeps till then, and wakes it only for what cannot wait): sleep at
+    /// once, without polling first.
+    Doze(Instant),
     /// Closed, and nothing left for this worker.
     Exit,
 }
@@ -264,6 +268,9 @@ pub(super) fn wait_for_batch<S, B>(
         match decide(&mut guard, now) {
             Next::Run(batch) => return Step::Run(batch),
             Next::Exit => return Step::Exit,
+            Next::Doze(at) => {
+                work.wait_until(&mut guard, at);
+            }
             Next::Wait(_) if now < idle_since + poll => MutexGuard::unlocked(&mut guard, std::thread::yield_now),
             // Then decide again: work may have come meanwhile.
             Next::Wait(None) if !gave_back => {
