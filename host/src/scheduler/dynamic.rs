@@ -360,7 +360,11 @@ impl Shared {
         let batch: Vec<Job> = state.queues.take(n).into_iter().map(|q| q.job).collect();
         let ticket = state.next_ticket;
         state.next_ticket += 1;
-        if !state.queues.is_empty() && state.needs_a_worker(&self.rules.decide(&state.queues, Instant::now(), false)) {
+        // What is left is decided on only when a worker dozes: otherwise one is woken anyway.
+        if !state.queues.is_empty()
+            && (state.dozing_until.is_none()
+                || state.needs_a_worker(&self.rules.decide(&state.queues, Instant::now(), false)))
+        {
             self.work.notify_one();
             self.lifecycle.wake_one();
         }

@@ -155,10 +155,10 @@ fn answer_cancelled(stats: &ModelStats, job: &mut Job) {
     job.sender.flush();
 }
 
-/// Delivers every held response of `batch`.
 /// What a request gets that is left for instances already finalised (a model unloading).
 const INSTANCES_STOPPED: &str = "the model's instances have stopped";
 
+/// Delivers every held response of `batch`.
 fn flush(batch: &mut [Job]) {
     for job in batch {
         job.sender.flush();
