@@ -312,6 +312,11 @@ impl Ensemble {
         // releases them once nothing can read or change them again (see [`contexts`]).
         let mut idle: Vec<usize> = Vec::new();
         let mut held = HeldBack { queue: VecDeque::new(), count: &self.held_back };
+        // A slot this request waited for (`max_inflight_requests`), with its step: kept for that
+        // step's launch. Dropped and taken again instead, it went to the next request waiting,
+        // whose turn it then was, and back: two requests on one thread handed it to each other
+        // for ever.
+        let mut granted: Option<(usize, OwnedSemaphorePermit)> = None;
         // A traced request's steps are traced below its record, each on its model.
         let step_trace = sender.trace().map(|t| t.child());
         // The first steps are launched from the caller's thread (see `enqueue`), later ones from
@@ -413,9 +418,10 @@ impl Ensemble {
             let mut k = 0;
             while k < held.queue.len() {
                 let (step, context) = held.queue[k];
+                let waited_for = granted.take_if(|(s, _)| *s == step).map(|(_, p)| p);
                 let permit = match &self.limits {
                     None => None,
-                    Some(limits) => match limits[step].clone().try_acquire_owned() {
+                    Some(limits) => match waited_for.map_or_else(|| limits[step].clone().try_acquire_owned(), Ok) {
                         Ok(p) => Some(p),
                         Err(_) => {
                             k += 1;
@@ -454,18 +460,23 @@ impl Ensemble {
             caller = Caller::IoThread;
             // The next step event or, while launches are held back, a free slot for the first.
             let first_held = held.queue.front().copied();
-            let waiting_for = first_held.and_then(|(step, _)| self.limits.as_ref().map(|l| l[step].clone()));
-            // `None`: a slot freed up, launch again. A cancelled request (its client is gone)
-            // stops here, dropping its running steps' receivers, which their backends can see.
+            let waiting_for = first_held.and_then(|(step, _)| self.limits.as_ref().map(|l| (step, l[step].clone())));
+            // `None`: a slot freed up (in `granted`), launch again. A cancelled request (its client
+            // is gone) stops here, dropping its running steps' receivers, which their backends can
+            // see.
+            let closed = |_| InferError::internal("limit closed");
             let waited = async {
                 match waiting_for {
-                    Some(semaphore) if running.is_empty() => {
-                        drop(semaphore.acquire_owned().await.map_err(|_| InferError::internal("limit closed"))?);
+                    Some((step, semaphore)) if running.is_empty() => {
+                        granted = Some((step, semaphore.acquire_owned().await.map_err(closed)?));
                         Ok(None)
                     }
-                    Some(semaphore) => tokio::select! {
+                    Some((step, semaphore)) => tokio::select! {
                         event = next_event(&mut running) => Ok(Some(event)),
-                        _ = semaphore.acquire_owned() => Ok(None),
+                        permit = semaphore.acquire_owned() => {
+                            granted = Some((step, permit.map_err(closed)?));
+                            Ok(None)
+                        }
                     },
                     None => Ok(Some(next_event(&mut running).await)),
                 }
