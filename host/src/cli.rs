@@ -163,6 +163,11 @@ pub struct ServeArgs {
     /// metadata, for each of its requests).
     #[arg(long = "grpc-header-forward-pattern", value_name = "REGEX", value_parser = forward_pattern)]
     pub grpc_header_forward_pattern: Option<crate::api::headers::HeaderForward>,
+    /// Threads serving HTTP (tritonserver's flag), each with its own single-threaded runtime; a new
+    /// connection goes to the first thread with fewer than 8 open (else the one with the fewest)
+    /// and stays there; 0 means one per CPU (tritonserver's default is 8 threads).
+    #[arg(long = "http-thread-count", default_value_t = 0)]
+    pub http_thread_count: usize,
     /// Largest HTTP request body, in bytes, before and after decompression (tritonserver's
     /// default, 64 MiB).
     #[arg(long = "http-max-input-size", default_value_t = 64 << 20, allow_negative_numbers = true, value_parser = max_input_size)]
@@ -217,8 +222,8 @@ pub struct ServeArgs {
     /// gRPC port; 0 picks a free one (the log says which).
     #[arg(long = "grpc-port", default_value_t = 8001)]
     pub grpc_port: u16,
-    /// Threads serving gRPC, each with its own single-threaded runtime taking connections from
-    /// the shared listener (a connection stays on one thread); 0 means half the CPUs, at least one.
+    /// Threads serving gRPC, each with its own single-threaded runtime, taking each new connection
+    /// as HTTP's do (a connection stays on one thread); 0 means half the CPUs, at least one.
     #[arg(long = "grpc-io-threads", default_value_t = 0)]
     pub grpc_io_threads: usize,
     /// Largest gRPC message, in bytes (default: tritonserver's 2 GiB - 1).

@@ -5,6 +5,7 @@ use clap::Parser;
 use nereus::cli::{Cli, Command, ServeArgs};
 use nereus::frontend::grpc::{self, GrpcOptions};
 use nereus::frontend::http::{self, HttpOptions};
+use nereus::frontend::io_threads;
 use nereus::frontend::restricted::Restrictions;
 use nereus::frontend::tls::{Alpn, TlsFiles};
 use nereus::large_pages::LargePages;
@@ -55,13 +56,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
     // The I/O threads first: the server's models are told how many there are (inline execution).
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-io").build()?;
+    let http_threads = if args.allow_http { http_io_threads(args.http_thread_count) } else { 0 };
     let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
-    let (options, warnings) = args.server_options(runtime.metrics().num_workers() + grpc_threads)?;
+    let (options, warnings) = args.server_options(http_threads + grpc_threads)?;
     for warning in warnings {
         tracing::warn!("{warning}");
     }
     let server = Server::start(options)?;
+    // The rest of the server's work (metrics, loading, shutdown) runs here; the endpoints' I/O
+    // threads have runtimes of their own (frontend/io_threads.rs).
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("nereus-main").build()?;
     runtime.block_on(async {
         // Freed megabyte buffers kept for reuse go back to the kernel once idle (large_pages.rs).
         tokio::spawn(async {
@@ -88,11 +92,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 body_timeout: std::time::Duration::from_millis(args.http_body_timeout_ms.max(1)),
                 forward_headers: args.http_header_forward_pattern.clone(),
             };
-            let mut stop = stop_rx.clone();
-            let http_connections = connections.http.clone();
-            tokio::spawn(http::serve(listener, server.clone(), options, http_connections, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            }));
+            let (server, connections) = (server.clone(), connections.http.clone());
+            io_threads::start("HTTP", "http", http_threads, listener, stop_rx.clone(), move |handed, mut stop| {
+                http::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+            })?;
         }
         if args.allow_grpc {
             let listener = bind("GRPC", &args.grpc_address, args.grpc_port).await?;
@@ -108,28 +113,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     .then(|| std::time::Duration::from_millis(args.grpc_stream_stall_timeout_ms)),
                 forward_headers: args.grpc_header_forward_pattern.clone(),
             };
-            let listener = listener.into_std()?;
-            for i in 0..grpc_threads {
-                let listener = listener.try_clone()?;
-                let (server, options, mut stop) = (server.clone(), options.clone(), stop_rx.clone());
-                let grpc_connections = connections.grpc.clone();
-                let thread = std::thread::Builder::new().name(format!("nereus-grpc-{i}")).spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                    runtime.block_on(async move {
-                        let listener = tokio::net::TcpListener::from_std(listener)?;
-                        grpc::serve(listener, server, options, grpc_connections, async move {
-                            let _ = stop.wait_for(|s| *s).await;
-                        })
-                        .await;
-                        anyhow::Ok(())
-                    })
-                })?;
-                tokio::task::spawn_blocking(move || {
-                    if let Ok(Err(e)) = thread.join() {
-                        tracing::error!("gRPC I/O thread failed: {e}");
-                    }
-                });
-            }
+            let (server, connections) = (server.clone(), connections.grpc.clone());
+            io_threads::start("gRPC", "grpc", grpc_threads, listener, stop_rx.clone(), move |handed, mut stop| {
+                grpc::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+            })?;
         }
         if args.allow_metrics {
             let address = args.metrics_address.as_deref().unwrap_or(args.http_address.as_str());
@@ -210,12 +199,20 @@ fn announce_ready(server: &Server, http: Option<std::net::SocketAddr>) {
     tracing::info!("Nereus is ready: {} of {} models READY{try_it}", ready.len(), models.len());
 }
 
+/// How many threads serve HTTP: `--http-thread-count`, or one per CPU when 0.
+fn http_io_threads(flag: usize) -> usize {
+    if flag > 0 {
+        return flag;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// How many threads serve gRPC: `--grpc-io-threads`, or half the CPUs (at least one) when 0.
 ///
-/// Each runs its own single-threaded runtime and takes connections from the shared listener, so a
-/// connection's HTTP/2 streams, its request tasks and their responses stay on one thread: on a
-/// multi-threaded runtime every stream is a task of its own, and handing those between threads
-/// cost a quarter of gRPC's throughput on 2 cores (bench/README.md).
+/// Each runs its own single-threaded runtime (frontend/io_threads.rs), so a connection's HTTP/2
+/// streams, its request tasks and their responses stay on one thread: on a multi-threaded runtime
+/// every stream is a task of its own, and handing those between threads cost a quarter of gRPC's
+/// throughput on 2 cores (bench/README.md).
 fn grpc_io_threads(flag: usize) -> usize {
     if flag > 0 {
         return flag;

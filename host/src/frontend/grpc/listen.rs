@@ -15,12 +15,12 @@ use hyper::http::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tower::ServiceExt;
 
 use crate::frontend::connections::Connections;
+use crate::frontend::io_threads::{Accepted, Handed};
 
 /// The HTTP/2 settings of every connection.
 pub struct Transport {
@@ -54,12 +54,12 @@ impl Transport {
     }
 }
 
-/// Serves `service` on every connection `listener` accepts until `shutdown` resolves; then stops
-/// accepting (the listener is closed at once), tells every open connection to take no new calls
+/// Serves `service` on every connection handed to this thread (`incoming`) until `shutdown`
+/// resolves; then stops taking connections, tells every open connection to take no new calls
 /// (HTTP/2 GOAWAY), and returns once they have all closed, their calls in flight answered.
 /// `connections` counts the open connections.
 pub async fn serve<S>(
-    listener: TcpListener,
+    mut incoming: Handed,
     service: S,
     transport: Transport,
     connections: Connections,
@@ -79,14 +79,8 @@ pub async fn serve<S>(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        crate::frontend::accept::after_error("gRPC", &e).await;
-                        continue;
-                    }
-                };
+            accepted = incoming.next() => {
+                let Some(Accepted { stream, open: on_thread }) = accepted else { break };
                 let _ = stream.set_nodelay(true);
                 let open = connections.open();
                 let service = TowerToHyperService::new(
@@ -94,7 +88,7 @@ pub async fn serve<S>(
                 );
                 let (builder, acceptor, stop) = (builder.clone(), acceptor.clone(), stop.clone());
                 tokio::spawn(async move {
-                    let _open = open;
+                    let _open = (open, on_thread);
                     let ended = match acceptor {
                         None => until_stopped(builder.serve_connection(TokioIo::new(stream), service), stop).await,
                         Some(acceptor) => {
@@ -113,7 +107,7 @@ pub async fn serve<S>(
             () = &mut shutdown => break,
         }
     }
-    drop(listener);
+    drop(incoming);
     let _ = stopping.send(true);
     connections.all_closed().await;
 }

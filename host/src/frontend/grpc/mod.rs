@@ -13,7 +13,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -21,6 +20,7 @@ use crate::api;
 use crate::api::headers::HeaderForward;
 use crate::error::InferError;
 use crate::frontend::connections::Connections;
+use crate::frontend::io_threads::Handed;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::logging::{self, SettingValue};
 use crate::proto::health::health_check_response::ServingStatus;
@@ -489,11 +489,11 @@ impl Health for HealthService {
     }
 }
 
-/// Serves gRPC on `listener` until `shutdown` resolves; then, as tritonserver, stops accepting
+/// Serves gRPC on the connections handed to this thread (`incoming`) until `shutdown` resolves; then, as tritonserver, stops accepting
 /// connections and new calls (HTTP/2 GOAWAY) and returns when the calls in flight, streams
 /// included, have finished. `connections` counts the open connections.
 pub async fn serve(
-    listener: TcpListener,
+    incoming: Handed,
     server: Arc<Server>,
     options: GrpcOptions,
     connections: Connections,
@@ -546,7 +546,7 @@ pub async fn serve(
         keepalive_timeout: options.keepalive_timeout,
         tls: options.tls,
     };
-    listen::serve(listener, service, transport, connections, shutdown).await;
+    listen::serve(incoming, service, transport, connections, shutdown).await;
 }
 
 /// A region name from a shared-memory request: empty means "every region".

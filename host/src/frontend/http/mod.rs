@@ -17,21 +17,21 @@ use hyper::header::{CONNECTION, HeaderValue};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
 
 pub use router::HttpOptions;
 
 use super::connections::Connections;
+use super::io_threads::{Accepted, Handed};
 use crate::server::{Phase, Server};
 use watchdog::Activity;
 
-/// Serves HTTP on `listener` (over TLS when `options.tls` is set) until `shutdown` resolves; then
-/// stops accepting, as tritonserver, and returns when every open connection has closed. Those
+/// Serves HTTP on the connections handed to this thread (`incoming`; over TLS when `options.tls`
+/// is set) until `shutdown` resolves; then stops taking connections, as tritonserver, and returns when every open connection has closed. Those
 /// connections are served meanwhile; an HTTP/1.1 answer given once a shutdown has begun says
 /// `Connection: close`, so a client with a keep-alive connection takes its next request elsewhere.
 /// `connections` counts the open connections.
 pub async fn serve(
-    listener: TcpListener,
+    mut incoming: Handed,
     server: Arc<Server>,
     options: HttpOptions,
     connections: Connections,
@@ -47,14 +47,8 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        super::accept::after_error("HTTP", &e).await;
-                        continue;
-                    }
-                };
+            accepted = incoming.next() => {
+                let Some(Accepted { stream, open: on_thread }) = accepted else { break };
                 let _ = stream.set_nodelay(true);
                 let open = connections.open();
                 // What each request of the connection needs, behind one `Arc` (one clone a request).
@@ -83,7 +77,7 @@ pub async fn serve(
                 });
                 let (builder, acceptor, stop) = (builder.clone(), acceptor.clone(), stop.clone());
                 tokio::spawn(async move {
-                    let _open = open;
+                    let _open = (open, on_thread);
                     let ended = match acceptor {
                         None => {
                             let served = builder.serve_connection(TokioIo::new(stream), service);
@@ -105,7 +99,7 @@ pub async fn serve(
             _ = &mut shutdown => break,
         }
     }
-    drop(listener);
+    drop(incoming);
     let _ = stopping.send(true);
     connections.all_closed().await;
 }
