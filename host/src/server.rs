@@ -61,8 +61,8 @@ pub struct ServerOptions {
     /// `--exit-timeout-secs`: how long shutdown (and an unload request) waits for in-flight
     /// requests.
     pub exit_timeout: std::time::Duration,
-    /// How many I/O threads serve requests (HTTP runtime workers plus gRPC threads): all but one
-    /// of them may run short executions inline at once.
+    /// How many I/O threads serve requests (HTTP threads plus gRPC threads): all but one of them
+    /// may run short executions inline at once.
     pub io_threads: usize,
     pub backend_directory: Option<PathBuf>,
     /// The ONNX Runtime library `onnxruntime` models load (none: they are UNAVAILABLE).

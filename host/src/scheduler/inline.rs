@@ -17,9 +17,9 @@
 //!   model; but never more than the wall time, as the thread clock of a VM jumps ([`ThreadClock`]).
 //!   The CPU clock is a system call, so it is read only after an execution over the limit in wall
 //!   time, for the next one: that first execution is not counted, the next one is;
-//! * per server ([`IoThreads`]): at most one I/O thread fewer than the server has (the HTTP
-//!   runtime's workers and the gRPC threads) runs inline at any moment, so one is always free to
-//!   accept connections and answer other models; a server with a single I/O thread never runs
+//! * per server ([`IoThreads`]): at most one I/O thread fewer than the server has (its HTTP and
+//!   gRPC I/O threads, `frontend::io_threads`) runs inline at any moment, so one is always free to
+//!   serve its connections and answer other models; a server with a single I/O thread never runs
 //!   inline. Of the other threads only one that waits for the answer anyway — a worker whose
 //!   plugin calls the model ([`super::Caller::Waiting`]) — runs it itself, under the same gate
 //!   but taking no I/O slot (and on it the execution may block); the rest only queue;
@@ -204,8 +204,8 @@ fn thread_cpu_time() -> Duration {
 }
 
 /// The server's I/O threads, as far as inline execution is concerned: at most all but one of them
-/// run an execution inline at any moment, so one is always free to accept connections and answer
-/// other models. Owned by the server and handed to every model's scheduler.
+/// run an execution inline at any moment, so one is always free to serve its connections and
+/// answer other models. Owned by the server and handed to every model's scheduler.
 #[derive(Debug)]
 pub struct IoThreads {
     /// Inline executions running now, across the server.
