@@ -56,8 +56,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let (http_tls, grpc_tls) = tls_settings(&args)?;
     // The I/O threads first: the server's models are told how many there are (inline execution).
-    let http_threads = if args.allow_http { http_io_threads(args.http_thread_count) } else { 0 };
-    let grpc_threads = if args.allow_grpc { grpc_io_threads(args.grpc_io_threads) } else { 0 };
+    let http_threads = if args.allow_http { io_thread_count(args.http_thread_count, 1) } else { 0 };
+    let grpc_threads = if args.allow_grpc { io_thread_count(args.grpc_io_threads, 2) } else { 0 };
     let (options, warnings) = args.server_options(http_threads + grpc_threads)?;
     for warning in warnings {
         tracing::warn!("{warning}");
@@ -199,25 +199,18 @@ fn announce_ready(server: &Server, http: Option<std::net::SocketAddr>) {
     tracing::info!("Nereus is ready: {} of {} models READY{try_it}", ready.len(), models.len());
 }
 
-/// How many threads serve HTTP: `--http-thread-count`, or one per CPU when 0.
-fn http_io_threads(flag: usize) -> usize {
-    if flag > 0 {
-        return flag;
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// How many threads serve gRPC: `--grpc-io-threads`, or half the CPUs (at least one) when 0.
+/// How many I/O threads an endpoint gets: its flag (`--http-thread-count`, `--grpc-io-threads`),
+/// or when 0 one per `cpus_each` CPUs, at least one: HTTP one per CPU, gRPC one per two.
 ///
-/// Each runs its own single-threaded runtime (frontend/io_threads.rs), so a connection's HTTP/2
-/// streams, its request tasks and their responses stay on one thread: on a multi-threaded runtime
-/// every stream is a task of its own, and handing those between threads cost a quarter of gRPC's
-/// throughput on 2 cores (bench/README.md).
-fn grpc_io_threads(flag: usize) -> usize {
+/// Each runs its own single-threaded runtime (frontend/io_threads.rs), so a connection, its
+/// requests (for gRPC, its HTTP/2 streams) and their answers stay on one thread: on a
+/// multi-threaded runtime handing those between threads cost a quarter of gRPC's throughput on 2
+/// cores and left HTTP's workers half idle at 256 connections (bench/README.md).
+fn io_thread_count(flag: usize, cpus_each: usize) -> usize {
     if flag > 0 {
         return flag;
     }
-    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / cpus_each).max(1))
 }
 
 /// A frontend's TLS settings; `None`: plain TCP.

@@ -489,9 +489,9 @@ impl Health for HealthService {
     }
 }
 
-/// Serves gRPC on the connections handed to this thread (`incoming`) until `shutdown` resolves; then, as tritonserver, stops accepting
-/// connections and new calls (HTTP/2 GOAWAY) and returns when the calls in flight, streams
-/// included, have finished. `connections` counts the open connections.
+/// Serves gRPC on the connections handed to this thread (`incoming`) until `shutdown` resolves;
+/// then, as tritonserver, stops taking connections and new calls (HTTP/2 GOAWAY) and returns when
+/// the calls in flight, streams included, have finished. `connections` counts the open connections.
 pub async fn serve(
     incoming: Handed,
     server: Arc<Server>,

@@ -26,10 +26,10 @@ use crate::server::{Phase, Server};
 use watchdog::Activity;
 
 /// Serves HTTP on the connections handed to this thread (`incoming`; over TLS when `options.tls`
-/// is set) until `shutdown` resolves; then stops taking connections, as tritonserver, and returns when every open connection has closed. Those
-/// connections are served meanwhile; an HTTP/1.1 answer given once a shutdown has begun says
-/// `Connection: close`, so a client with a keep-alive connection takes its next request elsewhere.
-/// `connections` counts the open connections.
+/// is set) until `shutdown` resolves; then stops taking connections, as tritonserver, and returns
+/// when every open connection has closed. Those connections are served meanwhile; an HTTP/1.1
+/// answer given once a shutdown has begun says `Connection: close`, so a client with a keep-alive
+/// connection takes its next request elsewhere. `connections` counts the open connections.
 pub async fn serve(
     mut incoming: Handed,
     server: Arc<Server>,
