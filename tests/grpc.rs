@@ -568,6 +568,72 @@ fn decoupled_model_streams_each_response_then_the_final_flag() {
     assert_eq!((count("3", "success"), count("3", "empty_response")), (0, 1), "{rs}");
 }
 
+/// A model that is not decoupled whose backend sends several responses and then the final flag
+/// alone (Triton's repeat backend configured without `decoupled: true`, as L0_grpc_state_cleanup
+/// runs it): a stream gets the first response, as tritonserver's writes it; a unary call its one
+/// response, or tritonserver's error when the backend sent more than one.
+#[test]
+fn a_non_decoupled_models_early_responses_settle_when_it_completes() {
+    let repo = Repo::new();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model_repository/repeat_int32/config.pbtxt"),
+    )
+    .unwrap();
+    let config: String = example
+        .lines()
+        .filter(|l| !l.contains("model_transaction_policy") && !l.starts_with('#'))
+        .map(|l| l.replace(r#"name: "repeat_int32""#, r#"name: "repeat_nd""#) + "\n")
+        .collect();
+    assert!(config.contains(r#"name: "repeat_nd""#) && !config.contains("decoupled"), "{config}");
+    repo.model("repeat_nd", &config, &["1"]);
+    let s = Server::start(repo.path(), &[]);
+    let nd = |values: &[i32], id: &str| pb::ModelInferRequest {
+        model_name: "repeat_nd".into(),
+        ..repeat(values, &vec![0; values.len()], 0, id, false)
+    };
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        // four responses, then the flag: the stream answers once, with the first
+        tx.send(nd(&[10, 20, 30, 40], "four")).await.unwrap();
+        let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        assert!(m.error_message.is_empty(), "{}", m.error_message);
+        let r = m.infer_response.unwrap();
+        assert_eq!((r.id.as_str(), i32s(&r.raw_output_contents[0])[0]), ("four", 10));
+        assert_eq!(i32s(&r.raw_output_contents[1])[0], 0, "IDX of the first response");
+        // nothing else of that request comes: the next message answers the next request
+        tx.send(nd(&[5], "one")).await.unwrap();
+        let m = tokio::time::timeout(WAIT, responses.message()).await.unwrap().unwrap().unwrap();
+        let r = m.infer_response.unwrap();
+        assert_eq!((r.id.as_str(), i32s(&r.raw_output_contents[0])[0]), ("one", 5));
+
+        // unary: one response before the flag is the answer; two are tritonserver's error
+        let r = c.model_infer(nd(&[7], "")).await.unwrap().into_inner();
+        assert_eq!(i32s(&r.raw_output_contents[0]), vec![7]);
+        let e = c.model_infer(nd(&[7, 8], "")).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (Code::Internal, "expected a single response, got 2"));
+    });
+    let http = |values: &[i32]| {
+        let n = values.len();
+        s.post_json(
+            "/v2/models/repeat_nd/infer",
+            &serde_json::json!({"inputs": [
+                {"name": "IN", "shape": [n], "datatype": "INT32", "data": values},
+                {"name": "DELAY", "shape": [n], "datatype": "UINT32", "data": vec![0; n]},
+                {"name": "WAIT", "shape": [1], "datatype": "UINT32", "data": [0]}]}),
+        )
+    };
+    let r = http(&[3]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outputs"][0]["data"], serde_json::json!([3]));
+    let r = http(&[3, 4, 5]);
+    assert_eq!((r.status, r.error()), (500, "expected a single response, got 3".to_string()));
+    // the model keeps serving
+    assert_eq!(http(&[9]).status, 200);
+}
+
 /// `--grpc-restricted-protocol`, as tritonserver: a restricted call without the
 /// `triton-grpc-protocol-<key>` header answers UNAVAILABLE with Triton's message, streams included;
 /// with it the call succeeds; other protocols stay open.

@@ -386,6 +386,31 @@ enum Sink {
     Discard,
 }
 
+/// What a backend of a model that is not decoupled sent before completing a request: Triton lets it
+/// send several responses and the final flag after them (its repeat backend does), and its
+/// frontends settle them when the request completes ([`Early::settle`]).
+struct Early {
+    first: InferenceResponse,
+    /// Responses sent so far, the first included.
+    count: u32,
+}
+
+impl Early {
+    /// The request's outcome once it completes, with `last` the response that came with the final
+    /// flag, if one did. A unary request (HTTP, gRPC `ModelInfer`, a model's call of another) takes
+    /// exactly one response, so more than one is the error tritonserver's frontends give ("expected
+    /// a single response, got N", src/http_server.cc and src/grpc/infer_handler.cc); a stream
+    /// answers with the first response alone, as tritonserver's gRPC stream writes only the first of
+    /// a non-decoupled request's (src/grpc/infer_handler.h `WriteResponseIfReady`, server PR #7265).
+    fn settle(self, last: Option<InferenceResponse>, unary: bool) -> Result<InferenceResponse, InferError> {
+        let count = self.count + u32::from(last.is_some());
+        if unary && count > 1 {
+            return Err(InferError::internal(format!("expected a single response, got {count}")));
+        }
+        Ok(self.first)
+    }
+}
+
 /// The final outcome of a request, held until the worker flushes it.
 enum Final {
     Outcome(Result<InferenceResponse, InferError>),
@@ -401,6 +426,9 @@ enum Final {
 pub struct ResponseSender {
     sink: Option<Sink>,
     held: Option<Final>,
+    /// A model that is not decoupled: the responses its backend sent before completing the
+    /// request (see [`send_early`](Self::send_early)).
+    early: Option<Early>,
     stats: Arc<ModelStats>,
     arrived: Instant,
     /// For decoupled models: responses sent so far and when the last one went, for
@@ -434,6 +462,7 @@ impl ResponseSender {
             ResponseSender {
                 sink: Some(Sink::Unary(tx)),
                 held: None,
+                early: None,
                 stats,
                 arrived: now,
                 responses: None,
@@ -453,6 +482,7 @@ impl ResponseSender {
         ResponseSender {
             sink: Some(Sink::Stream(sink)),
             held: None,
+            early: None,
             stats,
             arrived: now,
             responses,
@@ -468,6 +498,7 @@ impl ResponseSender {
         ResponseSender {
             sink: Some(Sink::Discard),
             held: None,
+            early: None,
             stats,
             arrived: Instant::now(),
             responses: None,
@@ -596,7 +627,42 @@ impl ResponseSender {
     /// Gives the final outcome (delivered at [`flush`](Self::flush)). Returns `false` when the
     /// request was already complete.
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
+        // An error wins over responses sent before it: the client learns the request failed.
+        let outcome = match (self.early.take(), outcome) {
+            (Some(early), Ok(last)) => early.settle(Some(last), self.is_unary()),
+            (_, outcome) => outcome,
+        };
         self.finish(Final::Outcome(outcome))
+    }
+
+    /// Whether the request takes exactly one response (see [`Early::settle`]).
+    fn is_unary(&self) -> bool {
+        matches!(self.sink, Some(Sink::Unary(_)))
+    }
+
+    /// Whether the backend sent a response before completing the request (a model that is not
+    /// decoupled, see [`send_early`](Self::send_early)).
+    pub fn sent_early(&self) -> bool {
+        self.early.is_some()
+    }
+
+    /// Takes a response sent before the final flag by the backend of a model that is not
+    /// decoupled, as Triton allows: the first is kept and the rest counted, and the request's
+    /// outcome is settled when it completes ([`Early::settle`]). Refused for a decoupled model's
+    /// request (its responses go out at once, [`try_send_partial`](Self::try_send_partial)) and
+    /// a complete one.
+    pub fn send_early(&mut self, response: InferenceResponse) -> Result<(), &'static str> {
+        if self.is_complete() {
+            return Err("the request is already complete");
+        }
+        if self.responses.is_some() {
+            return Err("a decoupled model's responses go out as they are sent");
+        }
+        match &mut self.early {
+            Some(early) => early.count = early.count.saturating_add(1),
+            None => self.early = Some(Early { first: response, count: 1 }),
+        }
+        Ok(())
     }
 
     /// Fails the request as rejected by its scheduler (a full queue, a queue timeout): it never
@@ -608,6 +674,11 @@ impl ResponseSender {
     /// Completes the request without a response (TRITONSERVER_RESPONSE_COMPLETE_FINAL alone).
     /// Only streamed requests can end this way.
     pub fn send_final_flag(&mut self) -> Result<(), &'static str> {
+        if let Some(early) = self.early.take() {
+            let outcome = early.settle(None, self.is_unary());
+            self.finish(Final::Outcome(outcome));
+            return Ok(());
+        }
         match self.sink {
             Some(Sink::Stream(..)) if !self.is_complete() => {
                 self.finish(Final::FlagOnly);
@@ -754,5 +825,102 @@ impl Job {
     /// Fails the request as rejected by its scheduler, unless it is already complete.
     pub fn reject(&mut self, error: InferError) {
         self.sender.reject(error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(idx: i32) -> InferenceResponse {
+        InferenceResponse {
+            model_name: "repeat".into(),
+            model_version: 1,
+            id: String::new(),
+            parameters: Vec::new(),
+            outputs: vec![Tensor {
+                name: "IDX".into(),
+                datatype: DataType::Int32,
+                shape: vec![1],
+                data: Bytes::copy_from_slice(&idx.to_le_bytes()),
+            }],
+            in_place: Vec::new(),
+        }
+    }
+
+    fn idx(outcome: Result<InferenceResponse, InferError>) -> Result<i32, String> {
+        let r = outcome.map_err(|e| e.message)?;
+        let data = &r.outputs[0].data;
+        Ok(i32::from_le_bytes([data[0], data[1], data[2], data[3]]))
+    }
+
+    /// A unary request of a model that is not decoupled, answered by `send` and flushed.
+    fn unary(send: impl FnOnce(&mut ResponseSender)) -> Result<i32, String> {
+        let (mut sender, mut rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
+        send(&mut sender);
+        sender.flush();
+        idx(rx.try_recv().expect("one outcome"))
+    }
+
+    #[test]
+    fn a_unary_request_takes_one_early_response_and_refuses_more_as_tritonserver() {
+        let one = unary(|s| {
+            s.send_early(response(0)).unwrap();
+            s.send_final_flag().unwrap();
+        });
+        assert_eq!(one, Ok(0));
+        let four = unary(|s| {
+            for i in 0..4 {
+                s.send_early(response(i)).unwrap();
+            }
+            s.send_final_flag().unwrap();
+        });
+        assert_eq!(four, Err("expected a single response, got 4".into()));
+        // an early response then a final one are two responses
+        let two = unary(|s| {
+            s.send_early(response(0)).unwrap();
+            s.send_final(Ok(response(1)));
+        });
+        assert_eq!(two, Err("expected a single response, got 2".into()));
+        // an error after early responses is the request's outcome
+        let failed = unary(|s| {
+            s.send_early(response(0)).unwrap();
+            s.send_final(Err(InferError::invalid("bad input")));
+        });
+        assert_eq!(failed, Err("bad input".into()));
+        // a flag alone still is no answer for a unary request
+        let (mut sender, _rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
+        assert!(sender.send_final_flag().is_err());
+    }
+
+    #[test]
+    fn a_stream_gets_the_first_of_a_non_decoupled_requests_responses_once() {
+        let (tx, mut rx) = stream_channel();
+        let mut sender = ResponseSender::stream(Arc::new(ModelStats::default()), false, tx.for_request(7));
+        drop(tx);
+        for i in 0..4 {
+            sender.send_early(response(10 + i)).unwrap();
+        }
+        assert!(sender.sent_early() && !sender.is_complete());
+        sender.send_final_flag().unwrap();
+        assert!(sender.send_early(response(99)).is_err(), "the request is complete");
+        drop(sender);
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let items = runtime.block_on(async {
+            let mut items = Vec::new();
+            while let Some((tag, item)) = rx.recv_tagged().await {
+                items.push((tag, item.final_, item.response.map(idx)));
+            }
+            items
+        });
+        assert_eq!(items, vec![(7, true, Some(Ok(10)))]);
+    }
+
+    #[test]
+    fn a_decoupled_models_responses_are_not_held() {
+        let (tx, _rx) = stream_channel();
+        let mut sender = ResponseSender::stream(Arc::new(ModelStats::default()), true, tx.for_request(0));
+        assert!(sender.send_early(response(0)).is_err());
+        assert!(sender.try_send_partial(response(0)).is_ok());
     }
 }

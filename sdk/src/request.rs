@@ -101,12 +101,16 @@ impl Request {
         host::send_error(self.index, kind, message)
     }
 
-    /// Decoupled models: sends one of several responses; `final_` marks the last.
+    /// Decoupled models: sends one of several responses; `final_` marks the last. A model that is
+    /// not decoupled may send some with `final_` false and then [`complete`](Self::complete) the
+    /// request, as Triton allows: the host keeps them until then, and a gRPC stream gets the
+    /// first, any other request its one response (more than one fails it, as in Triton).
     pub fn send(&self, response: Response, final_: bool) -> Result<(), String> {
         host::send_response(self.index, &response.into_raw(), final_)
     }
 
-    /// Decoupled models: marks the request complete without a response.
+    /// Decoupled models: marks the request complete without a response. A model that is not
+    /// decoupled may do so only after a response sent with `final_` false (see [`send`](Self::send)).
     pub fn complete(&self) -> Result<(), String> {
         host::send_final_flag(self.index)
     }

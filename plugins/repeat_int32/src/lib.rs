@@ -1,8 +1,10 @@
 //! `repeat_int32`: Triton's repeat example as a decoupled Nereus backend. Inputs IN INT32 [-1],
 //! DELAY UINT32 [-1], WAIT UINT32 [1]; for each element i of IN it waits DELAY[i] milliseconds and
 //! sends a response with OUT = [IN[i]] and IDX = [i]; after the last it waits WAIT milliseconds and
-//! completes the request with the final flag alone. The model must be configured with
-//! `model_transaction_policy { decoupled: true }`. When the client cancels (or goes away) it stops
+//! completes the request with the final flag alone. Configured with
+//! `model_transaction_policy { decoupled: true }` every response goes out as it is sent; without it
+//! (Triton's QA runs it both ways) the host keeps them until the final flag and a gRPC stream gets
+//! the first, any other request its one response or an error when IN has more than one element. When the client cancels (or goes away) it stops
 //! early: it checks `is-cancelled` while it waits, and completes the request.
 use std::time::Duration;
 

@@ -96,9 +96,6 @@ impl SandboxState {
         if job.sender.is_complete() {
             return Err(format!("request {index} is already complete"));
         }
-        if !final_ && !batch.decoupled {
-            return Err("the model is not decoupled: its one response per request must be final".into());
-        }
         // Counted for decoupled models only (`responses` is empty otherwise).
         if let Some(sent) = batch.responses.get_mut(i) {
             *sent += 1;
@@ -185,6 +182,10 @@ impl SandboxState {
         if final_ {
             job.sender.send_final(Ok(response));
             Ok(())
+        } else if !batch.decoupled {
+            // Held until the final flag, as Triton's frontends hold a non-decoupled request's
+            // responses (`ResponseSender::send_early`).
+            job.sender.send_early(response).map_err(str::to_string)
         } else {
             send_partial_within(&mut job.sender, response, deadline)
         }
@@ -278,15 +279,18 @@ impl host::Host for SandboxState {
 
     fn send_final_flag(&mut self, request: u32) -> Result<(), String> {
         let batch = self.batch.as_mut().ok_or("send-final-flag called outside execute")?;
-        if !batch.decoupled {
-            return Err(
-                "send-final-flag is for decoupled models; this model sends one final response per request".into()
-            );
-        }
+        let decoupled = batch.decoupled;
         let job = batch
             .jobs
             .get_mut(request as usize)
             .ok_or_else(|| format!("request index {request} is not in the batch"))?;
+        // A model that is not decoupled completes a request with its final response, or with the
+        // flag after responses it sent before (as Triton's repeat backend does, not decoupled).
+        if !decoupled && !job.sender.sent_early() {
+            return Err(
+                "send-final-flag is for decoupled models; this model sends one final response per request".into()
+            );
+        }
         job.sender.send_final_flag().map_err(str::to_string)
     }
 
