@@ -755,6 +755,25 @@ fn a_cancelled_stream_stops_its_decoupled_requests() {
     });
 }
 
+/// A request for `waiting_faults_model`'s model named `waiter`, with the `fault` parameter when
+/// given (`until_cancelled`: it waits until its request is cancelled).
+fn waiter_request(fault: Option<&str>) -> pb::ModelInferRequest {
+    let mut parameters = std::collections::HashMap::new();
+    if let Some(fault) = fault {
+        parameters.insert(
+            "fault".to_string(),
+            pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam(fault.into())) },
+        );
+    }
+    pb::ModelInferRequest {
+        model_name: "waiter".into(),
+        inputs: vec![raw_input("INPUT0", "INT32", vec![2])],
+        raw_input_contents: vec![Bytes::from(le_i32(&[7, 8]))],
+        parameters,
+        ..Default::default()
+    }
+}
+
 /// A call's deadline (`grpc-timeout`) is kept by the server as gRPC core keeps it: a call still
 /// running when it passes ends with DEADLINE_EXCEEDED "Deadline Exceeded" (tonic's own server says
 /// CANCELLED "Timeout expired"), and its request is cancelled. The calls go over a bare HTTP/2
@@ -766,21 +785,7 @@ fn a_call_past_its_deadline_ends_with_deadline_exceeded_and_is_cancelled() {
     waiting_faults_model(&repo, "waiter");
     let s = Server::start(repo.path(), &[]);
     let request = |fault: Option<&str>| {
-        let mut parameters = std::collections::HashMap::new();
-        if let Some(fault) = fault {
-            parameters.insert(
-                "fault".to_string(),
-                pb::InferParameter { parameter_choice: Some(ParameterChoice::StringParam(fault.into())) },
-            );
-        }
-        let message = pb::ModelInferRequest {
-            model_name: "waiter".into(),
-            inputs: vec![raw_input("INPUT0", "INT32", vec![2])],
-            raw_input_contents: vec![Bytes::from(le_i32(&[7, 8]))],
-            parameters,
-            ..Default::default()
-        }
-        .encode_to_vec();
+        let message = waiter_request(fault).encode_to_vec();
         grpc_framed(0, message.len(), &message)
     };
     runtime().block_on(async {
@@ -800,6 +805,47 @@ fn a_call_past_its_deadline_ends_with_deadline_exceeded_and_is_cancelled() {
     let inference = &stats["model_stats"][0]["inference_stats"];
     assert_eq!(inference["fail"]["count"], 1, "{inference}");
     assert_eq!(inference["success"]["count"], 1, "{inference}");
+}
+
+/// A call its client cancels is logged at `--log-verbose=1` with tritonserver's line, once
+/// ("Cancellation notification received for ModelInferHandler", or `ModelStreamInferHandler` for a
+/// stream; Triton's L0_request_cancellation counts them); an answered call logs none.
+#[test]
+fn a_cancelled_call_is_logged_once_as_tritonserver_logs_it() {
+    use prost::Message;
+    let repo = Repo::new();
+    waiting_faults_model(&repo, "waiter");
+    repo.example("simple");
+    // The tests' servers log at info whatever their flags (NEREUS_LOG): this one's verbose lines.
+    let s = Server::start_with_env(repo.path(), &["--log-verbose=1"], &[("NEREUS_LOG", "debug")]);
+    let notices = |handler: &str| s.log().matches(&format!("Cancellation notification received for {handler}")).count();
+    let waiting = waiter_request(Some("until_cancelled")).encode_to_vec();
+    let failed =
+        || s.get("/v2/models/waiter/stats").json()["model_stats"][0]["inference_stats"]["fail"]["count"].clone();
+    // Each runtime ends with its block, and its connections with it (the server sees them go).
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        c.model_infer(grpc_simple_request(1)).await.unwrap();
+        // The client gives the call up (its future dropped: RST_STREAM) while the model waits.
+        let call = raw_call_with(&s, "ModelInfer", grpc_framed(0, waiting.len(), &waiting), &[]);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(300), call).await.is_err());
+    });
+    s.wait_until("the cancelled call's notice and its request's end", || {
+        notices("ModelInferHandler") == 1 && failed() == 1
+    });
+    // A stream whose one request waits until cancelled: only the client's going can end it.
+    runtime().block_on(async {
+        let mut c = client(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut responses =
+            c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(waiter_request(Some("until_cancelled"))).await.unwrap();
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(300), responses.message()).await.is_err());
+    });
+    s.wait_until("the cancelled stream's notice and its request's end", || {
+        notices("ModelStreamInferHandler") == 1 && failed() == 2
+    });
+    assert_eq!((notices("ModelInferHandler"), notices("ModelStreamInferHandler")), (1, 1), "{}", s.log());
 }
 
 /// tritonserver's testing hooks `TRITONSERVER_DELAY_RESPONSE_COMPLETION` and `_COMPLETE_EXEC`

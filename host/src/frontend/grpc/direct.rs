@@ -30,6 +30,7 @@ use tonic::Status;
 use tonic::body::Body;
 
 use super::infer;
+use super::verbose::CancelNotice;
 use crate::frontend::restricted::{Api, Restrictions};
 use crate::proto::inference as pb;
 use crate::server::Server;
@@ -115,6 +116,7 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let request_path_is_infer = request.uri().path() == MODEL_INFER;
         let delayed = match request.uri().path() {
             MODEL_INFER => self.infer_delay,
             MODEL_STREAM_INFER => None,
@@ -131,14 +133,25 @@ where
             }
             _ => Box::pin(self.inner.call(request)),
         };
-        match delayed {
+        let answer: Self::Future = match delayed {
             None => answer,
             Some(delay) => Box::pin(async move {
                 let response = answer.await;
                 tokio::time::sleep(delay).await;
                 response
             }),
+        };
+        // A unary call's answer is whole once this future is done (a stream's, in `StreamFrames`):
+        // dropped before, the call was cancelled.
+        if request_path_is_infer {
+            return Box::pin(async move {
+                let mut notice = CancelNotice::new("ModelInferHandler");
+                let response = answer.await;
+                notice.answered();
+                response
+            });
         }
+        answer
     }
 }
 
@@ -203,7 +216,13 @@ fn serve_stream(direct: &Direct, request: Request<Body>) -> Response<Body> {
     let context = super::StreamHeaders::new(&metadata, direct.forward_headers.as_ref());
     let requests = requests(Messages::new(body, direct.max_message_size));
     let answers = super::stream::serve(direct.server.clone(), requests, context, direct.stream_stall_timeout);
-    let frames = StreamFrames { answers, chunks: VecDeque::new(), ended: false, limit: direct.max_message_size };
+    let frames = StreamFrames {
+        answers,
+        chunks: VecDeque::new(),
+        ended: false,
+        limit: direct.max_message_size,
+        notice: CancelNotice::new("ModelStreamInferHandler"),
+    };
     let mut response = Response::new(Body::new(frames));
     response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     response
@@ -584,11 +603,14 @@ struct StreamFrames {
     /// The trailers are sent.
     ended: bool,
     limit: usize,
+    /// Logs the stream's cancellation when the body is dropped before its trailers.
+    notice: CancelNotice,
 }
 
 impl StreamFrames {
     fn end(&mut self, status: Option<Status>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.ended = true;
+        self.notice.answered();
         let trailers = match status {
             None => ok_trailers(),
             Some(status) => {

@@ -25,3 +25,37 @@ where
         self.0.call(request)
     }
 }
+
+/// tritonserver's verbose line for a call its client cancelled, "Cancellation notification
+/// received for <handler>" (src/grpc/infer_handler.cc, stream_infer_handler.cc, at
+/// `--log-verbose=1`), which operators and Triton's QA (L0_request_cancellation) look for: logged
+/// once when dropped before [`answered`](Self::answered), i.e. when the transport gave the call up
+/// before its answer was sent — the client cancelled it, its deadline passed, or it went away.
+pub struct CancelNotice {
+    handler: &'static str,
+    answered: bool,
+}
+
+impl CancelNotice {
+    /// For a call of tritonserver's handler named `handler` (`ModelInferHandler`,
+    /// `ModelStreamInferHandler`).
+    pub fn new(handler: &'static str) -> Self {
+        CancelNotice { handler, answered: false }
+    }
+
+    /// The call's answer is out (or the stream's status): no notice.
+    pub fn answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for CancelNotice {
+    fn drop(&mut self) {
+        if !self.answered {
+            tracing::debug!(
+                "Cancellation notification received for {}: the call ended before its answer was sent",
+                self.handler
+            );
+        }
+    }
+}
