@@ -427,8 +427,9 @@ pub struct ResponseSender {
     sink: Option<Sink>,
     held: Option<Final>,
     /// A model that is not decoupled: the responses its backend sent before completing the
-    /// request (see [`send_early`](Self::send_early)).
-    early: Option<Early>,
+    /// request (see [`send_early`](Self::send_early)). Boxed: rare, and every request's sender
+    /// moves through the queues.
+    early: Option<Box<Early>>,
     stats: Arc<ModelStats>,
     arrived: Instant,
     /// For decoupled models: responses sent so far and when the last one went, for
@@ -629,7 +630,7 @@ impl ResponseSender {
     pub fn send_final(&mut self, outcome: Result<InferenceResponse, InferError>) -> bool {
         // An error wins over responses sent before it: the client learns the request failed.
         let outcome = match (self.early.take(), outcome) {
-            (Some(early), Ok(last)) => early.settle(Some(last), self.is_unary()),
+            (Some(early), Ok(last)) => (*early).settle(Some(last), self.is_unary()),
             (_, outcome) => outcome,
         };
         self.finish(Final::Outcome(outcome))
@@ -660,7 +661,7 @@ impl ResponseSender {
         }
         match &mut self.early {
             Some(early) => early.count = early.count.saturating_add(1),
-            None => self.early = Some(Early { first: response, count: 1 }),
+            None => self.early = Some(Box::new(Early { first: response, count: 1 })),
         }
         Ok(())
     }
@@ -675,7 +676,7 @@ impl ResponseSender {
     /// Only streamed requests can end this way.
     pub fn send_final_flag(&mut self) -> Result<(), &'static str> {
         if let Some(early) = self.early.take() {
-            let outcome = early.settle(None, self.is_unary());
+            let outcome = (*early).settle(None, self.is_unary());
             self.finish(Final::Outcome(outcome));
             return Ok(());
         }
