@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -116,43 +116,40 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let request_path_is_infer = request.uri().path() == MODEL_INFER;
-        let delayed = match request.uri().path() {
+        let path = request.uri().path();
+        let delay = match path {
             MODEL_INFER => self.infer_delay,
             MODEL_STREAM_INFER => None,
             _ => self.delay,
         };
-        let answer: Self::Future = match (&self.direct, takes(&request)) {
+        // A unary call's answer is whole once its future is done (a stream's, in `StreamFrames`):
+        // dropped before, the call was cancelled.
+        let notice = (path == MODEL_INFER).then(|| CancelNotice::new("ModelInferHandler"));
+        match (&self.direct, takes(&request)) {
             (Some(direct), Some(Call::Infer)) => {
                 let direct = direct.clone();
-                Box::pin(async move { Ok(serve(&direct, request).await) })
+                Box::pin(answered(async move { Ok(serve(&direct, request).await) }, delay, notice))
             }
             (Some(direct), Some(Call::StreamInfer)) => {
                 let response = serve_stream(direct, request);
                 Box::pin(async move { Ok(response) })
             }
-            _ => Box::pin(self.inner.call(request)),
-        };
-        let answer: Self::Future = match delayed {
-            None => answer,
-            Some(delay) => Box::pin(async move {
-                let response = answer.await;
-                tokio::time::sleep(delay).await;
-                response
-            }),
-        };
-        // A unary call's answer is whole once this future is done (a stream's, in `StreamFrames`):
-        // dropped before, the call was cancelled.
-        if request_path_is_infer {
-            return Box::pin(async move {
-                let mut notice = CancelNotice::new("ModelInferHandler");
-                let response = answer.await;
-                notice.answered();
-                response
-            });
+            _ => Box::pin(answered(self.inner.call(request), delay, notice)),
         }
-        answer
     }
+}
+
+/// `answer`, held `delay` longer when the testing hooks set one, and `notice` told once it is
+/// out: one future (one allocation a call) for both.
+async fn answered<F: Future>(answer: F, delay: Option<Duration>, notice: Option<CancelNotice>) -> F::Output {
+    let response = answer.await;
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(mut notice) = notice {
+        notice.answered();
+    }
+    response
 }
 
 /// The calls this layer answers.
