@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod bulk_copy;
 pub mod busy_poll;
 pub mod call_chain;
 pub mod cli;

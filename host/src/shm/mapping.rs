@@ -142,12 +142,13 @@ impl Mapping {
         unsafe { self.base.add(self.skip + offset) }
     }
 
-    /// Copies `data` to `offset` of the mapped range (`offset + data.len()` within it).
+    /// Copies `data` to `offset` of the mapped range (`offset + data.len()` within it), streamed
+    /// past the caches when it is megabytes ([`crate::bulk_copy`]).
     pub fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len), "range outside the mapping");
         // SAFETY: the destination lies within the mapping (asserted), which is writable and lives as
         // long as `self`, and cannot overlap `data`, a buffer of the server's.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(self.skip + offset), data.len()) }
+        unsafe { crate::bulk_copy::copy_nonoverlapping(data.as_ptr(), self.base.add(self.skip + offset), data.len()) }
     }
 }
 

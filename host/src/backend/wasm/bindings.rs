@@ -9,14 +9,15 @@ wasmtime::component::bindgen!({
     ownership: Borrowing { duplicate_if_necessary: true },
 });
 
-// Types the host passes into the guest (`execute`'s requests, the lifecycle's infos) are generated
-// borrowing (`ownership: Borrowing`): a request's tensors are lowered into guest memory straight from
-// the request's own buffers, with no copy on the host first. The same WIT types received from the
+// Types the host passes into the guest (the lifecycle's infos, and the parameters and flags of
+// `execute`'s requests, whose records `lower.rs` defines itself to copy tensors its own way) are
+// generated borrowing (`ownership: Borrowing`): lowered into guest memory straight from the host's
+// own buffers, with no copy on the host first. The same WIT types received from the
 // guest (responses, calls) are owned: `TensorResult` and the like, named here as the WIT names them.
 pub use self::nereus::backend::types::{
     CorrelationIdParam, CorrelationIdResult as CorrelationId, DataType, ErrorKind, InstanceInfo, InstanceKind,
     ModelInfo, ParameterParam, ParameterResult as Parameter, ParameterValueParam,
-    ParameterValueResult as ParameterValue, Request, Response, SequenceFlags, TensorParam, TensorResult as Tensor,
+    ParameterValueResult as ParameterValue, Response, SequenceFlags, TensorResult as Tensor,
 };
 
 impl From<HostDataType> for DataType {

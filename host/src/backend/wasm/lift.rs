@@ -198,7 +198,7 @@ fn lift(
                 Ok(()) => Lifted::Written(bytes.len()),
                 Err(e) => Lifted::Failed(e),
             },
-            None => Lifted::Bytes(bytes::Bytes::copy_from_slice(bytes)),
+            None => Lifted::Bytes(crate::bulk_copy::to_bytes(bytes)),
         };
         lent.outputs.push(Sent { name, datatype, shape, data });
     }

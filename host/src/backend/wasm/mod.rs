@@ -9,6 +9,7 @@ pub mod inspect;
 mod io_guard;
 mod leases;
 mod lift;
+mod lower;
 mod policy;
 mod runtime;
 mod sandbox;
@@ -552,11 +553,11 @@ struct Lent {
     requested_outputs: Vec<String>,
 }
 
-/// Runs `f` on the WIT records of `lent`. They borrow from it (the bindings are generated with
-/// `ownership: Borrowing`), so wasmtime lowers each tensor into the guest's memory straight from
-/// the request's buffer: the one host → guest copy of its bytes.
-fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[bindings::Request<'_>]) -> R) -> R {
-    type Fields<'a> = (Vec<bindings::ParameterParam<'a>>, Vec<bindings::TensorParam<'a>>, Vec<&'a str>);
+/// Runs `f` on the WIT records of `lent`. They borrow from it, so each tensor is lowered into the
+/// guest's memory straight from the request's buffer: the one host → guest copy of its bytes
+/// ([`lower::Data`]).
+fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[lower::Request<'_>]) -> R) -> R {
+    type Fields<'a> = (Vec<bindings::ParameterParam<'a>>, Vec<lower::Tensor<'a>>, Vec<&'a str>);
     let fields: Vec<Fields<'_>> = lent
         .iter()
         .map(|r| {
@@ -564,21 +565,21 @@ fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[bindings::Request<'_>]) -> R
                 r.parameters.iter().map(|(k, v)| bindings::ParameterParam { key: k, value: v.into() }).collect(),
                 r.inputs
                     .iter()
-                    .map(|t| bindings::TensorParam {
+                    .map(|t| lower::Tensor {
                         name: &t.name,
                         datatype: t.datatype.into(),
                         shape: &t.shape,
-                        data: &t.data,
+                        data: lower::Data(&t.data),
                     })
                     .collect(),
                 r.requested_outputs.iter().map(String::as_str).collect(),
             )
         })
         .collect();
-    let requests: Vec<bindings::Request<'_>> = lent
+    let requests: Vec<lower::Request<'_>> = lent
         .iter()
         .zip(&fields)
-        .map(|(r, (parameters, inputs, requested_outputs))| bindings::Request {
+        .map(|(r, (parameters, inputs, requested_outputs))| lower::Request {
             id: &r.id,
             correlation_id: match &r.correlation_id {
                 CorrelationId::None => bindings::CorrelationIdParam::None,

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use wasmtime::{FrameInfo, Store, Trap, WasmBacktrace};
 use wasmtime_wasi::WasiCtx;
 
-use super::bindings::{Backend, OwnedInstanceInfo, OwnedModelInfo, Request};
+use super::bindings::{Backend, OwnedInstanceInfo, OwnedModelInfo};
 use super::bls::context::ModelCalls;
 pub use super::budget::ModelMeter;
 use super::io_guard::{Interrupted, WouldBlock};
+use super::lower::{Execute, Request};
 use super::policy::SandboxPolicy;
 use super::runtime::{CompiledComponent, EPOCH_TICK, MAX_BACKTRACE_FRAMES, Metering};
 pub use super::state::{ActiveBatch, Armed, MemoryDenied, SandboxState};
@@ -186,6 +187,8 @@ enum Level {
 pub struct Sandbox {
     store: Store<SandboxState>,
     bindings: Backend,
+    /// The guest's `execute`, as the host lowers its requests.
+    execute: Execute,
     policy: SandboxPolicy,
     /// Its code counts fuel ([`Metering::Fuel`]): each call gets the policy's budget.
     metered: bool,
@@ -222,7 +225,9 @@ impl Sandbox {
             store.set_fuel(policy.fuel.unwrap_or(u64::MAX)).map_err(|e| Fault::other(e.to_string()))?;
         }
         let bindings = component.pre.instantiate(&mut store).map_err(|e| Self::fault_of(&store, policy, e))?;
-        Ok(Sandbox { store, bindings, policy: policy.clone(), metered, level: Level::Fresh, faulted: false })
+        let execute = Execute::new(*bindings.nereus_backend_lifecycle().func_execute().func(), &store)
+            .map_err(|e| Fault::other(format!("the component's execute: {e}")))?;
+        Ok(Sandbox { store, bindings, execute, policy: policy.clone(), metered, level: Level::Fresh, faulted: false })
     }
 
     /// Lets the sandbox's `execute` call other models (`nereus:backend/models`), as `calls` says.
@@ -331,9 +336,8 @@ impl Sandbox {
         self.arm(Armed::Execution(self.policy.execution_timeout));
         // A host function that panics (wasmtime carries the panic out of the guest) must not lose
         // the batch, which sits in the store: catch it, take the batch back, report it.
-        let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.bindings.nereus_backend_lifecycle().call_execute(&mut self.store, requests)
-        }));
+        let call =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute.call(&mut self.store, requests)));
         let state = self.store.data_mut();
         state.may_block = true;
         // Whatever calls to other models `execute` left running are cancelled, however it ended.

@@ -301,7 +301,7 @@ impl Messages {
         while buffer.len() < len {
             let data = self.next_data().await?.ok_or_else(unexpected_eof)?;
             let take = data.len().min(len - buffer.len());
-            buffer.extend_from_slice(&data[..take]);
+            crate::bulk_copy::extend(&mut buffer, &data[..take], crate::bulk_copy::should_stream(len));
             if take < data.len() {
                 self.pending.push(data.slice(take..));
             }
@@ -390,7 +390,7 @@ fn join(held: &[Bytes], len: usize, align: Option<usize>) -> BytesMut {
         skip -= from;
         let want = (pad + len) - buffer.len();
         let take = (chunk.len() - from).min(want);
-        buffer.extend_from_slice(&chunk[from..from + take]);
+        crate::bulk_copy::extend(&mut buffer, &chunk[from..from + take], crate::bulk_copy::should_stream(len));
     }
     buffer.advance(pad);
     buffer

@@ -45,6 +45,8 @@ pub async fn collect(mut body: Incoming, limit: usize, chunked: bool, align_at: 
     let pad = (64 - align_at % 64) % 64;
     let mut first: Option<Bytes> = None;
     let mut joined: Option<BytesMut> = None;
+    // A body of megabytes is joined with streaming stores (`bulk_copy`): it does not fit the caches.
+    let stream = crate::bulk_copy::should_stream(announced);
     let (mut size, mut chunks) = (0usize, 0usize);
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else { continue };
@@ -57,13 +59,13 @@ pub async fn collect(mut body: Incoming, limit: usize, chunked: bool, align_at: 
         }
         size = size.checked_add(data.len()).filter(|s| *s <= limit).ok_or(BodyError::TooBig)?;
         match (&mut joined, first.take()) {
-            (Some(buffer), _) => buffer.extend_from_slice(&data),
+            (Some(buffer), _) => crate::bulk_copy::extend(buffer, &data, stream),
             (None, None) => first = Some(data),
             (None, Some(earlier)) => {
                 let mut buffer = BytesMut::with_capacity(pad + (earlier.len() + data.len()).max(announced));
                 buffer.put_bytes(0, pad);
-                buffer.extend_from_slice(&earlier);
-                buffer.extend_from_slice(&data);
+                crate::bulk_copy::extend(&mut buffer, &earlier, stream);
+                crate::bulk_copy::extend(&mut buffer, &data, stream);
                 joined = Some(buffer);
             }
         }
