@@ -1,5 +1,6 @@
 //! Copies of megabyte tensors with non-temporal stores: the sandbox's two copies of a tensor (into
-//! the guest's memory as `execute` is called, out of it as `send-response` is handled).
+//! the guest's memory as `execute` is called, out of it as `send-response` is handled), the joins of
+//! HTTP bodies and gRPC messages, and writes into a client's shared-memory mapping.
 //!
 //! A copy of many megabytes does not fit in the caches, and with ordinary stores every line of the
 //! destination is first read from memory only to be overwritten (a read for ownership), and evicts
