@@ -9,13 +9,28 @@
 //! `memcpy` and 10.5–12.6 GB/s with AVX2 streaming stores. glibc switches to
 //! streaming stores itself only above `x86_non_temporal_threshold`, which it put at 192 MiB there.
 //! Below [`STREAM_THRESHOLD`] the destination is likely still in cache when it is next read and
-//! `memcpy` is the faster (a 4 MiB copy: 28 against 18 GB/s), so it is used as ever.
+//! `memcpy` is the faster (a 4 MiB copy: 28 against 18 GB/s), so it is used as ever, unless the
+//! process holds so many megabyte buffers at once that they crowd the cache out anyway (several
+//! large requests in flight): then copies from [`CROWDED_THRESHOLD`] stream too.
 #![allow(unsafe_code)] // Streaming stores are intrinsics; each block says why it is sound.
 use std::mem::MaybeUninit;
 
 /// The size from which a copy streams: where source and destination together outgrow half of a
 /// typical last-level cache (an 8 MiB copy streamed at 17–19 GB/s against `memcpy`'s 9.5–10.4).
 pub const STREAM_THRESHOLD: usize = 8 << 20;
+
+/// The size from which a copy streams while the process holds [`CROWDED_LIVE`] bytes or more of
+/// megabyte buffers (`large_pages::live_bytes`): several large tensors in flight at once outgrow
+/// the cache together although each alone would fit. Measured at 4 MiB, a threshold of 4 MiB
+/// gained 1.08–1.37× at concurrency 4 over HTTP and gRPC (10 of 10 rounds) and lost at
+/// concurrency 1 through shared memory (server CPU 1.29 → 1.65 ms a request), where one request's
+/// buffers stay in the cache between its copies (bench/results/2026-12-01-streamed-copies.md).
+pub const CROWDED_THRESHOLD: usize = 4 << 20;
+
+/// Bytes of megabyte buffers held at once from which copies of [`CROWDED_THRESHOLD`] stream: half
+/// of the benchmark machine's 32 MiB of L3. One 4 MiB request over HTTP holds about 12 MiB of them
+/// (its joined body and its answer, each mapped in whole huge pages); two hold more.
+pub const CROWDED_LIVE: usize = 16 << 20;
 
 /// Copies `src` into `dst`, which must be as long.
 ///
@@ -31,7 +46,7 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 
 /// `src` in a new buffer of the host's (what `Bytes::copy_from_slice` does, streamed when large).
 pub fn to_bytes(src: &[u8]) -> bytes::Bytes {
-    if src.len() < STREAM_THRESHOLD {
+    if !should_stream(src.len()) {
         return bytes::Bytes::copy_from_slice(src);
     }
     let mut buffer: Vec<u8> = Vec::with_capacity(src.len());
@@ -61,12 +76,19 @@ pub fn extend(buffer: &mut bytes::BytesMut, data: &[u8], stream: bool) {
     unsafe { buffer.set_len(buffer.len() + data.len()) };
 }
 
-/// Whether a buffer that ends up `total` bytes long is filled with streaming stores.
+/// Whether a buffer that ends up `total` bytes long is filled with streaming stores: from
+/// [`STREAM_THRESHOLD`], or from [`CROWDED_THRESHOLD`] while the process holds many megabyte
+/// buffers (see [`streams`]).
 pub fn should_stream(total: usize) -> bool {
-    total >= STREAM_THRESHOLD
+    streams(total, crate::large_pages::live_bytes())
 }
 
-/// Copies `len` bytes from `src` to `dst`, streaming when `len` is [`STREAM_THRESHOLD`] or more.
+/// [`should_stream`]'s rule, given the bytes of megabyte buffers held now.
+fn streams(total: usize, live: usize) -> bool {
+    total >= STREAM_THRESHOLD || (total >= CROWDED_THRESHOLD && live >= CROWDED_LIVE)
+}
+
+/// Copies `len` bytes from `src` to `dst`, streaming when [`should_stream`] says so.
 ///
 /// # Safety
 ///
@@ -190,6 +212,15 @@ mod tests {
             assert_eq!(&buffer[..5], b"head:");
             assert!(buffer[5..] == source[..], "stream {stream}");
         }
+    }
+
+    #[test]
+    fn copies_stream_from_the_threshold_or_from_the_crowded_one_while_many_buffers_are_held() {
+        assert!(!streams(STREAM_THRESHOLD - 1, 0));
+        assert!(streams(STREAM_THRESHOLD, 0));
+        assert!(!streams(CROWDED_THRESHOLD, CROWDED_LIVE - 1), "one request's buffers fit");
+        assert!(streams(CROWDED_THRESHOLD, CROWDED_LIVE));
+        assert!(!streams(CROWDED_THRESHOLD - 1, usize::MAX), "small copies never stream");
     }
 
     #[test]

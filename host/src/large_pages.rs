@@ -21,6 +21,7 @@
 #![allow(unsafe_code)] // A global allocator is unsafe by definition; each block says why it is sound.
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The blocks this allocator maps itself: a megabyte and more (each mapped as whole huge pages). It
@@ -57,6 +58,24 @@ struct Kept {
 
 /// The kept blocks. A fixed array: the allocator must not allocate while it allocates.
 static KEPT: Mutex<[Option<Kept>; CACHE_SLOTS]> = Mutex::new([None; CACHE_SLOTS]);
+
+/// Bytes of the blocks handed out and not yet freed (mapped lengths): how many megabyte buffers
+/// the process holds at once, which `bulk_copy` reads as the pressure on the caches.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of this allocator's blocks in use now (mapped lengths; kept blocks not counted). Zero
+/// where it is not the global allocator and nothing calls it directly.
+pub fn live_bytes() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Counts a block handed out (`ptr` not null) and returns it.
+fn handed_out(ptr: *mut u8, len: usize) -> *mut u8 {
+    if !ptr.is_null() {
+        LIVE.fetch_add(len, Ordering::Relaxed);
+    }
+    ptr
+}
 
 /// Whether a block of `layout` is this allocator's own (else glibc's).
 fn ours(layout: &Layout) -> bool {
@@ -166,7 +185,7 @@ unsafe impl GlobalAlloc for LargePages {
             return unsafe { System.alloc(layout) };
         }
         let len = mapped_len(layout.size());
-        take_kept(len).map_or_else(|| map(len), |p| p as *mut u8)
+        handed_out(take_kept(len).map_or_else(|| map(len), |p| p as *mut u8), len)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -175,14 +194,15 @@ unsafe impl GlobalAlloc for LargePages {
             return unsafe { System.alloc_zeroed(layout) };
         }
         let len = mapped_len(layout.size());
-        match take_kept(len) {
+        let block = match take_kept(len) {
             Some(p) => {
                 // SAFETY: a kept block of `len` bytes, ours alone now.
                 unsafe { std::ptr::write_bytes(p as *mut u8, 0, layout.size()) };
                 p as *mut u8
             }
             None => map(len),
-        }
+        };
+        handed_out(block, len)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -190,7 +210,9 @@ unsafe impl GlobalAlloc for LargePages {
             // SAFETY: the caller's contract, passed on.
             return unsafe { System.dealloc(ptr, layout) };
         }
-        keep(ptr as usize, mapped_len(layout.size()));
+        let len = mapped_len(layout.size());
+        LIVE.fetch_sub(len, Ordering::Relaxed);
+        keep(ptr as usize, len);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -212,6 +234,9 @@ unsafe impl GlobalAlloc for LargePages {
                 if new_len > old_len {
                     // SAFETY: advice on the grown part of our mapping.
                     unsafe { libc::madvise(moved, new_len, libc::MADV_HUGEPAGE) };
+                    LIVE.fetch_add(new_len - old_len, Ordering::Relaxed);
+                } else {
+                    LIVE.fetch_sub(old_len - new_len, Ordering::Relaxed);
                 }
                 moved as *mut u8
             }
@@ -278,6 +303,8 @@ mod tests {
             p as usize
         });
         assert_eq!(first, again, "the kept block is reused");
+        // Held blocks count as live (other tests' blocks may count too: at least ours).
+        with(size, |_| assert!(live_bytes() >= mapped_len(size), "a held block is live"));
         assert!(kept_bytes() >= mapped_len(size));
         release_idle(Duration::ZERO);
         assert_eq!(kept_bytes(), 0, "idle blocks go back to the kernel");
