@@ -53,15 +53,15 @@ pub fn to_bytes(src: &[u8]) -> bytes::Bytes {
     let spare: &mut [MaybeUninit<u8>] = &mut buffer.spare_capacity_mut()[..src.len()];
     // SAFETY: `spare` is valid for writes of `src.len()` bytes and, being the vector's own fresh
     // allocation, cannot overlap `src`.
-    unsafe { copy_nonoverlapping(src.as_ptr(), spare.as_mut_ptr().cast(), src.len()) };
+    unsafe { stream_nonoverlapping(src.as_ptr(), spare.as_mut_ptr().cast(), src.len()) };
     // SAFETY: the copy initialised the first `src.len()` bytes, within the capacity.
     unsafe { buffer.set_len(src.len()) };
     bytes::Bytes::from(buffer)
 }
 
-/// Appends `data` to `buffer`, streamed when `stream` says the whole the pieces make up is
-/// [`STREAM_THRESHOLD`] or more (a body joined from the frames it arrived in: each frame is small,
-/// the buffer they fill is not). [`should_stream`] decides it from that size.
+/// Appends `data` to `buffer`, streamed when `stream` says so for the whole the pieces make up (a
+/// body joined from the frames it arrived in: each frame is small, the buffer they fill may not
+/// be). [`should_stream`] decides it from that size, once for the whole.
 pub fn extend(buffer: &mut bytes::BytesMut, data: &[u8], stream: bool) {
     if !stream {
         buffer.extend_from_slice(data);
@@ -80,7 +80,8 @@ pub fn extend(buffer: &mut bytes::BytesMut, data: &[u8], stream: bool) {
 /// [`STREAM_THRESHOLD`], or from [`CROWDED_THRESHOLD`] while the process holds many megabyte
 /// buffers (see [`streams`]).
 pub fn should_stream(total: usize) -> bool {
-    streams(total, crate::large_pages::live_bytes())
+    // The size first: a small tensor's copy does not read the allocator's count.
+    total >= CROWDED_THRESHOLD && streams(total, crate::large_pages::live_bytes())
 }
 
 /// [`should_stream`]'s rule, given the bytes of megabyte buffers held now.

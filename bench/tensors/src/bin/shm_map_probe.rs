@@ -96,23 +96,29 @@ struct Guest {
     len: usize,
 }
 
+/// Maps `len` bytes of anonymous private pages, at `at` in place of what is there when
+/// `libc::MAP_FIXED` is among `flags`.
+fn anonymous(at: *mut u8, len: usize, flags: libc::c_int) -> anyhow::Result<*mut u8> {
+    // SAFETY: an anonymous mapping; with MAP_FIXED it replaces pages of a mapping the caller owns.
+    let p = unsafe {
+        libc::mmap(
+            at.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        bail!("mmap: {}", std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
 impl Guest {
     fn new(len: usize) -> anyhow::Result<Self> {
-        // SAFETY: a fresh anonymous mapping owned by the returned value.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            bail!("mmap: {}", std::io::Error::last_os_error());
-        }
-        let mut guest = Guest { ptr: ptr.cast(), len };
+        let mut guest = Guest { ptr: anonymous(std::ptr::null_mut(), len, 0)?, len };
         guest.bytes_mut().fill(0);
         Ok(guest)
     }
@@ -148,21 +154,7 @@ impl Guest {
 
     /// Gives the buffer anonymous pages again.
     fn restore(&mut self) -> anyhow::Result<()> {
-        // SAFETY: as `map`.
-        let p = unsafe {
-            libc::mmap(
-                self.ptr.cast(),
-                self.len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!("mmap back: {}", std::io::Error::last_os_error());
-        }
-        Ok(())
+        anonymous(self.ptr, self.len, libc::MAP_FIXED).map(drop)
     }
 }
 

@@ -298,10 +298,11 @@ impl Messages {
         if seen > PREFIX + len {
             self.pending = tail(held, PREFIX + len);
         }
+        let stream = crate::bulk_copy::should_stream(len);
         while buffer.len() < len {
             let data = self.next_data().await?.ok_or_else(unexpected_eof)?;
             let take = data.len().min(len - buffer.len());
-            crate::bulk_copy::extend(&mut buffer, &data[..take], crate::bulk_copy::should_stream(len));
+            crate::bulk_copy::extend(&mut buffer, &data[..take], stream);
             if take < data.len() {
                 self.pending.push(data.slice(take..));
             }
@@ -384,13 +385,14 @@ fn join(held: &[Bytes], len: usize, align: Option<usize>) -> BytesMut {
         buffer.put_bytes(0, (64 - address % 64) % 64);
     }
     let pad = buffer.len();
+    let stream = crate::bulk_copy::should_stream(len);
     let mut skip = PREFIX;
     for chunk in held {
         let from = skip.min(chunk.len());
         skip -= from;
         let want = (pad + len) - buffer.len();
         let take = (chunk.len() - from).min(want);
-        crate::bulk_copy::extend(&mut buffer, &chunk[from..from + take], crate::bulk_copy::should_stream(len));
+        crate::bulk_copy::extend(&mut buffer, &chunk[from..from + take], stream);
     }
     buffer.advance(pad);
     buffer
