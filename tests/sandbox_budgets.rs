@@ -508,14 +508,57 @@ fn memory_goes_back_after_a_burst() {
     for c in clients {
         assert_eq!(c.join().unwrap(), 200);
     }
-    let memory = |s: &Server| -> f64 {
-        s.metrics()
-            .lines()
-            .find(|l| l.starts_with("nereus_wasm_memory_bytes{") && l.contains("model=\"burst\""))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let memory = |s: &Server| model_metric(s, "nereus_wasm_memory_bytes", "burst");
     s.wait_until("the sandboxes' memory given back", || memory(&s) < (64u64 << 20) as f64);
     s.wait_until("the server's RSS back near its baseline", || rss(&s) < baseline + (96 << 20));
+    assert!(model_metric(&s, "nereus_instance_trims", "burst") >= 1.0);
     assert_eq!(s.post_json("/v2/models/burst/infer", &faults_request("")).status, 200);
+}
+
+/// A model's value of a metric with `model` and `version` labels (NaN when absent).
+fn model_metric(s: &Server, name: &str, model: &str) -> f64 {
+    s.metrics()
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("model=\"{model}\"")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Sequential requests that each grow the sandbox by far more than `--sandbox-trim-above-mb` (a
+/// 16 MiB output, past a limit of 8 MiB), on a server started with `flags`; returns the
+/// instance's trims once all are answered.
+fn trims_after_grown_requests(flags: &[&str]) -> (Server, f64) {
+    let repo = Repo::new();
+    faults_model(&repo, "grows", "");
+    let mut args = vec!["--sandbox-trim-above-mb", "8"];
+    args.extend_from_slice(flags);
+    let s = Server::start(repo.path(), &args);
+    let mut big = faults_request("huge_output");
+    big["parameters"]["count"] = json!(4 << 20);
+    for _ in 0..3 {
+        let r = s.post_json("/v2/models/grows/infer", &big);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let trims = model_metric(&s, "nereus_instance_trims", "grows");
+    (s, trims)
+}
+
+/// A load whose every request needs the grown memory keeps it while it lasts: the instance is
+/// not rebuilt between its requests (each rebuild would cost the plugin's initialisation and the
+/// memory's page faults again on the next request).
+#[test]
+fn a_load_that_keeps_needing_its_memory_keeps_it() {
+    // A delay no run of this test reaches between two of its requests.
+    let (s, trims) = trims_after_grown_requests(&["--sandbox-trim-after-idle-ms", "600000"]);
+    assert_eq!(trims, 0.0);
+    assert!(model_metric(&s, "nereus_wasm_memory_bytes", "grows") > (16u64 << 20) as f64);
+}
+
+/// With no delay, a grown instance is rebuilt as soon as its worker finds no work: after each of
+/// the requests (the next one arrives only once the client has read the 16 MiB answer).
+#[test]
+fn with_no_delay_a_grown_instance_is_rebuilt_whenever_idle() {
+    let (s, _) = trims_after_grown_requests(&["--sandbox-trim-after-idle-ms", "0"]);
+    s.wait_until("a trim after each request", || model_metric(&s, "nereus_instance_trims", "grows") >= 3.0);
+    assert!(model_metric(&s, "nereus_wasm_memory_bytes", "grows") < (8u64 << 20) as f64);
 }

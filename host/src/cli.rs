@@ -405,6 +405,11 @@ pub struct ServeArgs {
     /// state.
     #[arg(long = "sandbox-trim-above-mb", default_value_t = 64)]
     pub sandbox_trim_above_mb: u64,
+    /// How long such an instance must have been idle before it is rebuilt (0: as soon as its
+    /// worker finds no work). A load whose every request needs the memory keeps it while it lasts,
+    /// instead of paying for a rebuild and the memory's page faults on each request.
+    #[arg(long = "sandbox-trim-after-idle-ms", default_value_t = 1000)]
+    pub sandbox_trim_after_idle_ms: u64,
     /// Test-only: expose `/nereus/test/…` hooks (execution gates and counters).
     #[arg(long = "test-hooks", hide = true)]
     pub test_hooks: bool,
@@ -442,6 +447,7 @@ impl ServeArgs {
             model_memory_share: self.sandbox_model_memory_share,
             log_lines_per_sec: self.sandbox_log_lines_per_sec,
             trim_above_bytes: self.sandbox_trim_above_mb << 20,
+            trim_after_idle: std::time::Duration::from_millis(self.sandbox_trim_after_idle_ms),
         }
     }
 

@@ -200,6 +200,7 @@ pub struct Metrics {
     load_secs: GaugeVec,
     faults: IntCounterVec,
     rebuilds: IntCounterVec,
+    trims: IntCounterVec,
     rebuilt_on_demand: IntCounterVec,
     cancelled: IntCounterVec,
     component_loads: IntCounterVec,
@@ -316,6 +317,10 @@ impl Metrics {
                 )?,
             )?,
             rebuilds: counter("nereus_instance_rebuilds", "Sandboxed instances rebuilt after a fault")?,
+            trims: counter(
+                "nereus_instance_trims",
+                "Sandboxed instances rebuilt while idle to give back grown memory (--sandbox-trim-above-mb)",
+            )?,
             rebuilt_on_demand: counter(
                 "nereus_instance_sandbox_builds_on_demand",
                 "Sandboxes built again for a request after the instance had given its own back to another (--sandbox-total-instances)",
@@ -413,6 +418,7 @@ impl Metrics {
             output_us: self.output_us.with_label_values(&labels),
             faults: FaultKind::ALL.map(|k| with_kind(&self.faults, k.label())),
             rebuilds: self.rebuilds.with_label_values(&labels),
+            trims: self.trims.with_label_values(&labels),
             rebuilt_on_demand: self.rebuilt_on_demand.with_label_values(&labels),
             cancelled: self.cancelled.with_label_values(&labels),
             component_loads: [ComponentSource::Memory, ComponentSource::Disk, ComponentSource::Compiled]
@@ -478,6 +484,7 @@ pub struct ModelMetrics {
     output_us: Counter,
     faults: [IntCounter; 5],
     rebuilds: IntCounter,
+    trims: IntCounter,
     rebuilt_on_demand: IntCounter,
     cancelled: IntCounter,
     component_loads: [IntCounter; 3],
@@ -591,6 +598,11 @@ impl ModelMetrics {
     /// A sandboxed instance was rebuilt after a fault.
     pub fn rebuilt(&self) {
         self.rebuilds.inc();
+    }
+
+    /// A sandboxed instance was rebuilt while idle to give back grown memory.
+    pub fn trimmed(&self) {
+        self.trims.inc();
     }
 
     /// A sandboxed instance that had given its sandbox back built a new one for a request.

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::leases::Leases;
 use super::policy::{MAX_MEMORY_BYTES, SandboxPolicy};
+use super::trim::Trimmer;
 
 /// What the operator allows (the `--sandbox-*` flags).
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +45,9 @@ pub struct SandboxLimits {
     /// held once initialised is rebuilt when its worker goes idle, giving the memory back (Wasm
     /// memory only grows). Sequence-batched models are left alone: their plugin keeps state.
     pub trim_above_bytes: u64,
+    /// `--sandbox-trim-after-idle-ms`: how long such an instance must have been idle before it is
+    /// rebuilt (zero: as soon as its worker is idle). See [`super::trim`].
+    pub trim_after_idle: Duration,
 }
 
 /// `--sandbox-log-lines-per-sec`'s default, also the rate of the backends' own sandboxes. A
@@ -68,6 +72,7 @@ impl Default for SandboxLimits {
             model_memory_share: 0.5,
             log_lines_per_sec: DEFAULT_LOG_LINES_PER_SEC,
             trim_above_bytes: 64 << 20,
+            trim_after_idle: Duration::from_secs(1),
         }
     }
 }
@@ -145,13 +150,16 @@ impl SandboxLimits {
 pub struct SandboxBudget {
     pub limits: SandboxLimits,
     pub leases: Arc<Leases>,
+    /// Rebuilds instances grown past `--sandbox-trim-above-mb` once idle for long enough.
+    pub(super) trimmer: Arc<Trimmer>,
     memory: AtomicU64,
 }
 
 impl SandboxBudget {
     pub fn new(limits: SandboxLimits) -> Arc<Self> {
         let leases = Leases::new(limits.total_instances);
-        Arc::new(SandboxBudget { limits, leases, memory: AtomicU64::new(0) })
+        let trimmer = Arc::new(Trimmer::new(limits.trim_after_idle));
+        Arc::new(SandboxBudget { limits, leases, trimmer, memory: AtomicU64::new(0) })
     }
 
     /// Wasm linear memory held now, in bytes.

@@ -14,6 +14,7 @@ mod policy;
 mod runtime;
 mod sandbox;
 mod state;
+mod trim;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -271,9 +272,8 @@ struct InstanceFactory {
     decoupled: bool,
     /// What every sandbox of the model counts its memory and log lines on.
     memory: ModelMeter,
-    /// How much an instance's memory may grow past what it held once built before an idle
-    /// worker rebuilds it (`--sandbox-trim-above-mb`); `None`: never.
-    trim_above: Option<usize>,
+    /// The server's trimmer, which rebuilds grown instances once idle for its delay.
+    trimmer: Arc<trim::Trimmer>,
     /// The models its instances may call, and how they reach them (`None`: it may call none).
     calls: Option<Arc<bls::context::ModelCalls>>,
     /// Where its instances get their sandboxes.
@@ -417,7 +417,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         io: params.io,
         decoupled: params.decoupled,
         memory,
-        trim_above: params.trim_above,
+        trimmer: params.budget.trimmer.clone(),
         calls: params.calls,
         leases: params.budget.leases.clone(),
         evictable: params.evictable,
@@ -449,12 +449,24 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
                         sandbox: Some(sandbox),
                         lease: Some(lease),
                         rebuild_pending: false,
+                        grown_idle_since: None,
+                        trim_scheduled: false,
                     }),
                     used: AtomicBool::new(false),
                 });
                 enrolled.push(Arc::downgrade(&tenancy) as Weak<dyn Holder>);
+                let trim = params.trim_above.map(|limit| {
+                    Arc::new(trim::IdleTrim {
+                        tenancy: tenancy.clone(),
+                        factory: factory.clone(),
+                        info: info.clone(),
+                        limit,
+                        metrics: params.metrics.clone(),
+                    })
+                });
                 instances.push(Box::new(WasmInstance {
                     tenancy,
+                    trim,
                     factory: factory.clone(),
                     info,
                     version: params.version,
@@ -504,6 +516,11 @@ struct Resident {
     /// (inline, or a calling plugin's), or an idle rebuild failed; the worker rebuilds it
     /// (building runs the guest's initialisation, which may block, so never on an I/O thread).
     rebuild_pending: bool,
+    /// Since when the instance has been idle with its memory grown past `--sandbox-trim-above-mb`
+    /// (set by its idle worker, cleared by an execution): see [`trim`].
+    grown_idle_since: Option<Instant>,
+    /// The trimmer will look at the instance.
+    trim_scheduled: bool,
 }
 
 /// An instance's sandbox, where the lender can ask for it back (see [`leases`]): behind a lock an
@@ -532,6 +549,9 @@ impl Holder for Tenancy {
 /// server's sandboxes run short.
 struct WasmInstance {
     tenancy: Arc<Tenancy>,
+    /// How it gives back grown memory once idle; `None`: never (`--sandbox-trim-above-mb` does
+    /// not apply to sequence-batched models).
+    trim: Option<Arc<trim::IdleTrim>>,
     factory: Arc<InstanceFactory>,
     info: bindings::OwnedInstanceInfo,
     version: i64,
@@ -724,6 +744,7 @@ impl BackendInstance for WasmInstance {
             self.tenancy.resident.lock()
         };
         self.tenancy.used.store(true, Ordering::Release);
+        resident.grown_idle_since = None;
         if resident.sandbox.is_none() {
             if inline && (resident.rebuild_pending || resident.lease.is_none()) {
                 // Left open, the requests go to the instance's worker, which builds first (building
@@ -856,33 +877,10 @@ impl BackendInstance for WasmInstance {
         resident.lease = None;
     }
 
-    /// Gives back what the sandbox grew for a load that has passed: past `--sandbox-trim-above-mb`
-    /// beyond what it held once built, the instance is finalised and built afresh now, while its
-    /// worker has nothing else to do (the dropped store's memory goes back to the operating
-    /// system), so the next request finds it ready.
+    /// Gives back what the sandbox grew for a load that has passed (see [`trim`]).
     fn idle(&mut self) {
-        let Some(limit) = self.factory.trim_above else { return };
-        let mut resident = self.tenancy.resident.lock();
-        let Some(held) = resident.sandbox.as_ref().map(Sandbox::memory_in_use) else { return };
-        if held <= resident.built_with.saturating_add(limit) {
-            return;
-        }
-        if let Some(sandbox) = resident.sandbox.take() {
-            sandbox.finalize();
-        }
-        match self.factory.build(&self.info) {
-            Ok(sandbox) => {
-                tracing::debug!(
-                    "model '{}' instance '{}': rebuilt while idle to give back {} MiB of grown memory",
-                    self.factory.model_info.name,
-                    self.info.name,
-                    (held - resident.built_with) >> 20
-                );
-                resident.built_with = sandbox.memory_in_use();
-                resident.sandbox = Some(sandbox);
-            }
-            // As after a fault: the next execution on the worker tries again.
-            Err(_) => resident.rebuild_pending = true,
+        if let Some(trim) = &self.trim {
+            trim.idle(&self.factory.trimmer);
         }
     }
 }
