@@ -3,11 +3,11 @@
 //!
 //! A Wasm memory only grows, so an instance whose linear memory grew far past what it held once
 //! built is finalised and built afresh, which returns the dropped store's memory to the operating
-//! system. Not at its first idle moment: a model whose every request needs that memory (a 64 MiB
-//! tensor through an identity grows the sandbox by twice that) then paid, on every request, for the
-//! rebuild and for faulting the memory in again — measured on 2 cores, 64 MiB identity at 4
-//! clients: server CPU per request up by half, p99 past a second (docs/performance.md). So the
-//! instance is rebuilt once it has stayed idle, with its memory grown, for the delay: a load of
+//! system. Not at its first idle moment: a model whose every request needs that memory (a 96 MiB
+//! tensor through an identity grows the sandbox by 96 MiB) then paid, on every request, for the
+//! rebuild and for faulting the memory in again — measured on 2 cores: the server's CPU a request
+//! 1.4–2.1× and throughput 0.31–0.97× what it is without (bench/results/2026-12-02-trim-delay.md). So
+//! the instance is rebuilt once it has stayed idle, with its memory grown, for the delay: a load of
 //! large requests keeps its memory while it lasts and gives it back a delay after it ends.
 //!
 //! One thread for the server (started by the first trim it waits for) waits out the delays and
