@@ -562,3 +562,29 @@ fn with_no_delay_a_grown_instance_is_rebuilt_whenever_idle() {
     s.wait_until("a trim after each request", || model_metric(&s, "nereus_instance_trims", "grows") >= 3.0);
     assert!(model_metric(&s, "nereus_wasm_memory_bytes", "grows") < (8u64 << 20) as f64);
 }
+
+/// An instance grown by a request it ran inline, on the I/O thread that received it, gives the
+/// memory back too: no idle worker follows such an execution (before, a burst's last request run
+/// inline kept its memory until the model's next execution on its worker).
+#[test]
+fn memory_grown_inline_goes_back() {
+    let repo = Repo::new();
+    faults_model(&repo, "inline", "instance_group [ { count: 1 kind: KIND_CPU } ]");
+    // A limit well above a small execution even on a loaded machine (as in tests/sandbox.rs).
+    let s = Server::start(repo.path(), &["--inline-execution-us", "1000", "--sandbox-trim-above-mb", "8"]);
+    let inline = || s.get("/nereus/test/models/inline/executions").json()["inline"].as_u64().unwrap();
+    for _ in 0..200 {
+        assert_eq!(s.post_json("/v2/models/inline/infer", &faults_request("")).status, 200);
+    }
+    let before = inline();
+    assert!(before > 0, "the model never ran inline\n{}", s.log());
+    let mut big = faults_request("huge_output");
+    big["parameters"]["count"] = json!(4 << 20);
+    let r = s.post_json("/v2/models/inline/infer", &big);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(inline(), before + 1, "the large request ran inline");
+    s.wait_until("the memory grown inline given back", || {
+        model_metric(&s, "nereus_instance_trims", "inline") >= 1.0
+            && model_metric(&s, "nereus_wasm_memory_bytes", "inline") < (8u64 << 20) as f64
+    });
+}

@@ -12,7 +12,9 @@
 //!
 //! One thread for the server (started by the first trim it waits for) waits out the delays and
 //! rebuilds the instances whose delay passed; an instance that executed meanwhile is left alone
-//! until its worker is idle again.
+//! until it is idle again. The delay starts when the instance's worker finds no work, or, for an
+//! execution on another thread (inline on an I/O thread, a calling plugin's), when it ends: no
+//! idle worker follows that one, and a burst's last request run inline kept its memory for good.
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Weak};
@@ -145,11 +147,27 @@ impl IdleTrim {
     /// is zero, else once the delay has passed without an execution.
     pub fn idle(self: &Arc<Self>, trimmer: &Trimmer) {
         let mut resident = self.tenancy.resident.lock();
-        if !self.grown(&resident) {
+        if trimmer.after.is_zero() {
+            if self.grown(&resident) {
+                self.rebuild(&mut resident);
+            }
             return;
         }
-        if trimmer.after.is_zero() {
-            self.rebuild(&mut resident);
+        self.schedule(&mut resident, trimmer);
+    }
+
+    /// The instance executed on another thread than its worker (inline on an I/O thread, or on a
+    /// calling plugin's): no idle worker follows, so a grown sandbox is scheduled from here (with
+    /// no delay, rebuilt by the trimmer's thread at once: never on an I/O thread, as building runs
+    /// the plugin's initialisation, which may block).
+    pub fn executed_elsewhere(self: &Arc<Self>, resident: &mut Resident, trimmer: &Trimmer) {
+        self.schedule(resident, trimmer);
+    }
+
+    /// Starts the delay of a grown sandbox now, unless it was already idle, and has the trimmer
+    /// look at it unless it will already.
+    fn schedule(self: &Arc<Self>, resident: &mut Resident, trimmer: &Trimmer) {
+        if !self.grown(resident) {
             return;
         }
         let now = Instant::now();
