@@ -869,7 +869,7 @@ impl BackendInstance for WasmInstance {
         // Off its worker (inline, or a calling plugin's thread) no idle worker follows the
         // execution: the trimmer is told here, or memory grown by a last request run inline stayed.
         if !own_thread && let Some(trim) = &self.trim {
-            trim.executed_elsewhere(&mut resident, &self.factory.trimmer);
+            trim.start_delay(&mut resident, &self.factory.trimmer);
         }
         ExecutionTimes { input: called - started, infer: returned - called, output: returned.elapsed() }
     }

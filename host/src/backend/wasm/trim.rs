@@ -51,10 +51,9 @@ struct Shared {
 
 #[derive(Default)]
 struct Queue {
-    /// When to look at each scheduled instance, the soonest first (the sequence number keeps the
-    /// order of equal times and spares the targets an `Ord`).
-    due: BinaryHeap<Reverse<(Instant, u64)>>,
-    targets: std::collections::HashMap<u64, Weak<dyn Trim>>,
+    /// The scheduled instances, the soonest due first.
+    due: BinaryHeap<Reverse<Due>>,
+    /// The next entry's sequence number.
     next: u64,
     /// The thread is running.
     started: bool,
@@ -96,11 +95,38 @@ impl Drop for Trimmer {
     }
 }
 
+/// When to look at one instance. Ordered by time, then by when it was scheduled (the target itself
+/// has no order).
+struct Due {
+    at: Instant,
+    seq: u64,
+    target: Weak<dyn Trim>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
 fn push(queue: &mut Queue, at: Instant, target: Weak<dyn Trim>) {
     let seq = queue.next;
     queue.next += 1;
-    queue.due.push(Reverse((at, seq)));
-    queue.targets.insert(seq, target);
+    queue.due.push(Reverse(Due { at, seq, target }));
 }
 
 /// The trimmer's thread: takes each target whose time has come and trims it (outside the lock:
@@ -111,17 +137,15 @@ fn run(shared: &Shared, after: Duration) {
         if queue.closed {
             return;
         }
-        let now = Instant::now();
-        let Some(&Reverse((at, seq))) = queue.due.peek() else {
+        let Some(at) = queue.due.peek().map(|d| d.0.at) else {
             shared.wake.wait(&mut queue);
             continue;
         };
-        if at > now {
+        if at > Instant::now() {
             shared.wake.wait_until(&mut queue, at);
             continue;
         }
-        queue.due.pop();
-        let Some(target) = queue.targets.remove(&seq) else { continue };
+        let Some(Reverse(Due { target, .. })) = queue.due.pop() else { continue };
         let again = parking_lot::MutexGuard::unlocked(&mut queue, || {
             target.upgrade().and_then(|t| t.trim(Instant::now(), after))
         });
@@ -153,20 +177,15 @@ impl IdleTrim {
             }
             return;
         }
-        self.schedule(&mut resident, trimmer);
-    }
-
-    /// The instance executed on another thread than its worker (inline on an I/O thread, or on a
-    /// calling plugin's): no idle worker follows, so a grown sandbox is scheduled from here (with
-    /// no delay, rebuilt by the trimmer's thread at once: never on an I/O thread, as building runs
-    /// the plugin's initialisation, which may block).
-    pub fn executed_elsewhere(self: &Arc<Self>, resident: &mut Resident, trimmer: &Trimmer) {
-        self.schedule(resident, trimmer);
+        self.start_delay(&mut resident, trimmer);
     }
 
     /// Starts the delay of a grown sandbox now, unless it was already idle, and has the trimmer
-    /// look at it unless it will already.
-    fn schedule(self: &Arc<Self>, resident: &mut Resident, trimmer: &Trimmer) {
+    /// look at it unless it will already. Called by the idle worker, and after an execution on
+    /// another thread (inline on an I/O thread, or a calling plugin's), which no idle worker
+    /// follows; with no delay the trimmer's thread then rebuilds it at once (never an I/O thread:
+    /// building runs the plugin's initialisation, which may block).
+    pub fn start_delay(self: &Arc<Self>, resident: &mut Resident, trimmer: &Trimmer) {
         if !self.grown(resident) {
             return;
         }
