@@ -44,7 +44,17 @@
 
 pub mod models;
 mod request;
+#[cfg(any(test, all(target_family = "wasm", not(target_feature = "atomics"))))]
+#[allow(unsafe_code)] // an allocator; each block says why it is sound
+pub mod small_blocks;
 mod tensor;
+
+/// Small blocks freed by the plugin are reused without a trip through wasi-libc's allocator
+/// ([`small_blocks`]). On by default; a plugin with an allocator of its own turns off the
+/// `small-block-cache` feature.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics"), feature = "small-block-cache"))]
+#[global_allocator]
+static SMALL_BLOCKS: small_blocks::SmallBlocks = small_blocks::SmallBlocks::new();
 
 pub use models::{CallError, CallErrorKind, ModelRequest, ModelResponse, PendingCall};
 pub use request::{Request, Response, gather_batch};
