@@ -168,6 +168,11 @@ edition = "2024"
 license = "Apache-2.0"
 publish = false
 
+[features]
+default = ["small-block-cache"]
+# The plugin's global allocator keeps small freed blocks for reuse (`small_blocks`).
+small-block-cache = []
+
 [dependencies]
 wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }
 bytemuck = { version = "1.24", features = ["extern_crate_alloc"] }
@@ -178,6 +183,7 @@ serde_json = "1"
         File::new(".nereus/sdk/src/models.rs", include_str!("../../../sdk/src/models.rs")),
         File::new(".nereus/sdk/src/request.rs", include_str!("../../../sdk/src/request.rs")),
         File::new(".nereus/sdk/src/tensor.rs", include_str!("../../../sdk/src/tensor.rs")),
+        File::new(".nereus/sdk/src/small_blocks.rs", include_str!("../../../sdk/src/small_blocks.rs")),
         File::script(
             "build.sh",
             format!(
@@ -250,5 +256,24 @@ mod tests {
         for bad in ["", "2x", "a-b", "a b", "../x", "é"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A Rust plugin carries its own copy of the SDK: a source file added to `sdk/src` and not here
+    /// breaks every new plugin's build (`tests/plugin.rs` builds one, with cargo, much later).
+    #[test]
+    fn a_new_rust_plugin_carries_every_source_file_of_the_sdk() {
+        let files = rust("my_plugin");
+        let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/src");
+        for entry in std::fs::read_dir(&sdk).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let carried = files.iter().find(|f| f.path == format!(".nereus/sdk/src/{name}"));
+            let carried = carried.unwrap_or_else(|| panic!("sdk/src/{name} is not in a new Rust plugin"));
+            assert_eq!(carried.text, std::fs::read_to_string(&path).unwrap(), "{name}");
+        }
+        let manifest = files.iter().find(|f| f.path == ".nereus/sdk/Cargo.toml").unwrap();
+        let features = std::fs::read_to_string(sdk.join("../Cargo.toml")).unwrap();
+        let features = features.split("[features]").nth(1).and_then(|f| f.split("\n\n").next()).unwrap();
+        assert!(manifest.text.contains(features.trim()), "the SDK's features: {features}");
     }
 }
