@@ -47,8 +47,9 @@ impl Default for SmallBlocks {
     }
 }
 
-// SAFETY: only compiled for targets without threads (see the module's doc): there is never a second
-// thread to share the lists with.
+// SAFETY: installed only on targets without threads (see the module's doc): there is never a second
+// thread to share the lists with. (The unit tests build it on the host too, each test's cache used by
+// that test's thread alone.)
 unsafe impl Sync for SmallBlocks {}
 
 /// The class of `layout`, if the cache serves it.
