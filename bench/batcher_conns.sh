@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The dynamic batcher with the benchmark's own client (issue 29, item 3): `simple_dyna` against the
-# same plugin unbatched (`simple`), one Nereus serving both, driven by bench/tensors' conn-load (a
+# The dynamic batcher with the benchmark's own client (issue 29, item 3): `simple_dyna` and
+# `simple_dyna_merged` (its batches handed to the plugin as one request, `merge_batches`) against the
+# same plugin unbatched (`simple`), one Nereus serving them all, driven by bench/tensors' conn-load (a
 # closed-loop client like `wrk -c N`, every answer checked), which spends about a third of
 # perf_analyzer's CPU a request and so leaves the server more of a small machine's cores.
 #   bench/batcher_conns.sh [NEREUS_BIN] [ROUNDS]     (defaults: $CARGO_TARGET_DIR/release/nereus, 6)
 #   CONNS="16 64"  PROTOCOLS=http  SECS=6 (window)  WARM=2 (warm-up)
-# Each round runs both models at each connection count, in an order swapped round by round; prints
-# every measurement (throughput, p99, the CPU a request of client and server from /proc, and the
-# mean batch of `simple_dyna` from its statistics over the window) and, per connection count, the
-# median of the per-round ratios simple_dyna / simple and in how many rounds the batcher was ahead.
+#   MODELS="simple simple_dyna simple_dyna_merged" (the first is the unbatched reference)
+# Each round runs every model at each connection count, in an order rotated round by round; prints
+# every measurement (throughput, p99, the CPU a request of client and server from /proc, and each
+# batched model's mean batch from its statistics over the window) and, per connection count and
+# batched model, the median of the per-round ratios to the reference and in how many rounds the
+# batched model was ahead.
 # Not a test; kept out of bench/results unless a run is written down there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +33,8 @@ cleanup() { kill "$pid" 2>/dev/null || true; rm -rf "$log"; }
 trap cleanup EXIT
 wait_ready $port
 curl -sf "localhost:$port/v2/health/ready" >/dev/null || { echo "nereus is not ready:" >&2; tail -20 "$log/$port.log" >&2; exit 1; }
-counts() { curl -sf "localhost:$port/v2/models/simple_dyna/stats" | python3 -c \
+read -r -a models <<<"${MODELS:-simple simple_dyna simple_dyna_merged}"
+counts() { curl -sf "localhost:$port/v2/models/$1/stats" | python3 -c \
   'import json,sys; s=json.load(sys.stdin)["model_stats"][0]; print(s["inference_count"], s["execution_count"])'; }
 
 echo "protocol,connections,round,model,infer_per_sec,p99_us,client_cpu_us,server_cpu_us,mean_batch" >"$log/rows.csv"
@@ -38,14 +42,15 @@ for r in $(seq 1 "$rounds"); do
   for proto in "${protocols[@]}"; do
     p=$port; [[ $proto == grpc ]] && p=$((port + 1))
     for c in "${conns[@]}"; do
-      order=(simple simple_dyna); ((r % 2 == 0)) && order=(simple_dyna simple)
+      n=${#models[@]} order=()
+      for ((k = 0; k < n; k++)); do order+=("${models[(k + r - 1) % n]}"); done
       for m in "${order[@]}"; do
-        read -r inf0 exe0 < <(counts)
+        read -r inf0 exe0 < <(counts "$m")
         line=$("$load" --url "127.0.0.1:$p" --protocol "$proto" --model "$m" --connections "$c" \
           --seconds "$secs" --warmup "$warm" --server-pid "$pid" | tail -1)
-        read -r inf1 exe1 < <(counts)
+        read -r inf1 exe1 < <(counts "$m")
         batch=-
-        [[ $m == simple_dyna ]] && batch=$(python3 -c "print(f'{($inf1-$inf0)/max($exe1-$exe0,1):.2f}')")
+        [[ $m != "${models[0]}" ]] && batch=$(python3 -c "print(f'{($inf1-$inf0)/max($exe1-$exe0,1):.2f}')")
         echo "round $r $proto c=$c $m: $line mean_batch=$batch" >&2
         python3 - "$line" "$proto" "$c" "$r" "$m" "$batch" >>"$log/rows.csv" <<'PY'
 import re, sys
@@ -58,19 +63,21 @@ PY
   done
 done
 
-python3 - "$log/rows.csv" <<'PY'
+python3 - "$log/rows.csv" "${models[@]}" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-print("| protocol | connections | simple_dyna / simple (median of rounds) | batcher ahead in | infer/s dyna / simple | server CPU µs a request dyna / simple | mean batch |")
-print("|---|---|---|---|---|---|---|")
+reference, batched = sys.argv[2], sys.argv[3:]
+print(f"| protocol | connections | model | / {reference} (median of rounds) | ahead in | infer/s model / {reference} | server CPU µs a request model / {reference} | mean batch |")
+print("|---|---|---|---|---|---|---|---|")
 for key in sorted({(r["protocol"], int(r["connections"])) for r in rows}):
     sel = [r for r in rows if (r["protocol"], int(r["connections"])) == key]
     by = {(r["round"], r["model"]): r for r in sel}
     rounds = sorted({r["round"] for r in sel}, key=int)
-    ratios = [float(by[k, "simple_dyna"]["infer_per_sec"]) / float(by[k, "simple"]["infer_per_sec"]) for k in rounds]
     med = lambda m, col: statistics.median(float(r[col]) for r in sel if r["model"] == m)
-    print(f"| {key[0]} | {key[1]} | {statistics.median(ratios):.3f} ({', '.join(f'{x:.2f}' for x in ratios)}) | "
-          f"{sum(x > 1 for x in ratios)} of {len(ratios)} | {med('simple_dyna', 'infer_per_sec'):,.0f} / "
-          f"{med('simple', 'infer_per_sec'):,.0f} | {med('simple_dyna', 'server_cpu_us'):.1f} / "
-          f"{med('simple', 'server_cpu_us'):.1f} | {med('simple_dyna', 'mean_batch'):.2f} |")
+    for m in batched:
+        ratios = [float(by[k, m]["infer_per_sec"]) / float(by[k, reference]["infer_per_sec"]) for k in rounds]
+        print(f"| {key[0]} | {key[1]} | {m} | {statistics.median(ratios):.3f} ({', '.join(f'{x:.2f}' for x in ratios)}) | "
+              f"{sum(x > 1 for x in ratios)} of {len(ratios)} | {med(m, 'infer_per_sec'):,.0f} / "
+              f"{med(reference, 'infer_per_sec'):,.0f} | {med(m, 'server_cpu_us'):.1f} / "
+              f"{med(reference, 'server_cpu_us'):.1f} | {med(m, 'mean_batch'):.2f} |")
 PY

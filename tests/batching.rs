@@ -387,3 +387,79 @@ fn a_grpc_stream_answers_a_batch_in_its_order() {
     });
     assert_eq!(batch(blocker), [100, 101, 102, 103, 104, 105, 106, 107]);
 }
+
+/// The outputs of a successful response, by name: (shape, values).
+fn outputs(h: JoinHandle<Resp>) -> std::collections::HashMap<String, (Vec<i64>, Vec<i64>)> {
+    let r = h.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ints = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>();
+    r.json()["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["name"].as_str().unwrap().to_string(), (ints(&o["shape"]), ints(&o["data"]))))
+        .collect()
+}
+
+#[test]
+fn a_merged_batch_is_one_request_to_the_plugin_and_each_request_gets_its_own_rows() {
+    let repo = Repo::new();
+    let requests_output = r#"output [ { name: "REQUESTS" data_type: TYPE_INT32 dims: [ 1 ] } ]"#;
+    let merge = r#"parameters { key: "merge_batches" value { string_value: "true" } }"#;
+    probe_model(&repo, "merged", 8, "", false, &format!("{requests_output}\n{merge}"));
+    probe_model(&repo, "plain", 8, "", false, requests_output);
+    let s = Server::start(repo.path(), &[]);
+    for (model, executed_as) in [("merged", 1), ("plain", 3)] {
+        let p = Probe { s: &s, model };
+        let blocker = p.block(rows(&[1], 2));
+        let a = p.enqueue(rows(&[10, 11], 2));
+        let b = p.enqueue(rows(&[20], 2));
+        let c = p.enqueue(rows(&[30, 31, 32], 2));
+        p.open();
+        assert_eq!(batch(blocker), [1]);
+        for (h, heads) in [(a, vec![10, 11]), (b, vec![20]), (c, vec![30, 31, 32])] {
+            let got = outputs(h);
+            let n = heads.len() as i64;
+            let own: Vec<i64> = heads.iter().flat_map(|h| [*h as i64, *h as i64]).collect();
+            assert_eq!(got["OUTPUT0"], (vec![n, 2], own), "{model}: its own rows of OUTPUT0");
+            assert_eq!(got["REQUESTS"], (vec![n, 1], vec![executed_as; heads.len()]), "{model}");
+            let composition = &got["BATCH"].1[..6];
+            assert_eq!(composition, [10, 11, 20, 30, 31, 32], "{model}: one execution of all six rows");
+        }
+    }
+    // Requests whose parameters differ cannot be one request: they run as a batch of requests.
+    let p = Probe { s: &s, model: "merged" };
+    let blocker = p.block(rows(&[1], 1));
+    let a = p.enqueue(with_params(rows(&[10], 1), json!({"tenant": "a"})));
+    let b = p.enqueue(with_params(rows(&[20], 1), json!({"tenant": "b"})));
+    p.open();
+    assert_eq!(batch(blocker), [1]);
+    for h in [a, b] {
+        let got = outputs(h);
+        assert_eq!(got["REQUESTS"].1, [2]);
+        assert_eq!(got["BATCH"].1, [10, 20]);
+    }
+    // The statistics count the requests, as for any batch: 3 + 2 of them, each in one execution.
+    let m = stats(&s, "merged");
+    assert_eq!(m["inference_count"], 1 + 6 + 1 + 2);
+    assert_eq!(m["execution_count"], 4);
+}
+
+#[test]
+fn merging_is_refused_where_a_batch_cannot_be_one_request() {
+    let repo = Repo::new();
+    let merge = |value: &str| format!(r#"parameters {{ key: "merge_batches" value {{ string_value: "{value}" }} }}"#);
+    probe_model(&repo, "ragged", 8, "", true, &merge("true"));
+    probe_model(&repo, "misspelt", 8, "", false, &merge("yes"));
+    probe_model(&repo, "off", 8, "", false, &merge("false"));
+    let s = Server::start(repo.path(), &[]);
+    let (state, reason) = s.model_state("ragged");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("'merge_batches'") && reason.contains("'INPUT0' allows a ragged batch"), "{reason}");
+    let (state, reason) = s.model_state("misspelt");
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("must be \"true\" or \"false\", got \"yes\""), "{reason}");
+    assert_eq!(s.model_state("off").0, "READY");
+    let r = s.post_json("/v2/models/off/infer", &rows(&[5], 1));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

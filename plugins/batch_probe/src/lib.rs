@@ -5,7 +5,9 @@
 //! - `OUTPUT0` echoes `INPUT0`;
 //! - `BATCH` (INT32, `[batch, total]`) repeats, for each row, the first element of every row of
 //!   every request in the execution, in the order the backend received them — the execution's
-//!   composition; `total` is the execution's batch size.
+//!   composition; `total` is the execution's batch size;
+//! - `REQUESTS` (INT32, `[batch, 1]`, when the model declares and a request asks for it) holds, in
+//!   each row, how many requests the execution received: 1 for a merged batch (`merge_batches`).
 //!
 //! Costs, for schedulers' tests and benchmarks (spinning, no clock — the sandbox has none):
 //! - a row whose first element is ≥ 1 000 000 spins `(value - 1 000 000)` million iterations before
@@ -68,6 +70,10 @@ impl Backend for BatchProbe {
             if request.wants("BATCH") {
                 let repeated: Vec<i32> = rows.iter().flat_map(|_| composition.iter().copied()).collect();
                 response = response.output(Tensor::from_slice("BATCH", vec![rows.len() as i64, total], &repeated));
+            }
+            if request.wants("REQUESTS") {
+                let count = vec![heads.len() as i32; rows.len()];
+                response = response.output(Tensor::from_slice("REQUESTS", vec![rows.len() as i64, 1], &count));
             }
             if request.wants("OUTPUT0") {
                 response = response.output(request.take_input("INPUT0")?.renamed("OUTPUT0"));

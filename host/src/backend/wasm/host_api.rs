@@ -87,6 +87,9 @@ impl SandboxState {
     /// Checks a response for request `index`, out of the sandbox's memory as far as it fit
     /// ([`Lent`]), then sends it (as the final one or not).
     pub(super) fn deliver(&mut self, index: u32, lent: Lent, final_: bool) -> Result<(), String> {
+        if self.batch.as_ref().is_some_and(|b| b.merged) {
+            return self.deliver_merged(index, lent, final_);
+        }
         let Lent { outputs: sent, parameters, refused } = lent;
         let label = self.label.clone();
         let deadline = self.deadline;
@@ -121,56 +124,21 @@ impl SandboxState {
             return Err(problem);
         }
         // The output limit was counted as the response left the sandbox's memory (`lift.rs`).
-        let (io, batch_size) = (&batch.io, batch.batch_sizes[i]);
-        let mut outputs = Vec::with_capacity(sent.len());
-        let mut in_place = Vec::new();
-        let mut problem = None;
-        for t in sent {
-            let (data, len, written) = match t.data {
-                Lifted::Bytes(data) => {
-                    let len = data.len();
-                    (data, len, false)
-                }
-                Lifted::Written(len) => (Bytes::new(), len, true),
-                Lifted::Failed(_) => unreachable!("answered above"),
-            };
-            let mut tensor = Tensor { name: t.name, datatype: t.datatype, shape: t.shape, data };
-            match check_output_of_len(io, &tensor, len, batch_size) {
-                Ok(reshaped) => {
-                    if outputs.iter().any(|o: &Tensor| o.name == tensor.name) {
-                        problem = Some(format!("output '{}' appears twice", tensor.name));
-                        break;
-                    }
-                    if job.request.requested_outputs.contains(&tensor.name) || io.is_state_output(&tensor.name) {
-                        if let Some(shape) = reshaped {
-                            tensor.shape = shape;
-                        }
-                        if written {
-                            in_place.push(tensor.name.clone());
-                        }
-                        outputs.push(tensor);
-                    }
-                }
-                Err(e) => {
-                    problem = Some(e);
-                    break;
-                }
+        let io = &batch.io;
+        let requested = &job.request.requested_outputs;
+        let checked = checked_outputs(io, sent, batch.batch_sizes[i], |name| {
+            requested.iter().any(|r| r == name) || io.is_state_output(name)
+        })
+        .and_then(|(outputs, in_place)| {
+            if batch.decoupled { Ok((outputs, in_place)) } else { complete(io, requested, outputs, in_place) }
+        });
+        let (outputs, in_place) = match checked {
+            Ok(checked) => checked,
+            Err(problem) => {
+                job.fail(InferError::internal(format!("{label} sent an invalid response: {problem}")));
+                return Err(problem);
             }
-        }
-        // A model with optional inputs may leave out the outputs of the inputs it did not get (an
-        // ensemble then treats them as absent); otherwise a missing output is the plugin's fault.
-        if problem.is_none()
-            && !batch.decoupled
-            && !io.inputs.iter().any(|i| i.optional)
-            && let Some(missing) =
-                job.request.requested_outputs.iter().find(|name| !outputs.iter().any(|o| &&o.name == name))
-        {
-            problem = Some(format!("the response lacks the requested output '{missing}'"));
-        }
-        if let Some(problem) = problem {
-            job.fail(InferError::internal(format!("{label} sent an invalid response: {problem}")));
-            return Err(problem);
-        }
+        };
         let response = InferenceResponse {
             in_place,
             model_name: io.model_name.clone(),
@@ -190,6 +158,136 @@ impl SandboxState {
             send_partial_within(&mut job.sender, response, deadline)
         }
     }
+
+    /// [`Self::deliver`] for a merged batch (`merge.rs`): the one response to the one request the
+    /// guest was lent, checked against the batch's total batch size, then each request's rows of the
+    /// outputs it asked for sent to it, with the response's parameters. A response refused fails
+    /// them all, as the guest's one request failed.
+    fn deliver_merged(&mut self, index: u32, lent: Lent, final_: bool) -> Result<(), String> {
+        let Lent { outputs: sent, parameters, refused } = lent;
+        let label = self.label.clone();
+        let batch = self.batch.as_mut().ok_or("send-response called outside execute")?;
+        if index != 0 {
+            return Err(format!("request index {index} is not in the batch"));
+        }
+        if batch.jobs.iter().all(|j| j.sender.is_complete()) {
+            return Err("request 0 is already complete".into());
+        }
+        let io = &batch.io;
+        let total: i64 = batch.batch_sizes.iter().sum();
+        let wanted = |name: &str| batch.jobs.iter().any(|j| j.request.requested_outputs.iter().any(|r| r == name));
+        let split = match refused {
+            Some(problem) => Err(problem),
+            None => checked_outputs(io, sent, total, wanted).and_then(|(outputs, _)| {
+                outputs
+                    .iter()
+                    .map(|o| crate::backend::batch::scatter(o, &batch.batch_sizes).map_err(|e| e.message))
+                    .collect::<Result<Vec<_>, _>>()
+            }),
+        };
+        let split = match split {
+            Ok(split) => split,
+            Err(problem) => {
+                let error = InferError::internal(format!("{label} sent an invalid response: {problem}"));
+                batch.jobs.iter_mut().for_each(|j| j.fail(error.clone()));
+                return Err(problem);
+            }
+        };
+        let parameters: Vec<_> =
+            parameters.into_iter().map(|p| (p.key, crate::request::ParamValue::from(p.value))).collect();
+        // Each request's part of every output, in the response's order.
+        let mut per_request: Vec<Vec<Tensor>> = batch.jobs.iter().map(|_| Vec::with_capacity(split.len())).collect();
+        for parts in split {
+            for (mine, part) in per_request.iter_mut().zip(parts) {
+                mine.push(part);
+            }
+        }
+        let mut problem = None;
+        for (job, mut outputs) in batch.jobs.iter_mut().zip(per_request) {
+            if job.sender.is_complete() {
+                continue;
+            }
+            let requested = &job.request.requested_outputs;
+            outputs.retain(|o| requested.contains(&o.name));
+            let outputs = match complete(io, requested, outputs, Vec::new()) {
+                Ok((outputs, _)) => outputs,
+                Err(missing) => {
+                    job.fail(InferError::internal(format!("{label} sent an invalid response: {missing}")));
+                    problem = Some(missing);
+                    continue;
+                }
+            };
+            let response = InferenceResponse {
+                in_place: Vec::new(),
+                model_name: io.model_name.clone(),
+                model_version: batch.model_version,
+                id: job.request.id.clone(),
+                parameters: parameters.clone(),
+                outputs,
+            };
+            if final_ {
+                job.sender.send_final(Ok(response));
+            } else if let Err(e) = job.sender.send_early(response) {
+                problem = Some(e.to_string());
+            }
+        }
+        problem.map_or(Ok(()), Err)
+    }
+}
+
+/// The outputs of a response sent for `batch_size` rows, checked against the model's configuration
+/// and reshaped as it says, keeping those `wanted`; and which of them the guest wrote into the
+/// client's shared memory (`lift.rs`). An error says what is wrong with the response.
+fn checked_outputs(
+    io: &crate::validate::IoSpec,
+    sent: Vec<Sent>,
+    batch_size: i64,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<(Vec<Tensor>, Vec<String>), String> {
+    let mut outputs: Vec<Tensor> = Vec::with_capacity(sent.len());
+    let mut in_place = Vec::new();
+    for t in sent {
+        let (data, len, written) = match t.data {
+            Lifted::Bytes(data) => {
+                let len = data.len();
+                (data, len, false)
+            }
+            Lifted::Written(len) => (Bytes::new(), len, true),
+            Lifted::Failed(e) => return Err(e.message),
+        };
+        let mut tensor = Tensor { name: t.name, datatype: t.datatype, shape: t.shape, data };
+        let reshaped = check_output_of_len(io, &tensor, len, batch_size)?;
+        if outputs.iter().any(|o| o.name == tensor.name) {
+            return Err(format!("output '{}' appears twice", tensor.name));
+        }
+        if wanted(&tensor.name) {
+            if let Some(shape) = reshaped {
+                tensor.shape = shape;
+            }
+            if written {
+                in_place.push(tensor.name.clone());
+            }
+            outputs.push(tensor);
+        }
+    }
+    Ok((outputs, in_place))
+}
+
+/// `outputs` when they hold every output in `requested`. A model with optional inputs may leave
+/// out the outputs of the inputs it did not get (an ensemble then treats them as absent);
+/// otherwise a missing output is the plugin's fault.
+fn complete(
+    io: &crate::validate::IoSpec,
+    requested: &[String],
+    outputs: Vec<Tensor>,
+    in_place: Vec<String>,
+) -> Result<(Vec<Tensor>, Vec<String>), String> {
+    if !io.inputs.iter().any(|i| i.optional)
+        && let Some(missing) = requested.iter().find(|name| !outputs.iter().any(|o| &&o.name == name))
+    {
+        return Err(format!("the response lacks the requested output '{missing}'"));
+    }
+    Ok((outputs, in_place))
 }
 
 /// Sends a decoupled model's non-final response, waiting — on the instance's worker, decoupled
@@ -265,6 +363,16 @@ impl host::Host for SandboxState {
 
     fn send_error(&mut self, request: u32, kind: ErrorKind, message: String) -> Result<(), String> {
         let batch = self.batch.as_mut().ok_or("send-error called outside execute")?;
+        let limit = MAX_ERROR_MESSAGE.min(usize::try_from(batch.max_output_bytes).unwrap_or(usize::MAX));
+        if batch.merged && request == 0 {
+            // The merged request's error is every one of its requests' (`merge.rs`).
+            let error = backend_error(kind, bounded(message, limit));
+            if batch.jobs.iter().all(|j| j.sender.is_complete()) {
+                return Err("request 0 is already complete".into());
+            }
+            batch.jobs.iter_mut().for_each(|j| j.fail(error.clone()));
+            return Ok(());
+        }
         let job = batch
             .jobs
             .get_mut(request as usize)
@@ -272,13 +380,27 @@ impl host::Host for SandboxState {
         if job.sender.is_complete() {
             return Err(format!("request {request} is already complete"));
         }
-        let limit = MAX_ERROR_MESSAGE.min(usize::try_from(batch.max_output_bytes).unwrap_or(usize::MAX));
         job.fail(backend_error(kind, bounded(message, limit)));
         Ok(())
     }
 
     fn send_final_flag(&mut self, request: u32) -> Result<(), String> {
         let batch = self.batch.as_mut().ok_or("send-final-flag called outside execute")?;
+        if batch.merged && request == 0 {
+            // After the merged request's responses, each of its requests' flag (`merge.rs`).
+            if !batch.jobs.iter().any(|j| j.sender.sent_early()) {
+                return Err(
+                    "send-final-flag is for decoupled models; this model sends one final response per request".into()
+                );
+            }
+            let mut result = Ok(());
+            for job in batch.jobs.iter_mut().filter(|j| !j.sender.is_complete()) {
+                if let Err(e) = job.sender.send_final_flag() {
+                    result = Err(e.to_string());
+                }
+            }
+            return result;
+        }
         let decoupled = batch.decoupled;
         let job = batch
             .jobs
@@ -295,9 +417,13 @@ impl host::Host for SandboxState {
     }
 
     fn is_cancelled(&mut self, request: u32) -> bool {
-        self.batch
-            .as_ref()
-            .and_then(|batch| batch.jobs.get(request as usize))
-            .is_some_and(|job| job.sender.is_cancelled())
+        match self.batch.as_ref() {
+            // A merged request is cancelled once every one of its requests is (`merge.rs`).
+            Some(batch) if batch.merged => {
+                request == 0 && batch.jobs.iter().all(|j| j.sender.is_complete() || j.sender.is_cancelled())
+            }
+            Some(batch) => batch.jobs.get(request as usize).is_some_and(|job| job.sender.is_cancelled()),
+            None => false,
+        }
     }
 }

@@ -218,7 +218,8 @@ fn placed<'a>(
     // Only a final response to a request still open, of a model that sends one response a request:
     // a write for a request already answered could land on bytes its client is reading, or on
     // those of its next request in the same place; `deliver` refuses such a response anyway.
-    let batch = state.batch.as_ref().filter(|batch| final_ && !batch.decoupled)?;
+    // Nor a merged batch's response, which holds every request's rows (`merge.rs`).
+    let batch = state.batch.as_ref().filter(|batch| final_ && !batch.decoupled && !batch.merged)?;
     let job = batch.jobs.get(index as usize).filter(|job| !job.sender.is_complete())?;
     let (_, span) = job.request.host_outputs.iter().find(|(output, _)| output == name)?;
     // A fixed-size datatype (the response states a written output's size by its shape), not a

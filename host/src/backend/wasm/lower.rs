@@ -72,9 +72,14 @@ pub(super) struct Tensor<'a> {
 }
 
 /// A tensor's bytes as a WIT `list<u8>`: allocated in the guest by its `cabi_realloc`, as for any
-/// list, and filled by [`crate::bulk_copy::copy`].
+/// list, and filled by [`crate::bulk_copy::copy`] — from one buffer, or from the requests of a
+/// merged batch one after the other (`merge.rs`), so that concatenating them costs no copy of its
+/// own.
 #[derive(Clone, Copy)]
-pub(super) struct Data<'a>(pub &'a [u8]);
+pub(super) enum Data<'a> {
+    One(&'a [u8]),
+    Parts(&'a [bytes::Bytes]),
+}
 
 // SAFETY: the type information is `[u8]`'s, whose lowering `Data`'s reproduces (a pointer and a
 // length, stored as wasmtime stores them) with only the copy of the bytes done differently.
@@ -97,7 +102,7 @@ unsafe impl Lower for Data<'_> {
         dst: &mut MaybeUninit<Self::Lower>,
     ) -> wasmtime::Result<()> {
         let ptr = self.store(cx)?;
-        dst.write([ValRaw::i64(ptr as i64), ValRaw::i64(self.0.len() as i64)]);
+        dst.write([ValRaw::i64(ptr as i64), ValRaw::i64(self.len() as i64)]);
         Ok(())
     }
 
@@ -108,7 +113,7 @@ unsafe impl Lower for Data<'_> {
         offset: usize,
     ) -> wasmtime::Result<()> {
         let ptr = u32::try_from(self.store(cx)?)?;
-        let len = u32::try_from(self.0.len())?;
+        let len = u32::try_from(self.len())?;
         *cx.get::<4>(offset) = ptr.to_le_bytes();
         *cx.get::<4>(offset + 4) = len.to_le_bytes();
         Ok(())
@@ -116,16 +121,32 @@ unsafe impl Lower for Data<'_> {
 }
 
 impl Data<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Data::One(bytes) => bytes.len(),
+            Data::Parts(parts) => parts.iter().map(|p| p.len()).sum(),
+        }
+    }
+
     /// Allocates the bytes in the guest and copies them there; the guest's address of the copy.
     fn store<T>(&self, cx: &mut LowerContext<'_, T>) -> wasmtime::Result<usize> {
-        let len = self.0.len();
+        let len = self.len();
         let ptr = cx.realloc(0, 0, 1, len)?;
         let memory = cx.as_slice_mut();
         let target = ptr
             .checked_add(len)
             .and_then(|end| memory.get_mut(ptr..end))
             .ok_or_else(|| wasmtime::format_err!("list pointer/length out of bounds of memory"))?;
-        crate::bulk_copy::copy(target, self.0);
+        match self {
+            Data::One(bytes) => crate::bulk_copy::copy(target, bytes),
+            Data::Parts(parts) => {
+                let mut at = 0;
+                for part in *parts {
+                    crate::bulk_copy::copy(&mut target[at..at + part.len()], part);
+                    at += part.len();
+                }
+            }
+        }
         Ok(ptr)
     }
 }

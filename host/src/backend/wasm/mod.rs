@@ -10,6 +10,7 @@ mod io_guard;
 mod leases;
 mod lift;
 mod lower;
+pub mod merge;
 mod policy;
 mod runtime;
 mod sandbox;
@@ -94,6 +95,7 @@ impl BackendFactory for WasmBackends {
 
     fn load(&self, v: &VersionLoad<'_>) -> Result<LoadedVersion, LoadError> {
         let mut policy = SandboxPolicy::from_config(v.config).map_err(LoadError::SandboxPolicy)?;
+        let merge = merge::enabled(v.config).map_err(|source| LoadError::Config { line: None, source })?;
         let (bytes, identity): (std::borrow::Cow<'static, [u8]>, _) = match component::find(
             v.backend,
             &v.config.runtime,
@@ -149,6 +151,7 @@ impl BackendFactory for WasmBackends {
             policy,
             io: v.io.clone(),
             decoupled: v.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
+            merge,
             trim_above: (!sequence_batched).then_some(self.budget.limits.trim_above_bytes as usize),
             evictable: !sequence_batched,
             instances: v.instances,
@@ -270,6 +273,8 @@ struct InstanceFactory {
     model_info: bindings::OwnedModelInfo,
     io: Arc<IoSpec>,
     decoupled: bool,
+    /// Whether its batches run as one request (see [`merge`]).
+    merge: bool,
     /// What every sandbox of the model counts its memory and log lines on.
     memory: ModelMeter,
     /// The server's trimmer, which rebuilds grown instances once idle for its delay.
@@ -380,6 +385,7 @@ struct WasmLoad<'a> {
     pub policy: SandboxPolicy,
     pub io: Arc<IoSpec>,
     pub decoupled: bool,
+    pub merge: bool,
     pub trim_above: Option<usize>,
     /// Whether its instances may give their sandboxes back at rest (see [`InstanceFactory`]).
     pub evictable: bool,
@@ -416,6 +422,7 @@ fn load(params: WasmLoad<'_>) -> Result<LoadedWasmModel, LoadError> {
         model_info,
         io: params.io,
         decoupled: params.decoupled,
+        merge: params.merge,
         memory,
         trimmer: params.budget.trimmer.clone(),
         calls: params.calls,
@@ -570,6 +577,8 @@ struct Lent {
     flags: bindings::SequenceFlags,
     parameters: Vec<(String, crate::request::ParamValue)>,
     inputs: Vec<crate::request::Tensor>,
+    /// A merged batch's inputs, each gathered from its requests (see [`merge`]); empty otherwise.
+    gathered: Vec<crate::backend::batch::Gathered>,
     requested_outputs: Vec<String>,
 }
 
@@ -589,8 +598,14 @@ fn with_requests<R>(lent: &[Lent], f: impl FnOnce(&[lower::Request<'_>]) -> R) -
                         name: &t.name,
                         datatype: t.datatype.into(),
                         shape: &t.shape,
-                        data: lower::Data(&t.data),
+                        data: lower::Data::One(&t.data),
                     })
+                    .chain(r.gathered.iter().map(|t| lower::Tensor {
+                        name: &t.name,
+                        datatype: t.datatype.into(),
+                        shape: &t.shape,
+                        data: lower::Data::Parts(&t.parts),
+                    }))
                     .collect(),
                 r.requested_outputs.iter().map(String::as_str).collect(),
             )
@@ -638,15 +653,33 @@ impl WasmInstance {
                     flags,
                     parameters: std::mem::take(&mut r.parameters),
                     inputs: std::mem::take(&mut r.inputs),
+                    gathered: Vec::new(),
                     requested_outputs: r.requested_outputs.clone(),
                 }
             })
             .collect()
     }
 
+    /// What the guest is lent of a batch merged into one request ([`merge`]): the requests keep
+    /// their tensors, which the merged inputs share.
+    fn lend_merged(merged: merge::Merged) -> Vec<Lent> {
+        vec![Lent {
+            id: String::new(),
+            correlation_id: CorrelationId::None,
+            flags: bindings::SequenceFlags::empty(),
+            parameters: merged.parameters,
+            inputs: Vec::new(),
+            gathered: merged.inputs,
+            requested_outputs: merged.requested_outputs,
+        }]
+    }
+
     /// Puts back what [`Self::lend`] moved out of the requests: a request the guest left open
     /// (a blocking call on an I/O thread) runs again on the instance's worker, whole.
-    fn give_back(jobs: &mut [Job], lent: Vec<Lent>) {
+    fn give_back(jobs: &mut [Job], lent: Vec<Lent>, merged: bool) {
+        if merged {
+            return;
+        }
         for (job, lent) in jobs.iter_mut().zip(lent) {
             job.request.parameters = lent.parameters;
             job.request.inputs = lent.inputs;
@@ -775,12 +808,18 @@ impl BackendInstance for WasmInstance {
         };
         let batching = self.factory.io.max_batch_size > 0;
         let batch_sizes = jobs.iter().map(|j| j.request.batch_size(batching)).collect();
-        let lent = Self::lend(jobs);
+        let merged = if self.factory.merge { merge::merge(jobs) } else { None };
+        let is_merged = merged.is_some();
+        let lent = match merged {
+            Some(merged) => Self::lend_merged(merged),
+            None => Self::lend(jobs),
+        };
         // Only decoupled models can send more than one response per request, so only they count.
         let responses = if self.factory.decoupled { vec![0; jobs.len()] } else { Vec::new() };
         let batch = ActiveBatch {
             jobs: std::mem::take(jobs),
             batch_sizes,
+            merged: is_merged,
             io: self.factory.io.clone(),
             model_version: self.version,
             max_output_bytes: self.factory.policy.max_output_bytes,
@@ -791,7 +830,7 @@ impl BackendInstance for WasmInstance {
         let called = Instant::now();
         let (mut batch, outcome) = with_requests(&lent, |requests| sandbox.execute(requests, batch, !inline));
         let returned = Instant::now();
-        Self::give_back(&mut batch.jobs, lent);
+        Self::give_back(&mut batch.jobs, lent, is_merged);
         let model = &self.factory.model_info.name;
         let (error, fault) = match outcome {
             // Inline, the guest made a blocking WASI call: the requests it has not completed stay

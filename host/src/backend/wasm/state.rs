@@ -101,6 +101,9 @@ pub struct ActiveBatch {
     pub jobs: Vec<Job>,
     /// Batch size of each request (first dimension, or 1), for output checks.
     pub batch_sizes: Vec<i64>,
+    /// The guest was lent the jobs as one request, index 0 (see `merge`): its response is split
+    /// among them.
+    pub merged: bool,
     pub io: Arc<IoSpec>,
     pub model_version: i64,
     pub max_output_bytes: u64,
