@@ -463,3 +463,40 @@ fn merging_is_refused_where_a_batch_cannot_be_one_request() {
     let r = s.post_json("/v2/models/off/infer", &rows(&[5], 1));
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+#[test]
+fn a_merged_response_that_is_wrong_fails_every_request_of_the_batch_and_the_model_serves_on() {
+    let repo = Repo::new();
+    let merged = r#"dynamic_batching { }
+parameters { key: "merge_batches" value { string_value: "true" } }"#;
+    let config = faults_config("faults", merged).replace("max_batch_size: 0", "max_batch_size: 8");
+    install_faults_component(&repo.model("faults", &config, &["1"]));
+    let s = Server::start(repo.path(), &[]);
+    let p = Probe { s: &s, model: "faults" };
+    for (fault, words) in [
+        (
+            "wrong_shape",
+            "sent an invalid response: output 'OUTPUT0' has shape [1,3], but the request's batch size is 3",
+        ),
+        ("error", "failed to execute: test_faults: execution error requested"),
+    ] {
+        let blocker = p.block(rows(&[1], 1));
+        let a = p.enqueue(with_params(rows(&[10, 11], 1), json!({"fault": fault})));
+        let b = p.enqueue(with_params(rows(&[20], 1), json!({"fault": fault})));
+        p.open();
+        assert_eq!(blocker.join().unwrap().status, 200);
+        for h in [a, b] {
+            let r = h.join().unwrap();
+            assert_eq!(r.status, 500, "{fault}: {}", r.text());
+            assert!(r.error().contains(words), "{fault}: {}", r.error());
+        }
+    }
+    // The requests of a batch that is right each get their own rows.
+    let blocker = p.block(rows(&[1], 1));
+    let a = p.enqueue(rows(&[10, 11], 1));
+    let b = p.enqueue(rows(&[20], 1));
+    p.open();
+    assert_eq!(blocker.join().unwrap().status, 200);
+    assert_eq!(outputs(a)["OUTPUT0"], (vec![2, 1], vec![10, 11]));
+    assert_eq!(outputs(b)["OUTPUT0"], (vec![1, 1], vec![20]));
+}
