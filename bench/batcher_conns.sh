@@ -7,6 +7,7 @@
 #   bench/batcher_conns.sh [NEREUS_BIN] [ROUNDS]     (defaults: $CARGO_TARGET_DIR/release/nereus, 6)
 #   CONNS="16 64"  PROTOCOLS=http  SECS=6 (window)  WARM=2 (warm-up)
 #   MODELS="simple simple_dyna simple_dyna_merged" (the first is the unbatched reference)
+#   REPO=bench/model_repository (the repository served; bench/merged_python.sh passes its own)
 # Each round runs every model at each connection count, in an order rotated round by round; prints
 # every measurement (throughput, p99, the CPU a request of client and server from /proc, and each
 # batched model's mean batch from its statistics over the window) and, per connection count and

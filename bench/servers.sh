@@ -3,12 +3,12 @@
 # fixed ports (light_load.sh, quota.sh, run.sh, suite.sh). Expects $here (bench/), $anchors (../shared/anchors), $A
 # (the anchors' cache) and $log (a scratch folder).
 
-# nereus_start BINARY PORT FLAGS...: serves bench/model_repository on PORT (gRPC PORT+1, metrics
+# nereus_start BINARY PORT FLAGS...: serves bench/model_repository (or $REPO) on PORT (gRPC PORT+1, metrics
 # PORT+2), its log in $log/PORT.log; prints its pid.
 nereus_start() {
   local b=$1 port=$2
   shift 2
-  "$b" serve --model-repository "$here/model_repository" --http-address 127.0.0.1 --http-port "$port" \
+  "$b" serve --model-repository "${REPO:-$here/model_repository}" --http-address 127.0.0.1 --http-port "$port" \
     --grpc-port $((port + 1)) --metrics-port $((port + 2)) "$@" >"$log/$port.log" 2>&1 &
   echo $!
 }
