@@ -129,8 +129,11 @@ impl SandboxState {
         let checked = checked_outputs(io, sent, batch.batch_sizes[i], |name| {
             requested.iter().any(|r| r == name) || io.is_state_output(name)
         })
-        .and_then(|(outputs, in_place)| {
-            if batch.decoupled { Ok((outputs, in_place)) } else { complete(io, requested, outputs, in_place) }
+        .and_then(|checked| {
+            if !batch.decoupled {
+                complete(io, requested, &checked.0)?;
+            }
+            Ok(checked)
         });
         let (outputs, in_place) = match checked {
             Ok(checked) => checked,
@@ -209,14 +212,11 @@ impl SandboxState {
             }
             let requested = &job.request.requested_outputs;
             outputs.retain(|o| requested.contains(&o.name));
-            let outputs = match complete(io, requested, outputs, Vec::new()) {
-                Ok((outputs, _)) => outputs,
-                Err(missing) => {
-                    job.fail(InferError::internal(format!("{label} sent an invalid response: {missing}")));
-                    problem = Some(missing);
-                    continue;
-                }
-            };
+            if let Err(missing) = complete(io, requested, &outputs) {
+                job.fail(InferError::internal(format!("{label} sent an invalid response: {missing}")));
+                problem = Some(missing);
+                continue;
+            }
             let response = InferenceResponse {
                 in_place: Vec::new(),
                 model_name: io.model_name.clone(),
@@ -273,21 +273,16 @@ fn checked_outputs(
     Ok((outputs, in_place))
 }
 
-/// `outputs` when they hold every output in `requested`. A model with optional inputs may leave
-/// out the outputs of the inputs it did not get (an ensemble then treats them as absent);
-/// otherwise a missing output is the plugin's fault.
-fn complete(
-    io: &crate::validate::IoSpec,
-    requested: &[String],
-    outputs: Vec<Tensor>,
-    in_place: Vec<String>,
-) -> Result<(Vec<Tensor>, Vec<String>), String> {
+/// Whether `outputs` hold every output in `requested`. A model with optional inputs may leave out
+/// the outputs of the inputs it did not get (an ensemble then treats them as absent); otherwise a
+/// missing output is the plugin's fault.
+fn complete(io: &crate::validate::IoSpec, requested: &[String], outputs: &[Tensor]) -> Result<(), String> {
     if !io.inputs.iter().any(|i| i.optional)
         && let Some(missing) = requested.iter().find(|name| !outputs.iter().any(|o| &&o.name == name))
     {
         return Err(format!("the response lacks the requested output '{missing}'"));
     }
-    Ok((outputs, in_place))
+    Ok(())
 }
 
 /// Sends a decoupled model's non-final response, waiting — on the instance's worker, decoupled

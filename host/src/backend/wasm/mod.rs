@@ -10,7 +10,7 @@ mod io_guard;
 mod leases;
 mod lift;
 mod lower;
-pub mod merge;
+mod merge;
 mod policy;
 mod runtime;
 mod sandbox;
