@@ -32,7 +32,7 @@
 //!   `WouldBlock`, see `backend::wasm::io_guard`) gives the request back unfinished; it runs again
 //!   on the instance's worker, and the model runs inline no more. A Wasm model granted its folder
 //!   (`sandbox.model_dir`) never runs inline: file operations block and are not guarded.
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Consecutive fast executions before a model may run inline.
@@ -67,6 +67,9 @@ pub struct InlineGate {
     /// Time the next execution with the thread's CPU clock too: the last one took longer than the
     /// limit in wall time, which only the CPU clock can tell from a preemption.
     verify: AtomicBool,
+    /// What an execution typically costs, in nanoseconds: a moving average (weight 1/8) of those
+    /// under `limit` that did not fault; 0 before the first.
+    typical: AtomicU64,
 }
 
 impl InlineGate {
@@ -77,7 +80,15 @@ impl InlineGate {
             warmup: AtomicU32::new(WARMUP),
             barred: AtomicBool::new(limit.is_zero()),
             verify: AtomicBool::new(false),
+            typical: AtomicU64::new(0),
         }
+    }
+
+    /// What one of the model's executions typically costs (the moving average of its recent fast
+    /// ones); `None` until one was timed, or once the model was barred.
+    pub fn typical(&self) -> Option<Duration> {
+        let nanos = self.typical.load(Ordering::Relaxed);
+        (nanos > 0 && self.watching()).then(|| Duration::from_nanos(nanos))
     }
 
     /// A clock for the next execution, when executions still tell the gate anything (not barred).
@@ -139,6 +150,11 @@ impl InlineGate {
                 tracing::debug!("an execution took {took:?}: runs on the workers for the next {warmup} executions");
             }
         } else {
+            // Racing updates may lose one sample: an estimate, not an account.
+            let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+            let typical = self.typical.load(Ordering::Relaxed);
+            let typical = if typical == 0 { took } else { typical - typical / 8 + took / 8 };
+            self.typical.store(typical.max(1), Ordering::Relaxed);
             let streak = self
                 .streak
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_add(1))
@@ -271,6 +287,25 @@ mod tests {
             gate.record(FAST, false);
         }
         assert!(gate.open());
+    }
+
+    #[test]
+    fn the_typical_execution_follows_the_fast_ones_and_ends_with_a_bar() {
+        let gate = InlineGate::new(LIMIT);
+        assert_eq!(gate.typical(), None);
+        gate.record(FAST, false);
+        assert_eq!(gate.typical(), Some(FAST));
+        // Slow and faulting executions say nothing about a typical one.
+        gate.record(SLOW, false);
+        gate.record(FAST / 2, true);
+        assert_eq!(gate.typical(), Some(FAST));
+        for _ in 0..100 {
+            gate.record(FAST * 2, false);
+        }
+        let typical = gate.typical().unwrap();
+        assert!(typical > FAST * 19 / 10 && typical <= FAST * 2, "{typical:?}");
+        gate.bar();
+        assert_eq!(gate.typical(), None);
     }
 
     #[test]
