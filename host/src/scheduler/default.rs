@@ -178,6 +178,7 @@ impl Pool {
             std::hint::spin_loop();
         }
     }
+
     /// Runs the requests left in the handoff, oldest first, on whichever instance is free, and looks
     /// again after letting go of it (the rule in [`super::handoff`]); stops when none is left, when
     /// every instance is held (its holder runs the rest), or when this thread may run no more:

@@ -153,8 +153,9 @@ impl InlineGate {
             // Racing updates may lose one sample: an estimate, not an account.
             let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
             let typical = self.typical.load(Ordering::Relaxed);
+            // Never 0 again once set: `typical - typical / 8` stays at least 1.
             let typical = if typical == 0 { took } else { typical - typical / 8 + took / 8 };
-            self.typical.store(typical.max(1), Ordering::Relaxed);
+            self.typical.store(typical, Ordering::Relaxed);
             let streak = self
                 .streak
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_add(1))
