@@ -500,3 +500,39 @@ parameters { key: "merge_batches" value { string_value: "true" } }"#;
     assert_eq!(outputs(a)["OUTPUT0"], (vec![2, 1], vec![10, 11]));
     assert_eq!(outputs(b)["OUTPUT0"], (vec![1, 1], vec![20]));
 }
+
+/// A batch waiting for its delay runs when an I/O thread has nothing else to do and would sleep,
+/// as large as it has grown, on that thread; with `--strict-queue-delay=true` it waits out the
+/// delay, as tritonserver's does. Both once the model runs inline (after a warm-up of fast
+/// executions: requests of a full batch each, which go at once).
+#[test]
+fn a_waiting_batch_runs_when_an_io_thread_would_sleep_unless_the_delay_is_strict() {
+    const DELAY_S: u64 = 2;
+    let repo = Repo::new();
+    probe_model(&repo, "m", 4, &format!("max_queue_delay_microseconds: {}", DELAY_S * 1_000_000), false, "");
+    for strict in [false, true] {
+        let s = Server::start(repo.path(), &["--strict-queue-delay", if strict { "true" } else { "false" }]);
+        let p = Probe { s: &s, model: "m" };
+        let counters = || s.get("/nereus/test/models/m/executions").json();
+        // Full batches until one runs inline: the model has earned it (on a busy machine a slow
+        // execution or two may lengthen the warm-up).
+        let mut i = 0;
+        while counters()["inline"].as_u64().unwrap() == 0 {
+            assert!(i < 2_000, "the model never ran inline");
+            assert_eq!(batch(p.send(rows(&[i, i, i, i], 1))), [i, i, i, i], "warm-up {i}");
+            i += 1;
+        }
+        let inline_before = counters()["inline"].as_u64().unwrap();
+        let queue_before = stats(&s, "m")["inference_stats"]["queue"]["ns"].as_u64().unwrap();
+        assert_eq!(batch(p.send(rows(&[7], 1))), [7], "strict: {strict}");
+        let queued_ns = stats(&s, "m")["inference_stats"]["queue"]["ns"].as_u64().unwrap() - queue_before;
+        let ran_inline = counters()["inline"].as_u64().unwrap() - inline_before;
+        if strict {
+            assert!(queued_ns >= DELAY_S * 1_000_000_000, "queued only {queued_ns} ns under a strict delay");
+            assert_eq!(ran_inline, 0, "a batch that waited out its delay ran on an I/O thread");
+        } else {
+            assert!(queued_ns < DELAY_S * 1_000_000_000, "the lone request waited out its delay ({queued_ns} ns)");
+            assert_eq!(ran_inline, 1, "the lone request's batch did not run on the I/O thread");
+        }
+    }
+}

@@ -350,6 +350,12 @@ pub struct ServeArgs {
     /// docs/scheduling.md.
     #[arg(long = "inline-execution-us", default_value_t = 250)]
     pub inline_execution_us: u64,
+    /// Dynamic batches wait out max_queue_delay_microseconds for more requests even while an I/O
+    /// thread has nothing to do, as tritonserver's do. By default (false) a batch of a model that
+    /// runs inline goes, as large as it has grown, when an I/O thread is about to sleep. See
+    /// "Dynamic batching" in docs/scheduling.md.
+    #[arg(long = "strict-queue-delay", default_value_t = false, action = ArgAction::Set, value_parser = TritonBool)]
+    pub strict_queue_delay: bool,
     /// For this many microseconds after each inference request, one idle-priority thread spins
     /// to keep a CPU awake, so the next request is not delayed by waking a halted (virtual) CPU.
     /// It yields to any other work at once, rests while the CPUs have less than half a CPU to
@@ -521,6 +527,7 @@ impl ServeArgs {
             allow_client_shm: self.allow_client_shm,
             instance_poll: std::time::Duration::from_micros(self.instance_poll_us),
             inline_under: std::time::Duration::from_micros(self.inline_execution_us),
+            strict_queue_delay: self.strict_queue_delay,
             busy_poll: std::time::Duration::from_micros(self.busy_poll_us),
             busy_poll_min_spare_cpus: self.busy_poll_min_spare_cpus,
             metrics,

@@ -93,11 +93,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 forward_headers: args.http_header_forward_pattern.clone(),
             };
             let (server, connections) = (server.clone(), connections.http.clone());
-            io_threads::start("HTTP", "http", http_threads, listener, stop_rx.clone(), move |handed, mut stop| {
-                http::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-            })?;
+            let parks = before_io_thread_parks(&server);
+            io_threads::start(
+                "HTTP",
+                "http",
+                http_threads,
+                listener,
+                stop_rx.clone(),
+                move |handed, mut stop| {
+                    http::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                },
+                parks.clone(),
+            )?;
         }
         if args.allow_grpc {
             let listener = bind("GRPC", &args.grpc_address, args.grpc_port).await?;
@@ -114,11 +123,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 forward_headers: args.grpc_header_forward_pattern.clone(),
             };
             let (server, connections) = (server.clone(), connections.grpc.clone());
-            io_threads::start("gRPC", "grpc", grpc_threads, listener, stop_rx.clone(), move |handed, mut stop| {
-                grpc::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-            })?;
+            let parks = before_io_thread_parks(&server);
+            io_threads::start(
+                "gRPC",
+                "grpc",
+                grpc_threads,
+                listener,
+                stop_rx.clone(),
+                move |handed, mut stop| {
+                    grpc::serve(handed, server.clone(), options.clone(), connections.clone(), async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                },
+                parks.clone(),
+            )?;
         }
         if args.allow_metrics {
             let address = args.metrics_address.as_deref().unwrap_or(args.http_address.as_str());
@@ -167,6 +185,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// Binds an endpoint's listener. A socket that cannot be bound stops the start, as in
 /// tritonserver, whose log line says which (`failed to start GRPC service: Unavailable - Socket
 /// '0.0.0.0:8001' already in use`); the error returned does not repeat it.
+/// What an I/O thread runs before it sleeps (see [`nereus::scheduler::inline::IoThreads::before_park`]).
+fn before_io_thread_parks(server: &Server) -> impl Fn() + Clone + Send + Sync + 'static {
+    let io_threads = server.io_threads();
+    move || io_threads.before_park()
+}
+
 async fn bind(service: &str, address: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
     match tokio::net::TcpListener::bind((address, port)).await {
         Ok(listener) => Ok(listener),

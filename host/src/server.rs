@@ -83,6 +83,9 @@ pub struct ServerOptions {
     pub instance_poll: std::time::Duration,
     /// Executions shorter than this may run inline (`--inline-execution-us`; zero: never).
     pub inline_under: std::time::Duration,
+    /// Dynamic batches wait out their delay even while an I/O thread is idle
+    /// (`--strict-queue-delay`).
+    pub strict_queue_delay: bool,
     /// Enables the test-only hooks (execution gates and counters) under `/nereus/test/`.
     pub test_hooks: bool,
     /// Lets clients register system shared memory (`--allow-client-shm`).
@@ -131,6 +134,8 @@ pub struct Server {
     /// Requests whose client went away before their answer (see [`Server::count_abandoned`]).
     abandoned: AtomicU64,
     busy_poll: Option<crate::busy_poll::BusyPoll>,
+    /// What the I/O threads do for the models' schedulers besides serving (see [`Self::io_threads`]).
+    io_threads: Arc<IoThreads>,
     metrics: Option<Arc<Metrics>>,
     tracer: Tracer,
     _runtime: Arc<WasmRuntime>,
@@ -166,13 +171,14 @@ impl Server {
                 Arc::downgrade(&resolver)
             },
         });
+        let io_threads = Arc::new(IoThreads::new(options.io_threads, !options.strict_queue_delay));
         let ctx = LoadContext {
             backends: Arc::new(backends),
             gpu_count: crate::gpu::device_count(),
             config_name: options.model_config_name.clone(),
             instance_poll: options.instance_poll,
             inline_under: options.inline_under,
-            io_threads: Arc::new(IoThreads::new(options.io_threads)),
+            io_threads: io_threads.clone(),
             models: models.clone(),
             test_hooks: options.test_hooks,
             metrics: metrics.clone(),
@@ -233,6 +239,7 @@ impl Server {
             initialized,
             abandoned: AtomicU64::new(0),
             busy_poll,
+            io_threads,
             metrics,
             tracer,
             _runtime: runtime,
@@ -268,6 +275,12 @@ impl Server {
             Ordering::Acquire,
         );
         Ok(())
+    }
+
+    /// The I/O threads' share in scheduling: the budget of inline executions, and the dynamic
+    /// batches an I/O thread about to sleep runs ([`IoThreads::before_park`]).
+    pub fn io_threads(&self) -> Arc<IoThreads> {
+        self.io_threads.clone()
     }
 
     pub fn options(&self) -> &ServerOptions {

@@ -79,7 +79,9 @@ struct Thread {
 /// Starts `count` threads named `nereus-KIND-N`, each running `serve` on its own single-threaded
 /// runtime with the connections it is handed, and on the calling runtime the loop accepting from
 /// `listener` until `stop` turns true (then the listener closes and each thread's [`Handed`]
-/// ends once taken). `frontend` names the endpoint in the log.
+/// ends once taken). `frontend` names the endpoint in the log. Each thread calls `before_park`
+/// whenever it is about to sleep for want of ready work (tokio's `on_thread_park`; a task it wakes
+/// there runs before the thread sleeps).
 pub fn start<F>(
     frontend: &'static str,
     kind: &'static str,
@@ -87,6 +89,7 @@ pub fn start<F>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
     serve: impl Fn(Handed, watch::Receiver<bool>) -> F + Clone + Send + 'static,
+    before_park: impl Fn() + Clone + Send + Sync + 'static,
 ) -> std::io::Result<()>
 where
     F: Future<Output = ()> + 'static,
@@ -97,8 +100,10 @@ where
         let open = Arc::new(AtomicUsize::new(0));
         threads.push(Thread { streams: tx, open: open.clone() });
         let (handed, stop, serve) = (Handed { streams: rx, open }, stop.clone(), serve.clone());
+        let before_park = before_park.clone();
         let thread = std::thread::Builder::new().name(format!("nereus-{kind}-{i}")).spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(before_park).build()?;
             runtime.block_on(serve(handed, stop));
             std::io::Result::Ok(())
         })?;

@@ -29,6 +29,24 @@ const INLINE_RUN: usize = 4;
 /// I/O threads: 66k → 80k/s, server CPU 21 → 15 µs a request; bench/README.md).
 const WAIT_UNDER: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// Spins while every one of `instances` is held, up to twice the model's typical execution when
+/// that is under `under`; returns at once otherwise. What the caller then finds is its own business:
+/// a holder may keep its instance past the wait.
+pub(super) fn await_free_instance(instances: &[SharedInstance], inline: &InlineGate, under: std::time::Duration) {
+    let all_held = || instances.iter().all(|i| i.is_locked());
+    if !all_held() {
+        return;
+    }
+    let bound = match inline.typical() {
+        Some(typical) if typical < under => typical * 2,
+        _ => return,
+    };
+    let start = Instant::now();
+    while all_held() && start.elapsed() < bound {
+        std::hint::spin_loop();
+    }
+}
+
 /// An instance, shared by its worker thread and inline executions (whoever holds the lock runs
 /// it); `None` once finalised.
 pub(super) type SharedInstance = Arc<Mutex<Option<Box<dyn BackendInstance>>>>;
@@ -165,17 +183,8 @@ impl Pool {
     /// request and runs what it can as before, so a holder that keeps its instance past the wait
     /// still runs the request.
     fn await_free_instance(&self) {
-        let all_held = || self.instances.iter().all(|i| i.is_locked());
-        if !self.handoff.is_empty() || !all_held() {
-            return;
-        }
-        let bound = match self.inline.typical() {
-            Some(typical) if typical < WAIT_UNDER => typical * 2,
-            _ => return,
-        };
-        let start = Instant::now();
-        while all_held() && start.elapsed() < bound {
-            std::hint::spin_loop();
+        if self.handoff.is_empty() {
+            await_free_instance(&self.instances, &self.inline, WAIT_UNDER);
         }
     }
 
@@ -389,7 +398,7 @@ mod tests {
             batching: false,
             poll: Duration::ZERO,
             inline_under: Duration::from_secs(1),
-            io_threads: Arc::new(super::super::inline::IoThreads::new(8)),
+            io_threads: Arc::new(super::super::inline::IoThreads::new(8, true)),
         };
         Pool {
             instances: (0..instances)

@@ -32,6 +32,7 @@
 //!   `WouldBlock`, see `backend::wasm::io_guard`) gives the request back unfinished; it runs again
 //!   on the instance's worker, and the model runs inline no more. A Wasm model granted its folder
 //!   (`sandbox.model_dir`) never runs inline: file operations block and are not guarded.
+use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -222,20 +223,73 @@ fn thread_cpu_time() -> Duration {
 
 /// The server's I/O threads, as far as inline execution is concerned: at most all but one of them
 /// run an execution inline at any moment, so one is always free to serve its connections and
-/// answer other models. Owned by the server and handed to every model's scheduler.
-#[derive(Debug)]
+/// answer other models; and an I/O thread about to sleep runs the batches waiting for requests
+/// that may not come ([`Self::before_park`]). Owned by the server and handed to every model's
+/// scheduler.
 pub struct IoThreads {
     /// Inline executions running now, across the server.
     running: AtomicUsize,
     /// How many may run at once: the I/O threads less one (0: never inline).
     allowed: usize,
+    /// The batchers with requests waiting for their batch to grow, each listed once (it keeps
+    /// its own flag, see [`WaitingBatches`]); `waiting` tells without the lock whether any is.
+    batchers: parking_lot::Mutex<Vec<Weak<dyn WaitingBatches>>>,
+    waiting: AtomicBool,
+    /// Whether batches that wait run on an I/O thread about to sleep (not `--strict-queue-delay`).
+    run_when_idle: bool,
+}
+
+/// A dynamic batcher whose queued requests wait for more to join them (`max_queue_delay`).
+pub trait WaitingBatches: Send + Sync {
+    /// Runs what is queued now, here on an I/O thread about to sleep, if the model may run inline
+    /// and an instance is free; otherwise it waits on as before.
+    fn run_waiting(&self);
+}
+
+impl std::fmt::Debug for IoThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoThreads").field("running", &self.running).field("allowed", &self.allowed).finish()
+    }
 }
 
 impl IoThreads {
     /// The budget of a server with `io_threads` I/O threads (HTTP runtime workers plus gRPC
     /// threads); with one or none, nothing runs inline.
-    pub fn new(io_threads: usize) -> Self {
-        IoThreads { running: AtomicUsize::new(0), allowed: io_threads.saturating_sub(1) }
+    pub fn new(io_threads: usize, run_when_idle: bool) -> Self {
+        IoThreads {
+            run_when_idle,
+            running: AtomicUsize::new(0),
+            allowed: io_threads.saturating_sub(1),
+            batchers: parking_lot::Mutex::new(Vec::new()),
+            waiting: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a batcher should list itself when its requests wait ([`Self::batch_waits`]).
+    pub fn run_when_idle(&self) -> bool {
+        self.run_when_idle
+    }
+
+    /// Lists a batcher whose requests now wait for their batch to grow (it lists itself once
+    /// until [`Self::before_park`] takes it).
+    pub fn batch_waits(&self, batcher: Weak<dyn WaitingBatches>) {
+        self.batchers.lock().push(batcher);
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    /// Called by an I/O thread about to sleep, which would leave the CPU idle: the batches waiting
+    /// for their delay run now instead, on this thread, as large as they have grown. A batch waits
+    /// for more requests so as to spend less CPU a request; with a thread idle that CPU is free,
+    /// and the wait only adds latency — which for closed-loop clients is throughput too
+    /// (docs/scheduling.md, *Dynamic batching*). Cheap when nothing waits: one atomic load.
+    pub fn before_park(&self) {
+        if !self.waiting.load(Ordering::Acquire) || !self.waiting.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let batchers = std::mem::take(&mut *self.batchers.lock());
+        for batcher in batchers.iter().filter_map(Weak::upgrade) {
+            batcher.run_waiting();
+        }
     }
 
     /// A slot for one inline execution on the calling I/O thread, if fewer than the allowed
@@ -424,14 +478,41 @@ mod tests {
 
     #[test]
     fn slots_leave_one_io_thread_free() {
-        assert!(IoThreads::new(1).take().is_none());
-        assert!(IoThreads::new(0).take().is_none());
-        let threads = IoThreads::new(3);
+        assert!(IoThreads::new(1, true).take().is_none());
+        assert!(IoThreads::new(0, true).take().is_none());
+        let threads = IoThreads::new(3, true);
         let a = threads.take().expect("a first slot");
         let b = threads.take().expect("a second slot");
         assert!(threads.take().is_none());
         drop(a);
         let _c = threads.take().expect("a freed slot");
         drop(b);
+    }
+
+    struct Counted(AtomicUsize);
+
+    impl WaitingBatches for Counted {
+        fn run_waiting(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_thread_about_to_park_runs_each_listed_batcher_once() {
+        let threads = IoThreads::new(2, true);
+        let batcher = std::sync::Arc::new(Counted(AtomicUsize::new(0)));
+        let gone = std::sync::Arc::new(Counted(AtomicUsize::new(0)));
+        let weak: Weak<dyn WaitingBatches> = std::sync::Arc::downgrade(&batcher) as Weak<Counted>;
+        threads.batch_waits(weak);
+        threads.batch_waits(std::sync::Arc::downgrade(&gone) as Weak<Counted>);
+        drop(gone); // an unloaded model's batcher is skipped
+        threads.before_park();
+        assert_eq!(batcher.0.load(Ordering::Relaxed), 1);
+        // Taken off the list: the next park runs nothing until the batcher lists itself again.
+        threads.before_park();
+        assert_eq!(batcher.0.load(Ordering::Relaxed), 1);
+        threads.batch_waits(std::sync::Arc::downgrade(&batcher) as Weak<Counted>);
+        threads.before_park();
+        assert_eq!(batcher.0.load(Ordering::Relaxed), 2);
     }
 }
