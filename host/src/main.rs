@@ -105,7 +105,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         let _ = stop.wait_for(|s| *s).await;
                     })
                 },
-                parks.clone(),
+                parks,
             )?;
         }
         if args.allow_grpc {
@@ -135,7 +135,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         let _ = stop.wait_for(|s| *s).await;
                     })
                 },
-                parks.clone(),
+                parks,
             )?;
         }
         if args.allow_metrics {
@@ -182,15 +182,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Binds an endpoint's listener. A socket that cannot be bound stops the start, as in
-/// tritonserver, whose log line says which (`failed to start GRPC service: Unavailable - Socket
-/// '0.0.0.0:8001' already in use`); the error returned does not repeat it.
 /// What an I/O thread runs before it sleeps (see [`nereus::scheduler::inline::IoThreads::before_park`]).
 fn before_io_thread_parks(server: &Server) -> impl Fn() + Clone + Send + Sync + 'static {
     let io_threads = server.io_threads();
     move || io_threads.before_park()
 }
 
+/// Binds an endpoint's listener. A socket that cannot be bound stops the start, as in
+/// tritonserver, whose log line says which (`failed to start GRPC service: Unavailable - Socket
+/// '0.0.0.0:8001' already in use`); the error returned does not repeat it.
 async fn bind(service: &str, address: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
     match tokio::net::TcpListener::bind((address, port)).await {
         Ok(listener) => Ok(listener),

@@ -357,7 +357,7 @@ impl Shared {
     fn run_inline<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
-        n: usize,
+        mut n: usize,
         eager: bool,
     ) -> Option<MutexGuard<'a, State>> {
         // Not while a test gate may hold executions: the calling thread must never wait at it.
@@ -365,7 +365,6 @@ impl Shared {
             return Some(state);
         }
         let Some(_slot) = self.ctx.io_threads.take() else { return Some(state) };
-        let mut n = n;
         if self.instances.iter().all(|i| i.is_locked()) {
             // Every instance busy: wait briefly for one rather than leave the batch to a worker,
             // which would wake every request's I/O thread for its answer. The queue is free

@@ -246,12 +246,6 @@ pub trait WaitingBatches: Send + Sync {
     fn run_waiting(&self);
 }
 
-impl std::fmt::Debug for IoThreads {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IoThreads").field("running", &self.running).field("allowed", &self.allowed).finish()
-    }
-}
-
 impl IoThreads {
     /// The budget of a server with `io_threads` I/O threads (HTTP runtime workers plus gRPC
     /// threads); with one or none, nothing runs inline.
@@ -303,7 +297,6 @@ impl IoThreads {
 }
 
 /// Permission for one inline execution on the current I/O thread; released on drop.
-#[derive(Debug)]
 pub struct IoSlot<'a>(&'a IoThreads);
 
 impl Drop for IoSlot<'_> {
