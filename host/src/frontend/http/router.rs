@@ -697,6 +697,9 @@ async fn infer(
     if let Some(forward) = &options.forward_headers {
         forward.apply(&parts.headers, &mut request)?;
     }
+    // The head's header values and URI are slices of hyper's read buffer: let go of them before
+    // the request waits for its answer (see `request_body::collect`).
+    drop(parts);
     request.model_name = name;
     request.model_version = version;
     request.trace = trace.clone();
