@@ -75,24 +75,31 @@ pub async fn collect(mut body: Incoming, limit: usize, chunked: bool, align_at: 
             (Some(buffer), _) => crate::bulk_copy::extend(buffer, &data, stream),
             (None, None) => first = Some(data),
             (None, Some(earlier)) => {
-                let mut buffer = BytesMut::with_capacity(pad + (earlier.len() + data.len()).max(announced));
-                buffer.put_bytes(0, pad);
+                let mut buffer = padded(pad, (earlier.len() + data.len()).max(announced));
                 crate::bulk_copy::extend(&mut buffer, &earlier, stream);
                 crate::bulk_copy::extend(&mut buffer, &data, stream);
                 joined = Some(buffer);
             }
         }
     }
-    if let Some(only) = first.take() {
-        return Ok(detach_small(only, pad));
-    }
-    Ok(match joined {
-        Some(mut buffer) => {
-            buffer.advance(pad);
-            buffer.freeze()
-        }
-        None => Bytes::new(),
+    Ok(match (joined, first) {
+        (Some(buffer), _) => unpadded(buffer, pad),
+        (None, Some(only)) => detach_small(only, pad),
+        (None, None) => Bytes::new(),
     })
+}
+
+/// An empty buffer for a body of `capacity` bytes behind `pad` bytes of padding.
+fn padded(pad: usize, capacity: usize) -> BytesMut {
+    let mut buffer = BytesMut::with_capacity(pad + capacity);
+    buffer.put_bytes(0, pad);
+    buffer
+}
+
+/// The body in a [`padded`] buffer, its padding dropped.
+fn unpadded(mut buffer: BytesMut, pad: usize) -> Bytes {
+    buffer.advance(pad);
+    buffer.freeze()
 }
 
 /// A body of one frame as [`collect`] returns it: up to [`SMALL_BODY`] bytes a copy of its own
@@ -102,11 +109,9 @@ fn detach_small(frame: Bytes, pad: usize) -> Bytes {
     if frame.len() > SMALL_BODY {
         return frame;
     }
-    let mut buffer = BytesMut::with_capacity(pad + frame.len());
-    buffer.put_bytes(0, pad);
+    let mut buffer = padded(pad, frame.len());
     buffer.extend_from_slice(&frame);
-    buffer.advance(pad);
-    buffer.freeze()
+    unpadded(buffer, pad)
 }
 
 #[cfg(test)]
