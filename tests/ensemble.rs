@@ -558,6 +558,12 @@ fn a_long_decoupled_stream_holds_only_the_contexts_in_use() {
     let mut request = repeat_request(&(0..n).collect::<Vec<i32>>());
     let delay = request.inputs.iter().position(|i| i.name == "DELAY").unwrap();
     request.raw_input_contents[delay] = (0..n).flat_map(|_| 5u32.to_le_bytes()).collect::<Vec<u8>>().into();
+    // Read up to the final flag: a client that hung up after the last copy would cancel the
+    // request before the ensemble saw its repeat step end, and the line below says nothing then.
+    request.parameters.insert(
+        "triton_enable_empty_final_response".into(),
+        pb::InferParameter { parameter_choice: Some(pb::infer_parameter::ParameterChoice::BoolParam(true)) },
+    );
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let copies = rt.block_on(async {
         let mut c = grpc_client(&s).await;
@@ -566,11 +572,16 @@ fn a_long_decoupled_stream_holds_only_the_contexts_in_use() {
         let mut stream =
             c.model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         let mut copies = Vec::new();
-        while copies.len() < n as usize {
+        loop {
             let m: pb::ModelStreamInferResponse =
                 tokio::time::timeout(WAIT, stream.message()).await.unwrap().unwrap().unwrap();
             assert!(m.error_message.is_empty(), "{}", m.error_message);
             let r = m.infer_response.unwrap();
+            if r.outputs.is_empty() {
+                let last = r.parameters.get("triton_final_response").and_then(|p| p.parameter_choice.clone());
+                assert!(matches!(last, Some(pb::infer_parameter::ParameterChoice::BoolParam(true))));
+                break;
+            }
             let k = r.outputs.iter().position(|o| o.name == "COPY").unwrap();
             let b = &r.raw_output_contents[k];
             copies.push(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
