@@ -202,6 +202,30 @@ pub struct InferenceResponse {
     /// The outputs a backend wrote straight into the client's shared memory (a GPU's, or a system
     /// region's): their tensors carry the name, datatype and shape but no bytes.
     pub in_place: Vec<String>,
+    /// The request's inputs, carried back to be freed by whoever drops the response.
+    pub spent: Spent,
+}
+
+/// A request's input tensors, travelling back with its response ([`Job::answer`]) so that the
+/// frontend's thread that answers the client frees them: the thread that read the request and
+/// allocated their buffers, in its own malloc arena. Freed on the thread that ran the request
+/// (another I/O thread, or the instance's worker), each buffer took the reader's arena lock while
+/// the reader was allocating in it: at 256 HTTP connections to one instance, half the waits on
+/// glibc's arena locks (`perf`, bench/README.md).
+#[derive(Default)]
+pub struct Spent(Vec<Tensor>);
+
+impl Clone for Spent {
+    /// A copy of a response (the response cache's, an ensemble's) carries nothing back.
+    fn clone(&self) -> Self {
+        Spent::default()
+    }
+}
+
+impl std::fmt::Debug for Spent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Spent({} inputs)", self.0.len())
+    }
 }
 
 impl InferenceResponse {
@@ -360,8 +384,9 @@ impl StreamReceiver {
 #[derive(Debug)]
 pub enum PartialRefused {
     /// The stream holds as much as it may for its reader: wait until it has
-    /// [`drained`](ResponseSender::drained) enough, and send the response again.
-    Full(InferenceResponse),
+    /// [`drained`](ResponseSender::drained) enough, and send the response again (boxed: rare,
+    /// and the response is large).
+    Full(Box<InferenceResponse>),
     /// Nobody reads the stream any more: its client cancelled or went away.
     Cancelled,
     /// Not a stream that takes this response (a unary request, a complete one).
@@ -705,7 +730,7 @@ impl ResponseSender {
                 }
                 let bytes = response_bytes(&response);
                 if !sink.buffer.has_room(bytes) {
-                    return Err(PartialRefused::Full(response));
+                    return Err(PartialRefused::Full(Box::new(response)));
                 }
                 if sink.send(StreamItem { response: Some(Ok(response)), final_: false }, bytes).is_err() {
                     return Err(PartialRefused::Cancelled);
@@ -746,12 +771,21 @@ impl ResponseSender {
         loop {
             match self.try_send_partial(response) {
                 Err(PartialRefused::Full(back)) => {
-                    response = back;
+                    response = *back;
                     self.drained(&response).await;
                 }
                 done => return done,
             }
         }
+    }
+
+    /// Delivers the held outcome, as [`flush`](Self::flush), with `inputs` (the request's) taken
+    /// into its response if it is one (see [`Spent`]); otherwise `inputs` stay.
+    pub fn flush_returning(&mut self, inputs: &mut Vec<Tensor>) {
+        if let Some(Final::Outcome(Ok(response))) = &mut self.held {
+            response.spent = Spent(std::mem::take(inputs));
+        }
+        self.flush();
     }
 
     /// Delivers the final outcome to the frontend, if one was given. A traced request's record
@@ -823,6 +857,12 @@ impl Job {
         self.sender.send_final(Err(error));
     }
 
+    /// Delivers the request's held answer, its inputs carried back with a response (see
+    /// [`Spent`]).
+    pub fn answer(&mut self) {
+        self.sender.flush_returning(&mut self.request.inputs);
+    }
+
     /// Fails the request as rejected by its scheduler, unless it is already complete.
     pub fn reject(&mut self, error: InferError) {
         self.sender.reject(error);
@@ -846,6 +886,7 @@ mod tests {
                 data: Bytes::copy_from_slice(&idx.to_le_bytes()),
             }],
             in_place: Vec::new(),
+            spent: Default::default(),
         }
     }
 
@@ -861,6 +902,38 @@ mod tests {
         send(&mut sender);
         sender.flush();
         idx(rx.try_recv().expect("one outcome"))
+    }
+
+    #[test]
+    fn an_answered_request_s_inputs_travel_back_with_its_response_and_a_failed_one_s_stay() {
+        let job = |inputs: usize| {
+            let (sender, rx) = ResponseSender::unary(Arc::new(ModelStats::default()));
+            let input = |k: usize| Tensor {
+                name: format!("IN{k}"),
+                datatype: DataType::Int32,
+                shape: vec![1],
+                data: Bytes::from(vec![k as u8; 4]),
+            };
+            let request = InferenceRequest { inputs: (0..inputs).map(input).collect(), ..Default::default() };
+            (Job { request, sender, enqueued: Instant::now() }, rx)
+        };
+        let (mut answered, mut rx) = job(2);
+        answered.sender.send_final(Ok(response(7)));
+        answered.answer();
+        assert!(answered.request.inputs.is_empty(), "taken by the response");
+        let r = rx.try_recv().expect("one outcome").expect("a response");
+        let names: Vec<_> = r.spent.0.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["IN0", "IN1"]);
+        assert!(r.clone().spent.0.is_empty(), "a copy carries nothing back");
+        let (mut failed, mut rx) = job(2);
+        failed.fail(InferError::invalid("bad input"));
+        failed.answer();
+        assert_eq!(failed.request.inputs.len(), 2, "an error carries nothing back");
+        assert_eq!(rx.try_recv().expect("one outcome").map_err(|e| e.message).err().as_deref(), Some("bad input"));
+        // Not yet answered (a request left for a later run): the inputs stay for it.
+        let (mut pending, _rx) = job(1);
+        pending.answer();
+        assert_eq!(pending.request.inputs.len(), 1);
     }
 
     #[test]

@@ -338,6 +338,7 @@ mod tests {
             parameters: Vec::new(),
             outputs: vec![tensor("OUT", &[bytes as i64 / 4], &vec![7; bytes])],
             in_place: Vec::new(),
+            spent: Default::default(),
         }
     }
 

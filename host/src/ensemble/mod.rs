@@ -548,6 +548,7 @@ impl Ensemble {
         }
         Ok(Some(InferenceResponse {
             in_place: Vec::new(),
+            spent: Default::default(),
             model_name: self.name.clone(),
             model_version: version,
             id,
@@ -580,6 +581,7 @@ impl Ensemble {
                 .collect();
             let response = InferenceResponse {
                 in_place: Vec::new(),
+                spent: Default::default(),
                 model_name: self.name.clone(),
                 model_version: answer.version,
                 id: answer.id.to_string(),

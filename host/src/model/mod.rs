@@ -252,6 +252,7 @@ impl ModelVersion {
                     parameters: entry.parameters.clone(),
                     outputs: entry.outputs.clone(),
                     in_place: Vec::new(),
+                    spent: Default::default(),
                 }));
                 sender.flush();
                 None

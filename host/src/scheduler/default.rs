@@ -63,7 +63,13 @@ pub struct DefaultScheduler {
     workers: usize,
 }
 
+// Not boxed: a box would be allocated by the sender's thread and freed by the worker's, what
+// `One` is for; the channel keeps its messages in blocks of many.
+#[allow(clippy::large_enum_variant)]
 enum Message {
+    /// One request: the common case, sent without a vector of its own (the worker runs it in one
+    /// it keeps, so no buffer is allocated on the sender's thread and freed on the worker's).
+    One(Job),
     Batch(Vec<Job>),
     Stop,
 }
@@ -81,7 +87,7 @@ impl DefaultScheduler {
         });
         let workers: Vec<QueueWorker> = instances
             .into_iter()
-            .map(|instance| QueueWorker { pool: pool.clone(), queue: rx.clone(), instance })
+            .map(|instance| QueueWorker { pool: pool.clone(), queue: rx.clone(), instance, spare: Vec::new() })
             .collect();
         let count = workers.len();
         let lifecycle = Lifecycle::default();
@@ -134,7 +140,7 @@ impl Schedule for DefaultScheduler {
             return job.fail(e);
         }
         let Some(job) = self.try_inline(job, caller) else { return };
-        let _ = self.queue.send(Message::Batch(vec![job]));
+        let _ = self.queue.send(Message::One(job));
         self.lifecycle.wake_one();
     }
 
@@ -289,6 +295,8 @@ struct QueueWorker {
     pool: Arc<Pool>,
     queue: Receiver<Message>,
     instance: SharedInstance,
+    /// The vector a single request runs in, kept from one run to the next.
+    spare: Vec<Job>,
 }
 
 impl Worker for QueueWorker {
@@ -331,6 +339,11 @@ impl Worker for QueueWorker {
             }
         };
         match message {
+            Message::One(job) => {
+                let mut batch = std::mem::take(&mut self.spare);
+                batch.push(job);
+                Step::Run(batch)
+            }
             Message::Batch(batch) => Step::Run(batch),
             Message::Stop => Step::Exit,
         }
@@ -343,6 +356,10 @@ impl Worker for QueueWorker {
         }
         drop(guard);
         flush(&mut batch);
+        batch.clear();
+        if self.spare.capacity() == 0 {
+            self.spare = batch;
+        }
         self.pool.run_handoff_on_worker();
     }
 
@@ -376,6 +393,7 @@ mod tests {
             for job in jobs.iter_mut() {
                 let response = InferenceResponse {
                     in_place: Vec::new(),
+                    spent: Default::default(),
                     model_name: "echo".into(),
                     model_version: 1,
                     id: job.request.id.clone(),

@@ -158,9 +158,10 @@ fn answer_cancelled(stats: &ModelStats, job: &mut Job) {
 /// What a request gets that is left for instances already finalised (a model unloading).
 const INSTANCES_STOPPED: &str = "the model's instances have stopped";
 
-/// Delivers every held response of `batch`.
+/// Delivers every held response of `batch`, each request's inputs carried back with its response
+/// ([`Job::answer`]).
 fn flush(batch: &mut [Job]) {
     for job in batch {
-        job.sender.flush();
+        job.answer();
     }
 }

@@ -426,6 +426,7 @@ impl OnnxInstance {
                 parameters: Vec::new(),
                 outputs: checked,
                 in_place,
+                spent: Default::default(),
             };
             job.sender.send_final(Ok(response));
         }

@@ -149,6 +149,7 @@ impl SandboxState {
             id: job.request.id.clone(),
             parameters: parameters.into_iter().map(|p| (p.key, p.value.into())).collect(),
             outputs,
+            spent: Default::default(),
         };
         if final_ {
             job.sender.send_final(Ok(response));
@@ -219,6 +220,7 @@ impl SandboxState {
             }
             let response = InferenceResponse {
                 in_place: Vec::new(),
+                spent: Default::default(),
                 model_name: io.model_name.clone(),
                 model_version: batch.model_version,
                 id: job.request.id.clone(),
@@ -302,7 +304,7 @@ fn send_partial_within(
             }
             Err(PartialRefused::Refused(why)) => return Err(why.into()),
             Err(PartialRefused::Full(back)) => {
-                response = back;
+                response = *back;
                 let drained = in_tokio(async {
                     match deadline {
                         Some(at) => tokio::time::timeout_at(at.into(), sender.drained(&response)).await.is_ok(),

@@ -688,6 +688,7 @@ mod tests {
     fn response_parameters_in_key_order_with_nan_and_infinities_as_tokens() {
         let response = InferenceResponse {
             in_place: Vec::new(),
+            spent: Default::default(),
             model_name: "m".into(),
             model_version: 1,
             id: String::new(),
@@ -718,6 +719,7 @@ mod tests {
         };
         let response = |outputs| InferenceResponse {
             in_place: Vec::new(),
+            spent: Default::default(),
             model_name: "m".into(),
             model_version: 1,
             id: String::new(),

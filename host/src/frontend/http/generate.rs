@@ -369,6 +369,7 @@ mod tests {
     fn responses_are_flat_objects_with_single_elements_unwrapped() {
         let r = InferenceResponse {
             in_place: Vec::new(),
+            spent: Default::default(),
             model_name: "m".into(),
             model_version: 3,
             id: String::new(),
@@ -406,6 +407,7 @@ mod tests {
         };
         let r = InferenceResponse {
             in_place: Vec::new(),
+            spent: Default::default(),
             model_name: "m".into(),
             model_version: 1,
             id: "x".into(),
