@@ -467,6 +467,11 @@ pub struct ResponseSender {
     /// Called with the final response (`None` for an error or a flag-only completion) as it is
     /// delivered, before the client can see it: the response cache keeps it there.
     on_final: Option<FinalHook>,
+    /// The held final outcome as the statistics count it, recorded at [`flush`](Self::flush): a
+    /// request's duration ends where tritonserver's does, when it is released after its
+    /// execution was recorded (so it always covers its compute time, even when the backend ran
+    /// on after giving its final response).
+    to_record: Option<Result<(), crate::metrics::FailureReason>>,
 }
 
 /// What a request's sender calls with its final response ([`ResponseSender::on_final`]).
@@ -480,7 +485,7 @@ impl std::fmt::Debug for ResponseSender {
 
 impl ResponseSender {
     /// A sender for a request that expects exactly one response, and the frontend's receiver.
-    /// The outcome is recorded in `stats` when the final response is given.
+    /// The outcome is recorded in `stats` when the final response is delivered.
     pub fn unary(stats: Arc<ModelStats>) -> (Self, ResponseReceiver) {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
@@ -495,6 +500,7 @@ impl ResponseSender {
                 trace: None,
                 answered: false,
                 on_final: None,
+                to_record: None,
             },
             rx,
         )
@@ -515,6 +521,7 @@ impl ResponseSender {
             trace: None,
             answered: false,
             on_final: None,
+            to_record: None,
         }
     }
 
@@ -531,6 +538,7 @@ impl ResponseSender {
             trace: None,
             answered: false,
             on_final: None,
+            to_record: None,
         }
     }
 
@@ -645,7 +653,7 @@ impl ResponseSender {
             Final::Outcome(Err(_)) => ResponseKind::Fail,
             Final::FlagOnly => ResponseKind::Empty,
         });
-        self.stats.record_outcome(outcome, self.arrived.elapsed());
+        self.to_record = Some(outcome);
         self.held = Some(last);
         true
     }
@@ -793,6 +801,9 @@ impl ResponseSender {
     /// request after the backend reported its statistics.
     pub fn flush(&mut self) {
         let Some(last) = self.held.take() else { return };
+        if let Some(outcome) = self.to_record.take() {
+            self.stats.record_outcome(outcome, self.arrived.elapsed());
+        }
         // After the execution (not within a plugin's call, whose deadline the hook's copy would
         // count against), before the client sees the response.
         if let Some(hook) = self.on_final.take() {
@@ -934,6 +945,26 @@ mod tests {
         let (mut pending, _rx) = job(1);
         pending.answer();
         assert_eq!(pending.request.inputs.len(), 1);
+    }
+
+    #[test]
+    fn a_request_is_counted_as_it_is_delivered_not_as_its_backend_answers() {
+        let stats = Arc::new(ModelStats::default());
+        let counted = |stats: &ModelStats| {
+            let s = stats.snapshot("m", 1).inference_stats.expect("inference statistics");
+            (s.success.expect("success").count, s.fail.expect("fail").count)
+        };
+        let (mut ok, mut rx) = ResponseSender::unary(stats.clone());
+        ok.send_final(Ok(response(1)));
+        assert_eq!(counted(&stats), (0, 0), "held: the backend may still be running");
+        assert!(rx.try_recv().is_err());
+        ok.flush();
+        assert_eq!(counted(&stats), (1, 0));
+        assert!(rx.try_recv().is_ok());
+        let (mut failed, _rx) = ResponseSender::unary(stats.clone());
+        failed.send_final(Err(InferError::invalid("bad input")));
+        drop(failed);
+        assert_eq!(counted(&stats), (1, 1), "a dropped sender delivers, and counts, its outcome");
     }
 
     #[test]
